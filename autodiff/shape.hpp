@@ -1,0 +1,36 @@
+// Shapes: printing, NumPy broadcasting and the argument checks every op shares.
+#pragma once
+
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace xgrad
+{
+using shape_t = std::vector<std::size_t>;
+
+// "(2, 3, 4)"; a scalar prints as "()".
+std::string shape_str(const shape_t& shape);
+
+template <class S>
+shape_t to_shape(const S& s)
+{
+    return shape_t(s.begin(), s.end());
+}
+
+std::size_t element_count(const shape_t& shape);
+
+// NumPy broadcasting of two shapes; throws std::invalid_argument naming `op` and both shapes.
+shape_t broadcast_shapes(const char* op, const shape_t& a, const shape_t& b);
+
+// True when `from` broadcasts to exactly `to` (NumPy rules, `to` unchanged).
+bool broadcasts_to(const shape_t& from, const shape_t& to);
+
+// Row-major strides of `shape` aligned to the right of a rank-`rank` shape, with stride 0 on every
+// broadcast axis (size 1 or missing). Used by kernels that walk a broadcast operand by pointer.
+std::vector<std::size_t> broadcast_strides(const shape_t& shape, std::size_t rank);
+
+// Throws std::invalid_argument("<op>: <what>").
+[[noreturn]] void fail(const char* op, const std::string& what);
+}  // namespace xgrad

@@ -1,0 +1,403 @@
+// The tape's walk, leaves, release and introspection.
+#include "autodiff/tape.hpp"
+
+#include <sstream>
+#include <xtensor/xreducer.hpp>
+
+namespace xgrad
+{
+template <class T>
+parameter<T>::parameter() : s_(std::make_shared<state>())
+{
+}
+
+template <class T>
+parameter<T>::parameter(array<T> value, std::string name) : s_(std::make_shared<state>())
+{
+    s_->grad = xt::zeros<T>(value.shape());
+    s_->value = std::move(value);
+    s_->name = std::move(name);
+}
+
+template <class T>
+void parameter<T>::zero_grad()
+{
+    s_->grad = xt::zeros<T>(s_->value.shape());
+}
+
+namespace detail
+{
+void throw_stale(std::uint32_t index)
+{
+    throw std::logic_error("var: handle to node " + std::to_string(index) +
+                           " of a tape that was cleared since it was recorded");
+}
+
+template <class T>
+node<T>& tape_state<T>::at(std::uint32_t index, std::uint64_t generation_of_handle) const
+{
+    if (generation_of_handle != generation || index >= nodes.size())
+    {
+        throw_stale(index);
+    }
+    return *nodes[index];
+}
+}  // namespace detail
+
+// ---- var -----------------------------------------------------------------------------------------
+
+template <class T>
+const array<T>& var<T>::value() const
+{
+    return node().value;
+}
+
+template <class T>
+shape_t var<T>::shape() const
+{
+    return to_shape(node().value.shape());
+}
+
+template <class T>
+const array<T>& var<T>::grad() const
+{
+    auto& n = node();
+    if (!n.has_grad)
+    {
+        n.grad = xt::zeros<T>(n.value.shape());
+        n.has_grad = true;
+    }
+    return n.grad;
+}
+
+template <class T>
+const var<T>& var<T>::named(std::string label) const
+{
+    node().label = std::move(label);
+    return *this;
+}
+
+// ---- sum_to and accumulation ---------------------------------------------------------------------
+
+template <class T>
+array<T> sum_to(array<T>&& g, const shape_t& shape)
+{
+    const shape_t gshape = to_shape(g.shape());
+    if (gshape == shape)
+    {
+        return std::move(g);
+    }
+    if (!broadcasts_to(shape, gshape))
+    {
+        throw std::logic_error("sum_to: gradient of shape " + shape_str(gshape) +
+                               " cannot be reduced to shape " + shape_str(shape));
+    }
+    // Axes to sum: the leading ones `shape` lacks, and those where `shape` has size 1.
+    const std::size_t lead = gshape.size() - shape.size();
+    std::vector<std::size_t> axes;
+    for (std::size_t i = 0; i < gshape.size(); ++i)
+    {
+        if (i < lead || (shape[i - lead] == 1 && gshape[i] != 1))
+        {
+            axes.push_back(i);
+        }
+    }
+    array<T> reduced = xt::sum(g, axes, xt::evaluation_strategy::immediate);
+    reduced.reshape(shape);
+    return reduced;
+}
+
+template <class T>
+void backward_context<T>::accumulate(std::size_t k, array<T>&& g)
+{
+    auto& in = input_node(k);
+    if (!in.requires_grad)
+    {
+        return;
+    }
+    const shape_t in_shape = to_shape(in.value.shape());
+    array<T> reduced = sum_to(std::move(g), in_shape);
+    if (to_shape(reduced.shape()) != in_shape)
+    {
+        throw std::logic_error(std::string(node_.op) + " backward: gradient shape " +
+                               shape_str(to_shape(reduced.shape())) + " != input shape " + shape_str(in_shape));
+    }
+    if (in.has_grad)
+    {
+        in.grad += reduced;  // an input used several times receives the sum
+    }
+    else
+    {
+        in.grad = std::move(reduced);
+        in.has_grad = true;
+    }
+}
+
+// ---- tape ----------------------------------------------------------------------------------------
+
+template <class T>
+tape<T>::tape() : state_(std::make_shared<detail::tape_state<T>>())
+{
+}
+
+template <class T>
+var<T> tape<T>::leaf(const char* op, array<T>&& value, std::string label, bool requires_grad)
+{
+    auto n = std::make_unique<detail::node<T>>();
+    n->op = op;
+    n->label = std::move(label);
+    n->value = std::move(value);
+    n->requires_grad = requires_grad && state_->no_grad_depth == 0;
+    const auto index = static_cast<std::uint32_t>(state_->nodes.size());
+    state_->nodes.push_back(std::move(n));
+    return var<T>(state_, index, state_->generation);
+}
+
+template <class T>
+var<T> tape<T>::input(array<T> value, std::string label, bool requires_grad)
+{
+    return leaf("input", std::move(value), std::move(label), requires_grad);
+}
+
+template <class T>
+var<T> tape<T>::constant(array<T> value, std::string label)
+{
+    return leaf("constant", std::move(value), std::move(label), false);
+}
+
+template <class T>
+var<T> tape<T>::param(const parameter<T>& p)
+{
+    var<T> v = leaf("param", array<T>(p.s_->value), p.s_->name, true);
+    state_->nodes[v.index_]->param = p.s_;
+    return v;
+}
+
+template <class T>
+void tape<T>::backward(const var<T>& root, bool retain_graph)
+{
+    const auto& n = root.node();
+    if (n.value.size() != 1)
+    {
+        fail("tape::backward", "root has shape " + shape_str(root.shape()) +
+                                   "; pass a seed gradient of that shape or reduce it to one element");
+    }
+    backward(root, xt::ones<T>(n.value.shape()), retain_graph);
+}
+
+template <class T>
+void tape<T>::backward(const var<T>& root, const array<T>& seed, bool retain_graph)
+{
+    auto& n = root.node();
+    if (root.state_ != state_)
+    {
+        fail("tape::backward", "root belongs to another tape");
+    }
+    if (to_shape(seed.shape()) != root.shape())
+    {
+        fail("tape::backward", "seed shape " + shape_str(to_shape(seed.shape())) + " != root shape " +
+                                   shape_str(root.shape()));
+    }
+    if (!n.requires_grad)
+    {
+        fail("tape::backward", "root does not depend on any input that requires a gradient");
+    }
+    // Clear gradients of the previous walk, except on leaves (they accumulate like parameters do).
+    for (auto& node : state_->nodes)
+    {
+        if (node->input_count > 0 && node->has_grad)
+        {
+            node->grad = array<T>();
+            node->has_grad = false;
+        }
+    }
+    n.grad = seed;
+    n.has_grad = true;
+    walk(root.index_, retain_graph);
+}
+
+template <class T>
+void tape<T>::walk(std::uint32_t root, bool retain_graph)
+{
+    auto& nodes = state_->nodes;
+    for (std::uint32_t i = root + 1; i-- > 0;)
+    {
+        auto& n = *nodes[i];
+        if (!n.has_grad || n.input_count == 0)
+        {
+            continue;
+        }
+        if (n.released)
+        {
+            throw std::logic_error(std::string("tape::backward: node ") + std::to_string(i) + " ('" + n.op +
+                                   "') was released by an earlier backward; pass retain_graph=true to the "
+                                   "first backward to walk the graph twice");
+        }
+        if (!n.has_rule())
+        {
+            continue;
+        }
+        backward_context<T> ctx(*state_, n);
+        n.run_rule(ctx);
+        if (!retain_graph && i != root)
+        {
+            n.grad = array<T>();  // interior gradients are not kept: frees memory during the walk
+            n.has_grad = false;
+        }
+    }
+    for (auto& n : nodes)
+    {
+        if (n->param && n->has_grad)
+        {
+            n->param->grad += n->grad;  // parameters accumulate across backward calls
+            n->grad = array<T>();
+            n->has_grad = false;
+        }
+    }
+    if (!retain_graph)
+    {
+        for (std::uint32_t i = 0; i <= root; ++i)
+        {
+            auto& n = *nodes[i];
+            if (n.has_rule())
+            {
+                n.release_rule();
+                n.released = true;
+            }
+            n.value_saved = false;
+        }
+    }
+}
+
+template <class T>
+void tape<T>::clear()
+{
+    state_->nodes.clear();
+    state_->nodes.shrink_to_fit();
+    ++state_->generation;
+}
+
+// ---- introspection -------------------------------------------------------------------------------
+
+template <class T>
+std::vector<node_info> tape<T>::nodes() const
+{
+    std::vector<node_info> out;
+    out.reserve(state_->nodes.size());
+    for (std::uint32_t i = 0; i < state_->nodes.size(); ++i)
+    {
+        const auto& n = *state_->nodes[i];
+        out.push_back({i, n.op, n.label, std::vector<std::uint32_t>(n.inputs.begin(), n.inputs.begin() + n.input_count),
+                       to_shape(n.value.shape()), n.value.size() * sizeof(T), n.value_saved, n.multiply_adds});
+    }
+    return out;
+}
+
+template <class T>
+std::size_t tape<T>::bytes_saved_for_backward() const
+{
+    std::size_t bytes = 0;
+    for (const auto& n : state_->nodes)
+    {
+        bytes += n->value_saved ? n->value.size() * sizeof(T) : 0;
+    }
+    return bytes;
+}
+
+template <class T>
+std::size_t tape<T>::bytes_held() const
+{
+    std::size_t bytes = 0;
+    for (const auto& n : state_->nodes)
+    {
+        bytes += (n->value.size() + (n->has_grad ? n->grad.size() : 0)) * sizeof(T);
+    }
+    return bytes;
+}
+
+template <class T>
+std::uint64_t tape<T>::multiply_adds() const
+{
+    std::uint64_t total = 0;
+    for (const auto& n : state_->nodes)
+    {
+        total += n->multiply_adds;
+    }
+    return total;
+}
+
+namespace
+{
+std::string node_name(const node_info& n)
+{
+    return n.label.empty() ? n.op : n.label + " = " + n.op;
+}
+
+std::string input_list(const node_info& n)
+{
+    std::string s;
+    for (auto i : n.inputs)
+    {
+        s += (s.empty() ? "%" : ", %") + std::to_string(i);
+    }
+    return s;
+}
+}  // namespace
+
+template <class T>
+std::string tape<T>::trace() const
+{
+    std::ostringstream out;
+    for (const auto& n : nodes())
+    {
+        std::ostringstream line;
+        line << "%" << n.index << "  " << node_name(n);
+        if (!n.inputs.empty())
+        {
+            line << "(" << input_list(n) << ")";
+        }
+        std::string text = line.str();
+        text.resize(std::max<std::size_t>(text.size() + 1, 40), ' ');
+        out << text << shape_str(n.shape);
+        if (n.multiply_adds)
+        {
+            out << "  [" << n.multiply_adds << " multiply-adds]";
+        }
+        out << (n.saved_for_backward ? "  saved" : "") << "\n";
+    }
+    return out.str();
+}
+
+template <class T>
+std::string tape<T>::to_dot() const
+{
+    std::ostringstream out;
+    out << "digraph xgrad {\n  rankdir=TB;\n  node [shape=box, fontname=\"Helvetica\", fontsize=10];\n";
+    for (const auto& n : nodes())
+    {
+        const bool leaf = n.inputs.empty();
+        out << "  n" << n.index << " [label=\"%" << n.index << " " << node_name(n) << "\\n" << shape_str(n.shape)
+            << "\"" << (leaf ? ", style=filled, fillcolor=\"#dbe9f6\"" : "")
+            << (n.saved_for_backward ? ", penwidth=2" : "") << "];\n";
+        for (auto i : n.inputs)
+        {
+            out << "  n" << i << " -> n" << n.index << ";\n";
+        }
+    }
+    out << "}\n";
+    return out.str();
+}
+
+template class parameter<float>;
+template class parameter<double>;
+template class var<float>;
+template class var<double>;
+template class backward_context<float>;
+template class backward_context<double>;
+template class tape<float>;
+template class tape<double>;
+template array<float> sum_to(array<float>&&, const shape_t&);
+template array<double> sum_to(array<double>&&, const shape_t&);
+template struct detail::tape_state<float>;
+template struct detail::tape_state<double>;
+}  // namespace xgrad

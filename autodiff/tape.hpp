@@ -1,0 +1,328 @@
+// The reverse-mode tape: a list of nodes in creation order, walked backwards by `backward`.
+//
+//   xgrad::tape<double> t;
+//   auto x = t.input(values);                 // a leaf that wants a gradient
+//   auto w = t.param(weights);                // a parameter<T> that outlives this tape
+//   auto y = ops::sum(ops::matmul(x, w));     // ops record nodes on x's tape
+//   t.backward(y);                            // dL/dx in x.grad(), dL/dW added into weights.grad()
+//
+// A var is a cheap handle (tape + index). Every op records its forward value and a backward rule in one
+// place (see ops/); the tape only stores nodes, walks them in reverse, sums gradients of reused inputs
+// and undoes broadcasting with sum_to.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "autodiff/shape.hpp"
+#include "autodiff/xtensor.hpp"
+
+namespace xgrad
+{
+template <class T>
+class tape;
+template <class T>
+class var;
+template <class T>
+class backward_context;
+
+namespace detail
+{
+template <class T>
+struct tape_state;
+}
+
+// A learnable tensor that outlives tapes (a training loop records a fresh tape each step).
+// Copies share one value and one gradient. The gradient accumulates over backward calls until zero_grad.
+template <class T>
+class parameter
+{
+public:
+    parameter();
+    explicit parameter(array<T> value, std::string name = "");
+
+    const array<T>& value() const { return s_->value; }
+    array<T>& value() { return s_->value; }  // for optimiser updates
+    const array<T>& grad() const { return s_->grad; }
+    const std::string& name() const { return s_->name; }
+    void zero_grad();
+
+    struct state
+    {
+        array<T> value;
+        array<T> grad;
+        std::string name;
+    };
+
+private:
+    std::shared_ptr<state> s_;
+    friend class tape<T>;
+};
+
+// What a saved-for-backward flag refers to when an op is recorded.
+enum saves : unsigned
+{
+    saves_nothing = 0,
+    saves_input0 = 1,
+    saves_input1 = 2,
+    saves_output = 4,
+};
+
+namespace detail
+{
+template <class T>
+struct node
+{
+    const char* op = "";
+    std::string label;
+    std::array<std::uint32_t, 2> inputs{};
+    std::uint8_t input_count = 0;
+    array<T> value;
+    array<T> grad;
+    bool has_grad = false;
+    bool requires_grad = false;
+    bool value_saved = false;  // some live backward rule reads this value
+    bool released = false;     // its rule was freed by a backward that did not retain the graph
+    std::uint64_t multiply_adds = 0;
+    std::shared_ptr<typename parameter<T>::state> param;  // set on leaves bound to a parameter
+
+    virtual ~node() = default;
+    virtual bool has_rule() const { return false; }
+    virtual void run_rule(backward_context<T>&) {}
+    virtual void release_rule() {}
+};
+
+template <class T, class Rule>
+struct rule_node final : node<T>
+{
+    explicit rule_node(Rule r) : rule(std::move(r)) {}
+    std::optional<Rule> rule;
+    bool has_rule() const override { return rule.has_value(); }
+    void run_rule(backward_context<T>& ctx) override { (*rule)(ctx); }
+    void release_rule() override { rule.reset(); }
+};
+
+template <class T>
+struct tape_state
+{
+    std::vector<std::unique_ptr<node<T>>> nodes;
+    std::uint64_t generation = 0;
+    int no_grad_depth = 0;
+
+    node<T>& at(std::uint32_t index, std::uint64_t generation_of_handle) const;
+};
+
+template <class T, class Rule>
+var<T> record(const char* op, std::initializer_list<var<T>> inputs, array<T>&& value, unsigned saved,
+              Rule&& rule, std::uint64_t multiply_adds = 0);
+
+[[noreturn]] void throw_stale(std::uint32_t index);
+}  // namespace detail
+
+// A handle to one node of a tape. Cheap to copy; throws std::logic_error if used after its tape was
+// cleared, so it can never read another computation's memory.
+template <class T>
+class var
+{
+public:
+    var() = default;
+
+    const array<T>& value() const;
+    shape_t shape() const;
+    // dL/d(this) after backward: kept for leaves, and for every node when backward retains the graph.
+    // Zeros of the value's shape if no gradient reached this node.
+    const array<T>& grad() const;
+    bool requires_grad() const { return node().requires_grad; }
+    const char* op() const { return node().op; }
+    std::uint32_t index() const { return index_; }
+    bool valid() const { return state_ != nullptr; }
+    // Gives the node a name shown by tape::trace and the DOT export ("Q", "scores", ...).
+    const var& named(std::string label) const;
+
+    detail::node<T>& node() const;
+    const std::shared_ptr<detail::tape_state<T>>& state() const { return state_; }
+
+private:
+    var(std::shared_ptr<detail::tape_state<T>> s, std::uint32_t i, std::uint64_t g)
+        : state_(std::move(s)), index_(i), generation_(g)
+    {
+    }
+    std::shared_ptr<detail::tape_state<T>> state_;
+    std::uint32_t index_ = 0;
+    std::uint64_t generation_ = 0;
+    friend class tape<T>;
+    template <class U, class R>
+    friend var<U> detail::record(const char*, std::initializer_list<var<U>>, array<U>&&, unsigned, R&&,
+                                 std::uint64_t);
+};
+
+// What a backward rule sees: the incoming gradient, the saved values, and where to send gradients.
+template <class T>
+class backward_context
+{
+public:
+    backward_context(detail::tape_state<T>& s, detail::node<T>& n) : state_(s), node_(n) {}
+    const array<T>& grad() const { return node_.grad; }
+    const array<T>& output() const { return node_.value; }
+    const array<T>& input(std::size_t k) const { return input_node(k).value; }
+    bool needs_grad(std::size_t k) const { return input_node(k).requires_grad; }
+    // Adds g into input k's gradient, first summing away any broadcasting (sum_to).
+    void accumulate(std::size_t k, array<T>&& g);
+
+private:
+    detail::node<T>& input_node(std::size_t k) const { return *state_.nodes[node_.inputs[k]]; }
+    detail::tape_state<T>& state_;
+    detail::node<T>& node_;
+};
+
+// One line of tape::nodes(): what the shape trace and the DOT export print.
+struct node_info
+{
+    std::uint32_t index;
+    std::string op;
+    std::string label;
+    std::vector<std::uint32_t> inputs;
+    shape_t shape;
+    std::size_t value_bytes;
+    bool saved_for_backward;
+    std::uint64_t multiply_adds;
+};
+
+template <class T>
+class tape
+{
+public:
+    tape();
+    tape(const tape&) = delete;
+    tape& operator=(const tape&) = delete;
+
+    // Leaves. `input` owns a copy of its value; `param` binds a parameter whose gradient accumulates.
+    var<T> input(array<T> value, std::string label = "", bool requires_grad = true);
+    var<T> constant(array<T> value, std::string label = "");
+    var<T> param(const parameter<T>& p);
+
+    // Reverse walk from `root`, which must hold one element (dL/droot = 1), or from any node with a
+    // seed gradient of its shape. Unless retain_graph, the tape frees the rules and saved values it
+    // used, and a second backward through them throws.
+    void backward(const var<T>& root, bool retain_graph = false);
+    void backward(const var<T>& root, const array<T>& seed, bool retain_graph = false);
+
+    // Forgets every node; handles into the old graph throw from now on.
+    void clear();
+
+    // RAII: while alive, ops compute values but record no backward rules.
+    class no_grad_guard
+    {
+    public:
+        explicit no_grad_guard(tape& t) : t_(t) { ++t_.state_->no_grad_depth; }
+        ~no_grad_guard() { --t_.state_->no_grad_depth; }
+        no_grad_guard(const no_grad_guard&) = delete;
+        no_grad_guard& operator=(const no_grad_guard&) = delete;
+
+    private:
+        tape& t_;
+    };
+    no_grad_guard no_grad() { return no_grad_guard(*this); }
+
+    // Introspection.
+    std::size_t size() const { return state_->nodes.size(); }
+    std::vector<node_info> nodes() const;
+    std::size_t bytes_saved_for_backward() const;  // values some backward rule will read
+    std::size_t bytes_held() const;                // every value and gradient the tape owns
+    std::uint64_t multiply_adds() const;           // sum over recorded ops (matmul counts M*N*K)
+    std::string trace() const;                     // one line per node: index, op, label, inputs, shape
+    std::string to_dot() const;                    // Graphviz DOT of the graph
+
+private:
+    var<T> leaf(const char* op, array<T>&& value, std::string label, bool requires_grad);
+    void walk(std::uint32_t root, bool retain_graph);
+    std::shared_ptr<detail::tape_state<T>> state_;
+};
+
+// Reduces a gradient of a broadcast result back to the shape of the operand that was broadcast:
+// sums the leading axes it lacks and the axes where it has size 1. Throws if `shape` does not
+// broadcast to g's shape.
+template <class T>
+array<T> sum_to(array<T>&& g, const shape_t& shape);
+
+// ---- inline definitions the ops need -------------------------------------------------------------
+
+namespace detail
+{
+template <class T, class Rule>
+var<T> record(const char* op, std::initializer_list<var<T>> inputs, array<T>&& value, unsigned saved,
+              Rule&& rule, std::uint64_t multiply_adds)
+{
+    const auto& state = inputs.begin()->state_;
+    bool wants_grad = false;
+    for (const var<T>& in : inputs)
+    {
+        if (in.state_ != state)
+        {
+            fail(op, "inputs were recorded on different tapes");
+        }
+        wants_grad = wants_grad || in.node().requires_grad;  // node() also rejects stale handles
+    }
+    wants_grad = wants_grad && state->no_grad_depth == 0;
+
+    std::unique_ptr<node<T>> n;
+    if (wants_grad)
+    {
+        n = std::make_unique<rule_node<T, std::decay_t<Rule>>>(std::forward<Rule>(rule));
+    }
+    else
+    {
+        n = std::make_unique<node<T>>();
+    }
+    n->op = op;
+    n->value = std::move(value);
+    n->requires_grad = wants_grad;
+    n->multiply_adds = multiply_adds;
+    std::uint8_t k = 0;
+    for (const var<T>& in : inputs)
+    {
+        n->inputs[k++] = in.index_;
+    }
+    n->input_count = k;
+    if (wants_grad)
+    {
+        if (saved & saves_input0)
+        {
+            state->nodes[n->inputs[0]]->value_saved = true;
+        }
+        if ((saved & saves_input1) && k > 1)
+        {
+            state->nodes[n->inputs[1]]->value_saved = true;
+        }
+        n->value_saved = (saved & saves_output) != 0;
+    }
+    const auto index = static_cast<std::uint32_t>(state->nodes.size());
+    state->nodes.push_back(std::move(n));
+    return var<T>(state, index, state->generation);
+}
+}  // namespace detail
+
+template <class T>
+detail::node<T>& var<T>::node() const
+{
+    if (!state_)
+    {
+        throw std::logic_error("var: empty handle (default-constructed, never recorded)");
+    }
+    return state_->at(index_, generation_);
+}
+
+extern template class tape<float>;
+extern template class tape<double>;
+extern template class var<float>;
+extern template class var<double>;
+extern template class parameter<float>;
+extern template class parameter<double>;
+extern template class backward_context<float>;
+extern template class backward_context<double>;
+}  // namespace xgrad

@@ -1,0 +1,22 @@
+// Attention masks (../shared/SPEC.md): boolean, true = this query may attend to this key, broadcast
+// over (B, H, Tq, Tk). Causal is bottom-right aligned: query i sees key j iff j <= i + (Tk - Tq).
+#pragma once
+
+#include <optional>
+
+#include "ops/ops.hpp"
+
+namespace xgrad::models
+{
+// The (Tq, Tk) causal mask, bottom-right aligned.
+mask_t causal_mask(std::size_t tq, std::size_t tk);
+
+// A (B, 1, 1, Tk) padding mask from per-sequence lengths: key j of sequence b is kept iff j < lengths[b].
+mask_t padding_mask(const std::vector<std::size_t>& lengths, std::size_t tk);
+
+// What MHA applies to its scores of shape (B, H, Tq, Tk): the user's mask (if any) AND the causal mask
+// (if asked). Returns nothing when neither is given. Throws std::invalid_argument naming `op` when the
+// user's mask does not broadcast to (B, H, Tq, Tk).
+std::optional<mask_t> combined_mask(const char* op, const mask_t* user_mask, bool causal, std::size_t batch,
+                                    std::size_t heads, std::size_t tq, std::size_t tk);
+}  // namespace xgrad::models

@@ -1,0 +1,55 @@
+// Multi-head attention with its backward derived by hand (Listings 20.1-20.3 and Chapter 19's
+// single-head attention), on plain arrays, no tape. Written llm.c-style: every line of a backward says
+// which forward line it reverses. It exists to be compared with the tape (models/mha.hpp) and with
+// finite differences; both must agree to rounding.
+#pragma once
+
+#include <optional>
+
+#include "models/mha.hpp"
+
+namespace xgrad::models::manual
+{
+// Everything the backward needs, saved by the forward.
+template <class T>
+struct mha_cache
+{
+    mha_config config;
+    array<T> xq, xk, xv;              // (B, Tq, d), (B, Tk, d), (B, Tk, d)
+    array<T> w_q, w_k, w_v, w_o;      // (d, d), (d, G dh), (d, G dh), (d, d)
+    std::optional<mask_t> mask;       // combined (user AND causal), broadcast to (B, H, Tq, Tk)
+    array<T> q, k, v;                 // split heads: (B, H, Tq, dh), (B, G, Tk, dh), (B, G, Tk, dh)
+    array<T> weights;                 // softmax P: (B, H, Tq, Tk)
+    array<T> joined;                  // combined heads: (B, Tq, d)
+};
+
+template <class T>
+struct mha_gradients
+{
+    array<T> xq, xk, xv;          // for self-attention the caller sums the three
+    array<T> w_q, w_k, w_v, w_o;
+};
+
+template <class T>
+struct mha_forward_result
+{
+    array<T> output;  // (B, Tq, d)
+    mha_cache<T> cache;
+};
+
+// Listing 20.2.
+template <class T>
+mha_forward_result<T> mha_forward(const array<T>& xq, const array<T>& xk, const array<T>& xv, const array<T>& w_q,
+                                  const array<T>& w_k, const array<T>& w_v, const array<T>& w_o,
+                                  const mha_config& config, const mha_options& options = {});
+
+// Listing 20.3.
+template <class T>
+mha_gradients<T> mha_backward(const array<T>& grad_output, const mha_cache<T>& cache);
+
+// Listing 20.1 on plain arrays.
+template <class T>
+array<T> split_heads(const array<T>& x, std::size_t heads);
+template <class T>
+array<T> combine_heads(const array<T>& x);
+}  // namespace xgrad::models::manual

@@ -1,0 +1,173 @@
+// Batched matrix product on top of one BLAS GEMM per matrix pair. Transposes are GEMM flags, never
+// copies, and two common layouts fold a whole batch into a single large GEMM:
+//   X (B,T,d) @ W (d,e)        -> one (B*T, d) x (d, e) product;
+//   sum_b X_b^T G_b  (dW)      -> one (d, B*T) x (B*T, e) product.
+#include "ops/gemm.hpp"
+#include "ops/instantiate.hpp"
+#include "ops/kernels.hpp"
+#include "ops/ops.hpp"
+#include "ops/parallel.hpp"
+
+namespace xgrad
+{
+namespace kernels
+{
+namespace
+{
+shape_t batch_of(const shape_t& s)
+{
+    return shape_t(s.begin(), s.end() - 2);
+}
+
+// Offset, in whole matrices, of batch entry `flat` of `batch` inside an operand whose own batch shape
+// broadcasts to it (strides from broadcast_strides).
+std::size_t matrix_offset(std::size_t flat, const shape_t& batch, const std::vector<std::size_t>& strides)
+{
+    std::size_t offset = 0;
+    for (std::size_t ax = batch.size(); ax-- > 0;)
+    {
+        offset += (flat % batch[ax]) * strides[ax];
+        flat /= batch[ax];
+    }
+    return offset;
+}
+}  // namespace
+
+std::uint64_t matmul_multiply_adds(const shape_t& batch, std::size_t m, std::size_t n, std::size_t k)
+{
+    return static_cast<std::uint64_t>(element_count(batch)) * m * n * k;
+}
+
+template <class T>
+void matmul_into(const array<T>& a, bool ta, const array<T>& b, bool tb, array<T>& c)
+{
+    const shape_t sa = to_shape(a.shape()), sb = to_shape(b.shape()), sc = to_shape(c.shape());
+    const shape_t batch_a = batch_of(sa), batch_b = batch_of(sb), batch_c = batch_of(sc);
+    const shape_t batch = broadcast_shapes("matmul", broadcast_shapes("matmul", batch_a, batch_b), batch_c);
+    const std::size_t a_rows = sa[sa.size() - 2], a_cols = sa.back();
+    const std::size_t b_rows = sb[sb.size() - 2], b_cols = sb.back();
+    const std::size_t m = ta ? a_cols : a_rows, k = ta ? a_rows : a_cols, n = tb ? b_rows : b_cols;
+    const std::size_t count = element_count(batch);
+    const bool summed = element_count(batch_c) < count;  // C's batch is broadcast: accumulate into it
+    if (c.size() == 0)
+    {
+        return;
+    }
+    if (k == 0 || summed || count == 0)
+    {
+        std::fill(c.begin(), c.end(), T(0));
+        if (k == 0 || count == 0)
+        {
+            return;
+        }
+    }
+    const bool full_a = batch_a == batch, full_b = batch_b == batch;
+    if (!summed && !ta && element_count(batch_b) == 1 && full_a)
+    {
+        gemm(false, tb, count * m, n, k, a.data(), a_cols, b.data(), b_cols, T(0), c.data(), n);
+        return;
+    }
+    if (element_count(batch_c) == 1 && ta && !tb && full_a && full_b)
+    {
+        gemm(true, false, m, n, count * k, a.data(), a_cols, b.data(), b_cols, T(0), c.data(), n);
+        return;
+    }
+    const std::size_t rank = batch.size();
+    const auto stride_a = broadcast_strides(batch_a, rank), stride_b = broadcast_strides(batch_b, rank),
+               stride_c = broadcast_strides(batch_c, rank);
+    auto one_product = [&](std::size_t i) {
+        const T* pa = a.data() + matrix_offset(i, batch, stride_a) * a_rows * a_cols;
+        const T* pb = b.data() + matrix_offset(i, batch, stride_b) * b_rows * b_cols;
+        T* pc = c.data() + matrix_offset(i, batch, stride_c) * m * n;
+        gemm(ta, tb, m, n, k, pa, a_cols, pb, b_cols, summed ? T(1) : T(0), pc, n);
+    };
+    if (summed)
+    {
+        for (std::size_t i = 0; i < count; ++i)
+        {
+            one_product(i);  // serial: several products land in the same C
+        }
+    }
+    else
+    {
+        parallel_for(count, one_product);
+    }
+}
+template void matmul_into(const array<float>&, bool, const array<float>&, bool, array<float>&);
+template void matmul_into(const array<double>&, bool, const array<double>&, bool, array<double>&);
+}  // namespace kernels
+
+namespace ops
+{
+namespace
+{
+std::string operand_str(const shape_t& s, bool transposed)
+{
+    return shape_str(s) + (transposed ? " (transposed)" : "");
+}
+}  // namespace
+
+// C = op(A) op(B) over the last two axes.
+//   dL/dA = g op(B)^T   (stored as op(B) g^T when A is used transposed)
+//   dL/dB = op(A)^T g   (stored as g^T op(A) when B is used transposed)
+// Batch axes a operand shares by broadcasting are summed inside the GEMM loop, not afterwards.
+template <class T>
+var<T> matmul(const var<T>& a, const var<T>& b, bool ta, bool tb)
+{
+    const shape_t sa = a.shape(), sb = b.shape();
+    if (sa.size() < 2 || sb.size() < 2)
+    {
+        fail("matmul", "operands need at least 2 axes, got a " + shape_str(sa) + " and b " + shape_str(sb) +
+                           " (reshape a vector to (1, n) or (n, 1))");
+    }
+    const std::size_t m = ta ? sa.back() : sa[sa.size() - 2], ka = ta ? sa[sa.size() - 2] : sa.back();
+    const std::size_t kb = tb ? sb.back() : sb[sb.size() - 2], n = tb ? sb[sb.size() - 2] : sb.back();
+    if (ka != kb)
+    {
+        fail("matmul", "inner dimensions differ: a " + operand_str(sa, ta) + " has " + std::to_string(ka) +
+                           " columns, b " + operand_str(sb, tb) + " has " + std::to_string(kb) + " rows");
+    }
+    shape_t batch = broadcast_shapes("matmul", shape_t(sa.begin(), sa.end() - 2), shape_t(sb.begin(), sb.end() - 2));
+    const std::uint64_t macs = kernels::matmul_multiply_adds(batch, m, n, ka);
+    batch.push_back(m);
+    batch.push_back(n);
+    array<T> c = array<T>::from_shape(batch);
+    kernels::matmul_into(a.value(), ta, b.value(), tb, c);
+    auto rule = [ta, tb](backward_context<T>& ctx) {
+        const array<T>& g = ctx.grad();
+        const array<T>& A = ctx.input(0);
+        const array<T>& B = ctx.input(1);
+        if (ctx.needs_grad(0))
+        {
+            array<T> dA = array<T>::from_shape(A.shape());
+            if (!ta)
+            {
+                kernels::matmul_into(g, false, B, !tb, dA);  // g op(B)^T
+            }
+            else
+            {
+                kernels::matmul_into(B, tb, g, true, dA);  // (g op(B)^T)^T = op(B) g^T
+            }
+            ctx.accumulate(0, std::move(dA));
+        }
+        if (ctx.needs_grad(1))
+        {
+            array<T> dB = array<T>::from_shape(B.shape());
+            if (!tb)
+            {
+                kernels::matmul_into(A, !ta, g, false, dB);  // op(A)^T g
+            }
+            else
+            {
+                kernels::matmul_into(g, true, A, ta, dB);  // (op(A)^T g)^T = g^T op(A)
+            }
+            ctx.accumulate(1, std::move(dB));
+        }
+    };
+    return detail::record("matmul", {a, b}, std::move(c), saves_input0 | saves_input1, std::move(rule), macs);
+}
+
+template var<float> matmul(const var<float>&, const var<float>&, bool, bool);
+template var<double> matmul(const var<double>&, const var<double>&, bool, bool);
+}  // namespace ops
+}  // namespace xgrad

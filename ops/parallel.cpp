@@ -1,0 +1,169 @@
+// A small persistent thread pool for parallel_for: workers sleep on a condition variable between calls,
+// so a call costs a wake-up, not a thread start.
+#include "ops/parallel.hpp"
+
+#include <algorithm>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace xgrad
+{
+namespace
+{
+class pool
+{
+public:
+    ~pool() { resize(1); }
+
+    int size() const { return static_cast<int>(workers_.size()) + 1; }
+
+    void resize(int n)
+    {
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            stopping_ = true;
+        }
+        wake_.notify_all();
+        for (auto& w : workers_)
+        {
+            w.join();
+        }
+        workers_.clear();
+        stopping_ = false;
+        for (int i = 1; i < n; ++i)
+        {
+            workers_.emplace_back([this, i] { work(i); });
+        }
+    }
+
+    // Thread t of size() takes chunk t of [0, count); the caller is thread 0.
+    void run(std::size_t count, const std::function<void(std::size_t)>& body)
+    {
+        const int threads = static_cast<int>(std::min<std::size_t>(size(), count));
+        if (threads <= 1)
+        {
+            for (std::size_t i = 0; i < count; ++i)
+            {
+                body(i);
+            }
+            return;
+        }
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            body_ = &body;
+            count_ = count;
+            active_ = threads;
+            pending_ = threads - 1;
+            error_ = nullptr;
+            ++round_;
+        }
+        wake_.notify_all();
+        std::exception_ptr mine;
+        try
+        {
+            run_chunk(0);
+        }
+        catch (...)
+        {
+            mine = std::current_exception();
+        }
+        std::unique_lock<std::mutex> lock(mutex_);
+        done_.wait(lock, [this] { return pending_ == 0; });  // workers still read body_ until then
+        if (mine || error_)
+        {
+            std::rethrow_exception(mine ? mine : error_);
+        }
+    }
+
+private:
+    void run_chunk(int t)
+    {
+        const std::size_t begin = count_ * t / active_, end = count_ * (t + 1) / active_;
+        for (std::size_t i = begin; i < end; ++i)
+        {
+            (*body_)(i);
+        }
+    }
+
+    void work(int t)
+    {
+        std::size_t seen = 0;
+        for (;;)
+        {
+            std::unique_lock<std::mutex> lock(mutex_);
+            wake_.wait(lock, [&] { return stopping_ || round_ != seen; });
+            if (stopping_)
+            {
+                return;
+            }
+            seen = round_;
+            if (t >= active_)
+            {
+                continue;
+            }
+            lock.unlock();
+            std::exception_ptr error;
+            try
+            {
+                run_chunk(t);
+            }
+            catch (...)
+            {
+                error = std::current_exception();
+            }
+            lock.lock();
+            if (error)
+            {
+                error_ = error;
+            }
+            if (--pending_ == 0)
+            {
+                done_.notify_one();
+            }
+        }
+    }
+
+    std::vector<std::thread> workers_;
+    std::mutex mutex_;
+    std::condition_variable wake_, done_;
+    const std::function<void(std::size_t)>* body_ = nullptr;
+    std::size_t count_ = 0, round_ = 0;
+    int active_ = 0, pending_ = 0;
+    bool stopping_ = false;
+    std::exception_ptr error_;
+};
+
+pool& the_pool()
+{
+    static pool p;
+    return p;
+}
+}  // namespace
+
+void set_num_threads(int n)
+{
+    if (n < 1)
+    {
+        throw std::invalid_argument("set_num_threads: need at least 1 thread, got " + std::to_string(n));
+    }
+    the_pool().resize(n);
+}
+
+int num_threads()
+{
+    return the_pool().size();
+}
+
+namespace kernels
+{
+void parallel_for(std::size_t count, const std::function<void(std::size_t)>& body)
+{
+    the_pool().run(count, body);
+}
+}  // namespace kernels
+}  // namespace xgrad

@@ -1,0 +1,201 @@
+// Shape ops: reshape, permute, transpose. Their backward is the inverse reshape or permutation.
+#include <cstring>
+#include <numeric>
+
+#include "ops/instantiate.hpp"
+#include "ops/kernels.hpp"
+#include "ops/ops.hpp"
+
+namespace xgrad
+{
+namespace kernels
+{
+// Walks the output in row-major order; the innermost output axis reads the input with a fixed stride,
+// so the common attention case (last axis kept last) is a run of memcpy's.
+template <class T>
+array<T> permute(const array<T>& x, const std::vector<std::size_t>& axes)
+{
+    const std::size_t rank = axes.size();
+    shape_t out_shape(rank);
+    std::vector<std::size_t> in_stride(rank);
+    std::vector<std::size_t> x_strides(rank);
+    for (std::size_t i = rank, s = 1; i-- > 0;)
+    {
+        x_strides[i] = s;
+        s *= x.shape()[i];
+    }
+    for (std::size_t i = 0; i < rank; ++i)
+    {
+        out_shape[i] = x.shape()[axes[i]];
+        in_stride[i] = x_strides[axes[i]];
+    }
+    array<T> out = array<T>::from_shape(out_shape);
+    if (out.size() == 0)
+    {
+        return out;
+    }
+    if (rank == 0)
+    {
+        out(0) = x(0);
+        return out;
+    }
+    const std::size_t inner = out_shape[rank - 1];
+    const std::size_t inner_stride = in_stride[rank - 1];
+    const std::size_t outer = out.size() / inner;
+    std::vector<std::size_t> index(rank, 0);
+    const T* src = x.data();
+    T* dst = out.data();
+    std::size_t offset = 0;
+    for (std::size_t o = 0; o < outer; ++o)
+    {
+        if (inner_stride == 1)
+        {
+            std::memcpy(dst, src + offset, inner * sizeof(T));
+        }
+        else
+        {
+            for (std::size_t j = 0; j < inner; ++j)
+            {
+                dst[j] = src[offset + j * inner_stride];
+            }
+        }
+        dst += inner;
+        // Odometer over the outer output axes, keeping the input offset in step.
+        for (std::size_t ax = rank - 1; ax-- > 0;)
+        {
+            offset += in_stride[ax];
+            if (++index[ax] < out_shape[ax])
+            {
+                break;
+            }
+            offset -= in_stride[ax] * out_shape[ax];
+            index[ax] = 0;
+        }
+    }
+    return out;
+}
+template array<float> permute(const array<float>&, const std::vector<std::size_t>&);
+template array<double> permute(const array<double>&, const std::vector<std::size_t>&);
+}  // namespace kernels
+
+namespace ops
+{
+namespace
+{
+shape_t resolve_shape(const shape_t& in, const std::vector<long>& requested)
+{
+    shape_t out(requested.size());
+    std::size_t known = 1;
+    long inferred = -1;
+    for (std::size_t i = 0; i < requested.size(); ++i)
+    {
+        if (requested[i] == -1 && inferred < 0)
+        {
+            inferred = static_cast<long>(i);
+            continue;
+        }
+        if (requested[i] < 0)
+        {
+            fail("reshape", "bad target size " + std::to_string(requested[i]) + " (only one -1 is allowed)");
+        }
+        out[i] = static_cast<std::size_t>(requested[i]);
+        known *= out[i];
+    }
+    const std::size_t n = element_count(in);
+    if (inferred >= 0)
+    {
+        if (known == 0 || n % known != 0)
+        {
+            fail("reshape", "cannot infer the -1 axis reshaping " + shape_str(in) + " with known sizes product " +
+                                std::to_string(known));
+        }
+        out[inferred] = n / known;
+    }
+    if (element_count(out) != n)
+    {
+        fail("reshape", "cannot reshape " + shape_str(in) + " (" + std::to_string(n) + " elements) to " +
+                            shape_str(out) + " (" + std::to_string(element_count(out)) + " elements)");
+    }
+    return out;
+}
+
+std::vector<std::size_t> inverse_permutation(const std::vector<std::size_t>& axes)
+{
+    std::vector<std::size_t> inverse(axes.size());
+    for (std::size_t i = 0; i < axes.size(); ++i)
+    {
+        inverse[axes[i]] = i;
+    }
+    return inverse;
+}
+
+void check_permutation(const std::vector<std::size_t>& axes, const shape_t& shape)
+{
+    std::vector<std::size_t> sorted = axes;
+    std::sort(sorted.begin(), sorted.end());
+    std::vector<std::size_t> identity(shape.size());
+    std::iota(identity.begin(), identity.end(), 0);
+    if (sorted != identity)
+    {
+        std::string list;
+        for (auto a : axes)
+        {
+            list += (list.empty() ? "" : ", ") + std::to_string(a);
+        }
+        fail("permute", "axes [" + list + "] are not a permutation of the " + std::to_string(shape.size()) +
+                            " axes of shape " + shape_str(shape));
+    }
+}
+}  // namespace
+
+// y = x viewed with another shape (same elements, row-major order).   dL/dx = g reshaped to x's shape
+template <class T>
+var<T> reshape(const var<T>& x, const std::vector<long>& shape)
+{
+    const shape_t in_shape = x.shape();
+    const shape_t out_shape = resolve_shape(in_shape, shape);
+    array<T> y = x.value();
+    y.reshape(out_shape);
+    return detail::record("reshape", {x}, std::move(y), saves_nothing, [in_shape](backward_context<T>& ctx) {
+        array<T> g = ctx.grad();
+        g.reshape(in_shape);
+        ctx.accumulate(0, std::move(g));
+    });
+}
+
+// y[i_0, ..., i_n] = x[i_axes^-1 ...], i.e. y.shape[k] = x.shape[axes[k]].
+// dL/dx = permute(g, inverse(axes))
+template <class T>
+var<T> permute(const var<T>& x, const std::vector<std::size_t>& axes)
+{
+    check_permutation(axes, x.shape());
+    array<T> y = kernels::permute(x.value(), axes);
+    auto inverse = inverse_permutation(axes);
+    return detail::record("permute", {x}, std::move(y), saves_nothing, [inverse](backward_context<T>& ctx) {
+        ctx.accumulate(0, kernels::permute(ctx.grad(), inverse));
+    });
+}
+
+// Swaps two axes: a permute whose backward is the same swap.
+template <class T>
+var<T> transpose(const var<T>& x, std::size_t axis1, std::size_t axis2)
+{
+    const std::size_t rank = x.shape().size();
+    if (axis1 >= rank || axis2 >= rank)
+    {
+        fail("transpose", "axes (" + std::to_string(axis1) + ", " + std::to_string(axis2) +
+                              ") out of range for shape " + shape_str(x.shape()));
+    }
+    std::vector<std::size_t> axes(rank);
+    std::iota(axes.begin(), axes.end(), 0);
+    std::swap(axes[axis1], axes[axis2]);
+    return permute(x, axes);
+}
+
+#define XGRAD_SHAPE(T)                                                  \
+    template var<T> reshape(const var<T>&, const std::vector<long>&);   \
+    template var<T> permute(const var<T>&, const std::vector<std::size_t>&); \
+    template var<T> transpose(const var<T>&, std::size_t, std::size_t);
+XGRAD_INSTANTIATE_FOR_FLOAT_TYPES(XGRAD_SHAPE)
+}  // namespace ops
+}  // namespace xgrad

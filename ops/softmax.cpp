@@ -1,0 +1,191 @@
+// masked_softmax: softmax(scale * x) over the last axis among the entries a boolean mask keeps.
+// Scale and mask live inside the op (one pass over the scores); the mask gets no gradient.
+#include <cmath>
+#include <limits>
+
+#include "ops/instantiate.hpp"
+#include "ops/kernels.hpp"
+#include "ops/ops.hpp"
+#include "ops/parallel.hpp"
+
+namespace xgrad
+{
+namespace kernels
+{
+namespace
+{
+// Rows above this many elements in total are split across threads.
+constexpr std::size_t parallel_threshold = 1 << 15;
+
+void for_rows(std::size_t rows, std::size_t row_length, const std::function<void(std::size_t)>& body)
+{
+    if (rows * row_length < parallel_threshold)
+    {
+        for (std::size_t r = 0; r < rows; ++r)
+        {
+            body(r);
+        }
+        return;
+    }
+    parallel_for(rows, body);
+}
+
+// Where row r of x (shape `shape`, last axis excluded) starts inside a mask broadcast to that shape.
+struct mask_rows
+{
+    const bool* data = nullptr;
+    shape_t outer;                      // x's shape without its last axis
+    std::vector<std::size_t> strides;  // the mask's strides over `outer`, 0 where it broadcasts
+    std::size_t column_stride = 0;      // 0 when the mask has size 1 along the last axis
+
+    mask_rows(const mask_t* mask, const shape_t& shape)
+    {
+        if (!mask)
+        {
+            return;
+        }
+        data = mask->data();
+        const auto all = broadcast_strides(to_shape(mask->shape()), shape.size());
+        outer.assign(shape.begin(), shape.end() - 1);
+        strides.assign(all.begin(), all.end() - 1);
+        column_stride = all.back();
+    }
+
+    const bool* row(std::size_t r) const
+    {
+        std::size_t offset = 0;
+        for (std::size_t ax = outer.size(); ax-- > 0;)
+        {
+            offset += (r % outer[ax]) * strides[ax];
+            r /= outer[ax];
+        }
+        return data + offset;
+    }
+};
+}  // namespace
+
+template <class T>
+array<T> masked_softmax_forward(const array<T>& x, const mask_t* mask, T scale)
+{
+    const shape_t shape = to_shape(x.shape());
+    array<T> y = array<T>::from_shape(shape);
+    const std::size_t n = shape.empty() ? 1 : shape.back();
+    if (y.size() == 0)
+    {
+        return y;
+    }
+    const std::size_t rows = y.size() / n;
+    const mask_rows masks(mask, shape);
+    for_rows(rows, n, [&](std::size_t r) {
+        const T* in = x.data() + r * n;
+        T* out = y.data() + r * n;
+        const bool* keep = masks.data ? masks.row(r) : nullptr;
+        const std::size_t ks = masks.column_stride;
+        // max over kept entries, for stability with large logits
+        T top = -std::numeric_limits<T>::infinity();
+        bool any = false;
+        for (std::size_t j = 0; j < n; ++j)
+        {
+            if (!keep || keep[j * ks])
+            {
+                top = std::max(top, scale * in[j]);
+                any = true;
+            }
+        }
+        if (!any)
+        {
+            std::fill(out, out + n, T(0));  // fully masked row: weights 0, not NaN
+            return;
+        }
+        T total = 0;
+        for (std::size_t j = 0; j < n; ++j)
+        {
+            const T e = (!keep || keep[j * ks]) ? std::exp(scale * in[j] - top) : T(0);
+            out[j] = e;
+            total += e;
+        }
+        const T inv = T(1) / total;
+        for (std::size_t j = 0; j < n; ++j)
+        {
+            out[j] *= inv;
+        }
+    });
+    return y;
+}
+
+template <class T>
+array<T> masked_softmax_backward(const array<T>& y, const array<T>& g, T scale)
+{
+    array<T> dx = array<T>::from_shape(y.shape());
+    const std::size_t n = y.dimension() == 0 ? 1 : y.shape().back();
+    if (dx.size() == 0)
+    {
+        return dx;
+    }
+    for_rows(dx.size() / n, n, [&](std::size_t r) {
+        const T* yr = y.data() + r * n;
+        const T* gr = g.data() + r * n;
+        T* out = dx.data() + r * n;
+        T dot = 0;
+        for (std::size_t j = 0; j < n; ++j)
+        {
+            dot += gr[j] * yr[j];
+        }
+        for (std::size_t j = 0; j < n; ++j)
+        {
+            out[j] = scale * yr[j] * (gr[j] - dot);
+        }
+    });
+    return dx;
+}
+
+#define XGRAD_SOFTMAX_KERNELS(T)                                                      \
+    template array<T> masked_softmax_forward(const array<T>&, const mask_t*, T);      \
+    template array<T> masked_softmax_backward(const array<T>&, const array<T>&, T);
+XGRAD_INSTANTIATE_FOR_FLOAT_TYPES(XGRAD_SOFTMAX_KERNELS)
+}  // namespace kernels
+
+namespace ops
+{
+namespace
+{
+template <class T>
+var<T> softmax_op(const var<T>& x, const mask_t* mask, T scale)
+{
+    if (x.shape().empty())
+    {
+        fail("masked_softmax", "input must have at least one axis, got shape ()");
+    }
+    if (mask && !broadcasts_to(to_shape(mask->shape()), x.shape()))
+    {
+        fail("masked_softmax", "mask of shape " + shape_str(to_shape(mask->shape())) +
+                                   " does not broadcast to input of shape " + shape_str(x.shape()));
+    }
+    array<T> y = kernels::masked_softmax_forward(x.value(), mask, scale);
+    // y_j = e^{s x_j} / sum_{k kept} e^{s x_k} on kept j, 0 elsewhere.
+    // dL/dx_j = s y_j (g_j - sum_k g_k y_k). Masked entries and fully masked rows have y = 0, so their
+    // gradient is 0 with no special case.
+    return detail::record("masked_softmax", {x}, std::move(y), saves_output, [scale](backward_context<T>& ctx) {
+        ctx.accumulate(0, kernels::masked_softmax_backward(ctx.output(), ctx.grad(), scale));
+    });
+}
+}  // namespace
+
+template <class T>
+var<T> masked_softmax(const var<T>& x, const mask_t& mask, T scale)
+{
+    return softmax_op(x, &mask, scale);
+}
+
+template <class T>
+var<T> softmax(const var<T>& x, T scale)
+{
+    return softmax_op<T>(x, nullptr, scale);
+}
+
+#define XGRAD_SOFTMAX(T)                                                \
+    template var<T> masked_softmax(const var<T>&, const mask_t&, T);    \
+    template var<T> softmax(const var<T>&, T);
+XGRAD_INSTANTIATE_FOR_FLOAT_TYPES(XGRAD_SOFTMAX)
+}  // namespace ops
+}  // namespace xgrad

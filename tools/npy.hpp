@@ -1,0 +1,29 @@
+// Reading and writing NumPy .npy files (format 1.0-3.0, C order, little-endian), with every field of
+// the header validated: a truncated, oversized, Fortran-order or wrongly typed file is an error that
+// names the file and the problem, never a crash or garbage.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+#include "ops/ops.hpp"
+
+namespace xgrad::npy
+{
+// Thrown for any unreadable or invalid file; what() is one line naming the file.
+struct error : std::runtime_error
+{
+    using std::runtime_error::runtime_error;
+};
+
+// A float64 or float32 file, converted to T.
+template <class T>
+array<T> load_float(const std::string& path);
+
+// A bool ('|b1') file.
+mask_t load_bool(const std::string& path);
+
+// Writes `a` as '<f8' or '<f4' (by T). Throws npy::error if the file cannot be written.
+template <class T>
+void save(const std::string& path, const array<T>& a);
+}  // namespace xgrad::npy
