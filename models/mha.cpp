@@ -135,26 +135,34 @@ void check_weight(const char* op, const char* name, const shape_t& s, std::size_
 }
 }  // namespace
 
+void check_mha_shapes(const char* op, const mha_config& config, const shape_t& xq, const shape_t& xk,
+                      const shape_t& xv, const shape_t& w_q, const shape_t& w_k, const shape_t& w_v,
+                      const shape_t& w_o)
+{
+    config.validate(op);
+    const std::size_t d = config.d_model;
+    check_input(op, "Xq", xq, d);
+    check_input(op, "Xk", xk, d);
+    check_input(op, "Xv", xv, d);
+    if (xk[0] != xq[0] || xv != xk)
+    {
+        fail(op, "Xq " + shape_str(xq) + ", Xk " + shape_str(xk) + " and Xv " + shape_str(xv) +
+                     " must share B, and Xk, Xv must have the same shape");
+    }
+    check_weight(op, "W_Q", w_q, d, d);
+    check_weight(op, "W_K", w_k, d, config.kv_width());
+    check_weight(op, "W_V", w_v, d, config.kv_width());
+    check_weight(op, "W_O", w_o, d, d);
+}
+
 template <class T>
 mha_result<T> multi_head_attention(const var<T>& xq, const var<T>& xk, const var<T>& xv, const mha_weights<T>& w,
                                    const mha_config& config, const mha_options& options)
 {
     const char* op = "multi_head_attention";
-    config.validate(op);
-    const std::size_t d = config.d_model;
-    check_input(op, "Xq", xq.shape(), d);
-    check_input(op, "Xk", xk.shape(), d);
-    check_input(op, "Xv", xv.shape(), d);
+    check_mha_shapes(op, config, xq.shape(), xk.shape(), xv.shape(), w.W_Q.shape(), w.W_K.shape(), w.W_V.shape(),
+                     w.W_O.shape());
     const std::size_t batch = xq.shape()[0], tq = xq.shape()[1], tk = xk.shape()[1];
-    if (xk.shape()[0] != batch || xv.shape() != xk.shape())
-    {
-        fail(op, "Xq " + shape_str(xq.shape()) + ", Xk " + shape_str(xk.shape()) + " and Xv " +
-                     shape_str(xv.shape()) + " must share B, and Xk, Xv must have the same shape");
-    }
-    check_weight(op, "W_Q", w.W_Q.shape(), d, d);
-    check_weight(op, "W_K", w.W_K.shape(), d, config.kv_width());
-    check_weight(op, "W_V", w.W_V.shape(), d, config.kv_width());
-    check_weight(op, "W_O", w.W_O.shape(), d, d);
     const auto mask = combined_mask(op, options.mask, options.causal, batch, config.heads, tq, tk);
 
     // (20.1) projections: (B, T, d) @ (d, d_out)

@@ -58,6 +58,12 @@ struct mha_result
     var<T> attention;  // (B, H, Tq, Tk): the softmax weights
 };
 
+// Throws std::invalid_argument naming `op` (d % H, H % G, and each shape that does not fit) unless
+// Xq (B, Tq, d), Xk = Xv (B, Tk, d), W_Q, W_O (d, d) and W_K, W_V (d, G dh).
+void check_mha_shapes(const char* op, const mha_config& config, const shape_t& xq, const shape_t& xk,
+                      const shape_t& xv, const shape_t& w_q, const shape_t& w_k, const shape_t& w_v,
+                      const shape_t& w_o);
+
 // (B, T, d) -> reshape (B, T, H, dh) -> permute (B, H, T, dh).
 template <class T>
 var<T> split_heads(const var<T>& x, std::size_t heads);
