@@ -157,6 +157,22 @@ gradcheck_report gradcheck(const checked_function<double>& f, const std::vector<
     return report;
 }
 
+array<double> numeric_gradient(const std::function<double()>& f, array<double>& x, double eps)
+{
+    array<double> grad = array<double>::from_shape(x.shape());
+    for (std::size_t i = 0; i < x.size(); ++i)
+    {
+        const double saved = x.flat(i);
+        x.flat(i) = saved + eps;
+        const double plus = f();
+        x.flat(i) = saved - eps;
+        const double minus = f();
+        x.flat(i) = saved;
+        grad.flat(i) = (plus - minus) / (2 * eps);
+    }
+    return grad;
+}
+
 gradcheck_report gradcheck(const checked_function<float>&, const std::vector<array<float>>&,
                            const gradcheck_options&)
 {

@@ -54,6 +54,11 @@ using checked_function = std::function<var<T>(tape<T>&, const std::vector<var<T>
 gradcheck_report gradcheck(const checked_function<double>& f, const std::vector<array<double>>& inputs,
                            const gradcheck_options& options = {});
 
+// Central differences of a scalar function of x, one entry at a time: (f(x + eps e_i) - f(x - eps e_i)) / 2 eps.
+// `f` reads x (by reference) each call; x is restored on return. For checking code that has no tape,
+// such as a hand-derived backward.
+array<double> numeric_gradient(const std::function<double()>& f, array<double>& x, double eps = 1e-6);
+
 // Refuses: throws std::invalid_argument telling the caller to check in float64.
 gradcheck_report gradcheck(const checked_function<float>& f, const std::vector<array<float>>& inputs,
                            const gradcheck_options& options = {});
