@@ -351,7 +351,8 @@ std::string tape<T>::trace() const
     for (const auto& n : nodes())
     {
         std::ostringstream line;
-        line << "%" << n.index << "  " << node_name(n);
+        const std::string id = "%" + std::to_string(n.index);
+        line << id << std::string(id.size() < 5 ? 5 - id.size() : 1, ' ') << node_name(n);
         if (!n.inputs.empty())
         {
             line << "(" << input_list(n) << ")";

@@ -1,0 +1,75 @@
+// The seam between the benchmark's three translation units: xgrad_side.cpp (xgrad, no torch headers),
+// torch_side.cpp (LibTorch, no xgrad headers) and main.cpp (the harness: timing, tables, JSON). Data
+// crosses it as plain row-major std::vectors so that neither side sees the other's headers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace bench
+{
+// One self-attention problem: X (B, T, d), weights (d, d) in the row-vector convention of the chapter
+// (Q = X W_Q), and G (B, T, d), the fixed upstream gradient: loss = sum(Y * G). Causal mask.
+template <class T>
+struct mha_problem
+{
+    std::size_t B = 0, T = 0, d = 0, H = 0;
+    std::vector<T> X, W_Q, W_K, W_V, W_O, G;
+};
+
+// One implementation of "forward + backward" for a problem, set up once and stepped many times.
+class mha_case
+{
+public:
+    virtual ~mha_case() = default;
+    // One full training step's autodiff work: record the forward, loss = sum(Y * G), backward.
+    // Gradients are reset at the start of each step (they do not accumulate across steps).
+    virtual void step() = 0;
+    // An untimed step that also keeps Y and measures the bytes held for backward between forward and
+    // backward. xgrad: tape::bytes_saved_for_backward(). LibTorch: bytes its CPU allocator handed out
+    // during the forward that are still alive before backward (saved tensors plus Y and the loss).
+    virtual std::size_t instrumented_step() = 0;
+    // After instrumented_step: Y (B, T, d) and dL/dW_Q (d, d), row-major, in the chapter's convention.
+    virtual std::vector<double> output() const = 0;
+    virtual std::vector<double> grad_w_q() const = 0;
+};
+
+// A chain y = x + c_1 + ... + c_n of tiny tensors, then sum(y) and backward: per-op overhead.
+class chain_case
+{
+public:
+    virtual ~chain_case() = default;
+    virtual void step() = 0;
+    virtual double result() const = 0;  // dL/dx summed, for a sanity check (= number of elements)
+};
+
+// ---- xgrad side (xgrad_side.cpp) ----
+template <class T>
+std::unique_ptr<mha_case> make_xgrad_mha(const mha_problem<T>& p);
+template <class T>
+std::unique_ptr<chain_case> make_xgrad_chain(std::size_t length, std::size_t width);
+std::uint64_t mha_multiply_adds(std::size_t B, std::size_t T, std::size_t d);  // eq. (20.5), forward
+void xgrad_threads(int n);                                                      // xgrad::set_num_threads
+// One C = A B of n x n x n through xgrad::kernels::gemm (the same BLAS door xgrad's matmul uses).
+template <class T>
+void xgrad_gemm(std::size_t n, const T* a, const T* b, T* c);
+std::string gemm_backend();
+
+// ---- LibTorch side (torch_side.cpp) ----
+// composed = the chapter's ops with autograd; otherwise torch::nn::MultiheadAttention (bias = false).
+template <class T>
+std::unique_ptr<mha_case> make_torch_mha(const mha_problem<T>& p, bool composed);
+template <class T>
+std::unique_ptr<chain_case> make_torch_chain(std::size_t length, std::size_t width);
+void torch_threads(int n);  // at::set_num_threads
+std::string torch_version();
+std::string torch_blas_info();
+
+// ---- the shared OpenBLAS (main.cpp) ----
+// LibTorch's GEMMs and xgrad's GEMMs land in the same libopenblas.so.0, whose thread count is global.
+void blas_threads(int n);
+int blas_threads();
+}  // namespace bench

@@ -1,0 +1,632 @@
+// xgrad vs LibTorch, side by side in one process: MHA self-attention forward + backward (causal mask,
+// loss = sum(Y * G)) at five sizes, float32 and float64, one and two threads; plus the in-run GEMM peak
+// and the per-op overhead of a chain of tiny adds. The harness is our own: warm-up, then rounds that
+// interleave the implementations (rotating which goes first) so machine noise hits all of them, and
+// medians over the rounds. Prints one table per dtype and writes the same rows as JSON.
+//
+//   xgrad_bench [--json PATH] [--quick] [--sizes tiny,small,...] [--dtypes f32,f64] [--threads 1,2]
+//               [--budget SECONDS] [--min-reps N] [--max-reps N]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench/bench.hpp"
+
+extern "C"
+{
+// OpenBLAS's own entry points (its cblas.h is kept out of this file; both libraries share this library).
+void openblas_set_num_threads(int);
+int openblas_get_num_threads(void);
+}
+
+namespace bench
+{
+void blas_threads(int n)
+{
+    openblas_set_num_threads(n);
+}
+
+int blas_threads()
+{
+    return openblas_get_num_threads();
+}
+}  // namespace bench
+
+namespace
+{
+using bench::chain_case;
+using bench::mha_case;
+using bench::mha_problem;
+
+struct size_spec
+{
+    std::string name;
+    std::size_t B, T, d, H;
+};
+
+const std::vector<size_spec> all_sizes = {
+    {"tiny", 1, 16, 32, 4},       {"small", 4, 64, 128, 4},  {"medium", 8, 128, 256, 8},
+    {"large", 8, 256, 512, 8},    {"xl", 4, 512, 1024, 16},
+};
+
+struct settings
+{
+    std::string json_path = "mha_bench.json";
+    std::vector<std::string> sizes{"tiny", "small", "medium", "large", "xl"};
+    std::vector<std::string> dtypes{"f32", "f64"};
+    std::vector<int> threads{1, 2};
+    double budget_s = 3.0;  // timed rounds per (size, dtype, threads), before the min/max clamps
+    int min_reps = 3;
+    int max_reps = 31;
+    int chain_length = 1000;
+    int chain_width = 4;
+    int chain_reps = 41;
+    int gemm_n = 512;
+    int gemm_reps = 11;
+};
+
+struct row
+{
+    std::string size, dtype;
+    std::size_t B, T, d, H;
+    int threads, reps;
+    double xgrad_ms, libtorch_ms, libtorch_nn_ms, ratio, gflops, libtorch_gflops, peak_gflops;
+    std::size_t tape_bytes, libtorch_bytes;
+};
+
+struct peak_row
+{
+    std::string dtype;
+    int threads;
+    double gflops;
+};
+
+struct overhead_row
+{
+    std::string dtype;
+    int threads;
+    double xgrad_us, libtorch_us;
+};
+
+[[noreturn]] void die(const std::string& what)
+{
+    std::cerr << "\n*** xgrad_bench: " << what << "\n";
+    std::exit(2);
+}
+
+double median(std::vector<double> v)
+{
+    std::sort(v.begin(), v.end());
+    const std::size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+template <class F>
+double time_ms(F&& f)
+{
+    const auto start = std::chrono::steady_clock::now();
+    f();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::string read_first_line(const char* path, const std::string& prefix = "")
+{
+    std::ifstream in(path);
+    std::string line;
+    while (std::getline(in, line))
+    {
+        if (prefix.empty() || line.rfind(prefix, 0) == 0)
+        {
+            const auto colon = line.find(':');
+            return prefix.empty() || colon == std::string::npos ? line : line.substr(colon + 2);
+        }
+    }
+    return "?";
+}
+
+std::string fixed(double x, int digits)
+{
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.*f", digits, x);
+    return buf;
+}
+
+std::string mib(std::size_t bytes)
+{
+    return fixed(static_cast<double>(bytes) / (1024.0 * 1024.0), bytes < 1024 * 1024 ? 3 : 1) + " MiB";
+}
+
+template <class T>
+mha_problem<T> make_problem(const size_spec& s, unsigned seed)
+{
+    std::mt19937 rng(seed);
+    std::normal_distribution<double> unit(0.0, 1.0), weight(0.0, 1.0 / std::sqrt(static_cast<double>(s.d)));
+    auto fill = [&](std::size_t n, std::normal_distribution<double>& dist) {
+        std::vector<T> v(n);
+        for (auto& x : v)
+        {
+            x = static_cast<T>(dist(rng));
+        }
+        return v;
+    };
+    mha_problem<T> p;
+    p.B = s.B;
+    p.T = s.T;
+    p.d = s.d;
+    p.H = s.H;
+    p.X = fill(s.B * s.T * s.d, unit);
+    p.W_Q = fill(s.d * s.d, weight);
+    p.W_K = fill(s.d * s.d, weight);
+    p.W_V = fill(s.d * s.d, weight);
+    p.W_O = fill(s.d * s.d, weight);
+    p.G = fill(s.B * s.T * s.d, unit);
+    return p;
+}
+
+// max |a - b| / max |b|: one number per tensor, insensitive to where the entries are small.
+double relative_error(const std::vector<double>& a, const std::vector<double>& b)
+{
+    if (a.size() != b.size())
+    {
+        return INFINITY;
+    }
+    double diff = 0, scale = 0;
+    for (std::size_t i = 0; i < a.size(); ++i)
+    {
+        const double e = std::abs(a[i] - b[i]);
+        diff = std::isnan(e) ? INFINITY : std::max(diff, e);
+        scale = std::max(scale, std::abs(b[i]));
+    }
+    return diff / std::max(scale, 1e-300);
+}
+
+template <class T>
+double gemm_peak(const settings& opt, int threads)
+{
+    const std::size_t n = static_cast<std::size_t>(opt.gemm_n);
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<double> u(-1, 1);
+    std::vector<T> a(n * n), b(n * n), c(n * n);
+    for (auto* v : {&a, &b})
+    {
+        for (auto& x : *v)
+        {
+            x = static_cast<T>(u(rng));
+        }
+    }
+    bench::blas_threads(threads);  // the peak of the machine at this thread count
+    std::vector<double> times;
+    for (int r = 0; r < opt.gemm_reps + 2; ++r)
+    {
+        const double ms = time_ms([&] { bench::xgrad_gemm<T>(n, a.data(), b.data(), c.data()); });
+        if (r >= 2)
+        {
+            times.push_back(ms);
+        }
+    }
+    bench::blas_threads(1);
+    return 2.0 * n * n * n / (median(times) * 1e6);
+}
+
+template <class T>
+overhead_row chain_overhead(const settings& opt, const std::string& dtype, int threads)
+{
+    auto mine = bench::make_xgrad_chain<T>(opt.chain_length, opt.chain_width);
+    auto theirs = bench::make_torch_chain<T>(opt.chain_length, opt.chain_width);
+    std::vector<double> tx, tt;
+    for (int r = 0; r < opt.chain_reps + 3; ++r)
+    {
+        const bool keep = r >= 3;  // three warm-up rounds
+        const bool xgrad_first = r % 2 == 0;
+        for (int k = 0; k < 2; ++k)
+        {
+            if ((k == 0) == xgrad_first)
+            {
+                const double ms = time_ms([&] { mine->step(); });
+                if (keep)
+                {
+                    tx.push_back(ms);
+                }
+            }
+            else
+            {
+                bench::blas_threads(threads);
+                const double ms = time_ms([&] { theirs->step(); });
+                bench::blas_threads(1);
+                if (keep)
+                {
+                    tt.push_back(ms);
+                }
+            }
+        }
+    }
+    const double expected = opt.chain_width;
+    if (mine->result() != expected || theirs->result() != expected)
+    {
+        die("add chain: sum of dL/dx should be " + fixed(expected, 0) + ", xgrad gave " +
+            fixed(mine->result(), 6) + ", LibTorch gave " + fixed(theirs->result(), 6));
+    }
+    const double per_op = 1000.0 / opt.chain_length;  // ms per chain -> us per op
+    return {dtype, threads, median(tx) * per_op, median(tt) * per_op};
+}
+
+template <class T>
+row mha_row(const settings& opt, const size_spec& s, const std::string& dtype, int threads, double peak)
+{
+    const mha_problem<T> p = make_problem<T>(s, 1234);
+    struct impl
+    {
+        const char* name;
+        std::unique_ptr<mha_case> c;
+        int blas;
+        std::vector<double> times;
+        std::size_t bytes = 0;
+    };
+    // xgrad runs its BLAS single-threaded by design (it parallelises over matrices itself); LibTorch's
+    // GEMMs go to the same OpenBLAS, whose thread count at::set_num_threads does not reach, so it is
+    // set to `threads` around every LibTorch step.
+    std::vector<impl> impls;
+    impls.push_back({"xgrad", bench::make_xgrad_mha(p), 1, {}});
+    impls.push_back({"LibTorch composed", bench::make_torch_mha(p, true), threads, {}});
+    impls.push_back({"LibTorch nn.MultiheadAttention", bench::make_torch_mha(p, false), threads, {}});
+
+    // Sanity before timing: Y and dL/dW_Q agree across the three, or the run stops here.
+    for (auto& im : impls)
+    {
+        bench::blas_threads(im.blas);
+        im.bytes = im.c->instrumented_step();
+    }
+    bench::blas_threads(1);
+    const double tolerance = sizeof(T) == 4 ? 1e-3 : 1e-9;
+    const auto y_ref = impls[0].c->output(), g_ref = impls[0].c->grad_w_q();
+    for (std::size_t i = 1; i < impls.size(); ++i)
+    {
+        const double ey = relative_error(y_ref, impls[i].c->output());
+        const double eg = relative_error(g_ref, impls[i].c->grad_w_q());
+        if (!(ey < tolerance) || !(eg < tolerance))
+        {
+            die("MISMATCH at size " + s.name + " " + dtype + ": xgrad vs " + impls[i].name + ": rel error Y " +
+                std::to_string(ey) + ", dW_Q " + std::to_string(eg) + " (tolerance " + std::to_string(tolerance) +
+                "). Timings would be meaningless; aborting.");
+        }
+    }
+
+    auto round = [&](std::size_t first, bool keep) {
+        double total = 0;
+        for (std::size_t k = 0; k < impls.size(); ++k)
+        {
+            auto& im = impls[(first + k) % impls.size()];
+            bench::blas_threads(im.blas);
+            const double ms = time_ms([&] { im.c->step(); });
+            total += ms;
+            if (keep)
+            {
+                im.times.push_back(ms);
+            }
+        }
+        bench::blas_threads(1);
+        return total;
+    };
+    const double warm = round(0, false);  // warm-up round; also sizes the number of timed rounds
+    const int reps = std::clamp(static_cast<int>(std::ceil(opt.budget_s * 1000.0 / std::max(warm, 1e-3))),
+                                opt.min_reps, opt.max_reps);
+    for (int r = 0; r < reps; ++r)
+    {
+        round(static_cast<std::size_t>(r), true);
+    }
+
+    row out{};
+    out.size = s.name;
+    out.dtype = dtype;
+    out.B = s.B;
+    out.T = s.T;
+    out.d = s.d;
+    out.H = s.H;
+    out.threads = threads;
+    out.reps = reps;
+    out.xgrad_ms = median(impls[0].times);
+    out.libtorch_ms = median(impls[1].times);
+    out.libtorch_nn_ms = median(impls[2].times);
+    out.ratio = out.xgrad_ms / std::min(out.libtorch_ms, out.libtorch_nn_ms);
+    // FLOP = 2 x multiply-adds; forward + backward = 3 x forward.
+    const double flop = 2.0 * 3.0 * static_cast<double>(bench::mha_multiply_adds(s.B, s.T, s.d));
+    out.gflops = flop / (out.xgrad_ms * 1e6);
+    out.libtorch_gflops = flop / (std::min(out.libtorch_ms, out.libtorch_nn_ms) * 1e6);
+    out.peak_gflops = peak;
+    out.tape_bytes = impls[0].bytes;
+    out.libtorch_bytes = impls[1].bytes;
+    std::cerr << "  " << dtype << " threads=" << threads << " " << s.name << ": " << reps << " rounds, xgrad "
+              << fixed(out.xgrad_ms, 3) << " ms, LibTorch " << fixed(out.libtorch_ms, 3) << " / nn "
+              << fixed(out.libtorch_nn_ms, 3) << " ms\n";
+    return out;
+}
+
+std::string pad(std::string s, std::size_t width, bool left = false)
+{
+    if (s.size() >= width)
+    {
+        return s;
+    }
+    return left ? s + std::string(width - s.size(), ' ') : std::string(width - s.size(), ' ') + s;
+}
+
+void print_table(std::ostream& out, const std::string& dtype, const std::vector<row>& rows,
+                 const std::vector<peak_row>& peaks, const std::vector<overhead_row>& overheads)
+{
+    out << "\n=== " << (dtype == "f32" ? "float32" : "float64")
+        << " — MHA self-attention forward+backward, causal, loss = sum(Y * G); medians ===\n";
+    for (const auto& p : peaks)
+    {
+        if (p.dtype == dtype)
+        {
+            out << "in-run GEMM peak (xgrad::kernels::gemm, 512^3, OpenBLAS at " << p.threads
+                << (p.threads == 1 ? " thread" : " threads") << "): " << fixed(p.gflops, 1) << " GFLOP/s\n";
+        }
+    }
+    for (const auto& o : overheads)
+    {
+        if (o.dtype == dtype)
+        {
+            out << "per-op overhead, chain of 1000 tiny adds fwd+bwd, " << o.threads
+                << (o.threads == 1 ? " thread" : " threads") << ": xgrad " << fixed(o.xgrad_us, 2)
+                << " us/op, LibTorch " << fixed(o.libtorch_us, 2) << " us/op (ratio "
+                << fixed(o.xgrad_us / o.libtorch_us, 2) << ")\n";
+        }
+    }
+    out << "GFLOP/s, FLOP = 2 x multiply-adds, fwd+bwd = 3 x fwd (eq. 20.5); ratio = xgrad / min(LibTorch "
+           "composed, nn); % peak = xgrad GFLOP/s / in-run GEMM peak at that thread count\n";
+    const std::vector<std::pair<std::string, std::size_t>> cols = {
+        {"size", 7},        {"thr", 3},         {"(B,T,d,H)", 17},  {"xgrad ms", 10},   {"LibTorch ms", 11},
+        {"LT nn ms", 10},   {"ratio", 6},       {"GFLOP/s", 8},     {"LT GFLOP/s", 10}, {"% peak", 6},
+        {"tape bytes", 11}, {"LT fwd bytes", 12}, {"reps", 4}};
+    std::string header, rule;
+    for (std::size_t i = 0; i < cols.size(); ++i)
+    {
+        header += (i ? " | " : "") + pad(cols[i].first, cols[i].second, i == 0);
+        rule += (i ? "-|-" : "") + std::string(std::max(cols[i].first.size(), cols[i].second), '-');
+    }
+    out << header << "\n" << rule << "\n";
+    for (const auto& r : rows)
+    {
+        if (r.dtype != dtype)
+        {
+            continue;
+        }
+        const std::string shape = "(" + std::to_string(r.B) + "," + std::to_string(r.T) + "," + std::to_string(r.d) +
+                                  "," + std::to_string(r.H) + ")";
+        const std::vector<std::string> cells = {
+            r.size,
+            std::to_string(r.threads),
+            shape,
+            fixed(r.xgrad_ms, 3),
+            fixed(r.libtorch_ms, 3),
+            fixed(r.libtorch_nn_ms, 3),
+            fixed(r.ratio, 2),
+            fixed(r.gflops, 2),
+            fixed(r.libtorch_gflops, 2),
+            fixed(100.0 * r.gflops / r.peak_gflops, 1),
+            mib(r.tape_bytes),
+            mib(r.libtorch_bytes),
+            std::to_string(r.reps)};
+        std::string line;
+        for (std::size_t i = 0; i < cols.size(); ++i)
+        {
+            line += (i ? " | " : "") + pad(cells[i], std::max(cols[i].first.size(), cols[i].second), i == 0);
+        }
+        out << line << "\n";
+    }
+    out << "tape bytes = xgrad tape.bytes_saved_for_backward() after the forward. LT fwd bytes = bytes LibTorch's\n"
+           "CPU allocator handed out during the composed forward and still held before backward (saved tensors,\n"
+           "Y and the loss; parameters and X are not counted, as they exist before the forward).\n";
+}
+
+std::string json_escape(const std::string& s)
+{
+    std::string out;
+    for (char c : s)
+    {
+        if (c == '"' || c == '\\')
+        {
+            out += '\\';
+        }
+        out += (c == '\n' || c == '\t') ? ' ' : c;
+    }
+    return out;
+}
+
+void write_json(const std::string& path, const std::vector<std::pair<std::string, std::string>>& machine,
+                const std::vector<row>& rows, const std::vector<peak_row>& peaks,
+                const std::vector<overhead_row>& overheads, const settings& opt)
+{
+    std::ofstream out(path);
+    if (!out)
+    {
+        die("cannot write " + path);
+    }
+    out << "{\n  \"machine\": {";
+    for (std::size_t i = 0; i < machine.size(); ++i)
+    {
+        out << (i ? ", " : "") << "\"" << machine[i].first << "\": \"" << json_escape(machine[i].second) << "\"";
+    }
+    out << "},\n  \"units\": {\"time\": \"ms, median over interleaved rounds\", \"gflops\": \"FLOP = 2 x "
+           "multiply-adds, fwd+bwd = 3 x fwd (eq. 20.5)\", \"ratio\": \"xgrad_ms / min(libtorch_ms, "
+           "libtorch_nn_ms)\", \"tape_bytes\": \"xgrad tape.bytes_saved_for_backward() after forward\", "
+           "\"libtorch_forward_bytes\": \"LibTorch CPU-allocator bytes allocated by the composed forward and "
+           "alive before backward\"},\n";
+    out << "  \"rows\": [\n";
+    for (std::size_t i = 0; i < rows.size(); ++i)
+    {
+        const row& r = rows[i];
+        out << "    {\"size\": \"" << r.size << "\", \"B\": " << r.B << ", \"T\": " << r.T << ", \"d\": " << r.d
+            << ", \"H\": " << r.H << ", \"dtype\": \"" << (r.dtype == "f32" ? "float32" : "float64")
+            << "\", \"threads\": " << r.threads << ", \"xgrad_ms\": " << fixed(r.xgrad_ms, 4)
+            << ", \"libtorch_ms\": " << fixed(r.libtorch_ms, 4) << ", \"libtorch_nn_ms\": "
+            << fixed(r.libtorch_nn_ms, 4) << ", \"ratio\": " << fixed(r.ratio, 4) << ", \"gflops\": "
+            << fixed(r.gflops, 3) << ", \"peak_gflops\": " << fixed(r.peak_gflops, 3)
+            << ", \"tape_bytes\": " << r.tape_bytes << ", \"libtorch_gflops\": " << fixed(r.libtorch_gflops, 3)
+            << ", \"libtorch_forward_bytes\": " << r.libtorch_bytes << ", \"repeats\": " << r.reps << "}"
+            << (i + 1 < rows.size() ? "," : "") << "\n";
+    }
+    out << "  ],\n  \"gemm_peak\": [";
+    for (std::size_t i = 0; i < peaks.size(); ++i)
+    {
+        out << (i ? ", " : "") << "{\"dtype\": \"" << (peaks[i].dtype == "f32" ? "float32" : "float64")
+            << "\", \"threads\": " << peaks[i].threads << ", \"n\": " << opt.gemm_n
+            << ", \"gflops\": " << fixed(peaks[i].gflops, 3) << "}";
+    }
+    out << "],\n  \"per_op_overhead\": [";
+    for (std::size_t i = 0; i < overheads.size(); ++i)
+    {
+        const auto& o = overheads[i];
+        out << (i ? ", " : "") << "{\"dtype\": \"" << (o.dtype == "f32" ? "float32" : "float64")
+            << "\", \"threads\": " << o.threads << ", \"chain_length\": " << opt.chain_length
+            << ", \"width\": " << opt.chain_width << ", \"xgrad_us_per_op\": " << fixed(o.xgrad_us, 4)
+            << ", \"libtorch_us_per_op\": " << fixed(o.libtorch_us, 4) << "}";
+    }
+    out << "]\n}\n";
+}
+
+std::vector<std::string> split(const std::string& s)
+{
+    std::vector<std::string> out;
+    std::stringstream in(s);
+    std::string item;
+    while (std::getline(in, item, ','))
+    {
+        out.push_back(item);
+    }
+    return out;
+}
+
+settings parse(int argc, char** argv)
+{
+    settings opt;
+    for (int i = 1; i < argc; ++i)
+    {
+        const std::string a = argv[i];
+        auto next = [&]() -> std::string {
+            if (i + 1 >= argc)
+            {
+                die("missing value after " + a);
+            }
+            return argv[++i];
+        };
+        if (a == "--json")
+            opt.json_path = next();
+        else if (a == "--sizes")
+            opt.sizes = split(next());
+        else if (a == "--dtypes")
+            opt.dtypes = split(next());
+        else if (a == "--threads")
+        {
+            opt.threads.clear();
+            for (const auto& t : split(next()))
+                opt.threads.push_back(std::stoi(t));
+        }
+        else if (a == "--budget")
+            opt.budget_s = std::stod(next());
+        else if (a == "--min-reps")
+            opt.min_reps = std::stoi(next());
+        else if (a == "--max-reps")
+            opt.max_reps = std::stoi(next());
+        else if (a == "--quick")
+        {
+            opt.budget_s = 0.2;
+            opt.min_reps = 1;
+            opt.max_reps = 5;
+            opt.chain_reps = 5;
+            opt.gemm_reps = 3;
+        }
+        else
+            die("unknown argument " + a +
+                " (use --json PATH --sizes a,b --dtypes f32,f64 --threads 1,2 --budget S --min-reps N "
+                "--max-reps N --quick)");
+    }
+    return opt;
+}
+}  // namespace
+
+int main(int argc, char** argv)
+{
+    const settings opt = parse(argc, argv);
+    {
+        // Fire xgrad's one-time "BLAS single-threaded" switch now, so that it cannot later undo a thread
+        // count this harness set for LibTorch or for the GEMM peak.
+        float a = 1, b = 1, c = 0;
+        bench::xgrad_gemm<float>(1, &a, &b, &c);
+    }
+    const char* coretype = std::getenv("OPENBLAS_CORETYPE");
+    std::vector<std::pair<std::string, std::string>> machine = {
+        {"cpu", read_first_line("/proc/cpuinfo", "model name")},
+        {"openblas_core", bench::gemm_backend()},
+        {"openblas_coretype_env", coretype ? coretype : "(unset)"},
+        {"libtorch", bench::torch_version()},
+        {"libtorch_config", bench::torch_blas_info()},
+        {"loadavg_start", read_first_line("/proc/loadavg")},
+    };
+    std::cout << "xgrad vs LibTorch: MHA self-attention forward+backward (bench/)\n"
+              << "CPU: " << machine[0].second << "\n"
+              << "OpenBLAS core (xgrad::kernels::gemm_backend(), shared with LibTorch): " << machine[1].second
+              << "; OPENBLAS_CORETYPE=" << machine[2].second << "\n"
+              << "LibTorch " << machine[3].second << ": " << machine[4].second << "\n"
+              << "load average at start: " << machine[5].second << "\n"
+              << "threads: at::set_num_threads(n) and xgrad::set_num_threads(n); OpenBLAS set to n around\n"
+              << "LibTorch steps and to 1 around xgrad steps (xgrad keeps its BLAS single-threaded by design).\n"
+              << std::flush;
+
+    std::vector<row> rows;
+    std::vector<peak_row> peaks;
+    std::vector<overhead_row> overheads;
+    const auto start = std::chrono::steady_clock::now();
+    for (const auto& dtype : opt.dtypes)
+    {
+        if (dtype != "f32" && dtype != "f64")
+        {
+            die("unknown dtype " + dtype + " (f32 or f64)");
+        }
+        for (int threads : opt.threads)
+        {
+            bench::torch_threads(threads);
+            bench::xgrad_threads(threads);
+            const double peak = dtype == "f32" ? gemm_peak<float>(opt, threads) : gemm_peak<double>(opt, threads);
+            peaks.push_back({dtype, threads, peak});
+            overheads.push_back(dtype == "f32" ? chain_overhead<float>(opt, dtype, threads)
+                                               : chain_overhead<double>(opt, dtype, threads));
+            std::cerr << dtype << " threads=" << threads << ": GEMM peak " << fixed(peak, 1) << " GFLOP/s, add chain "
+                      << fixed(overheads.back().xgrad_us, 2) << " vs " << fixed(overheads.back().libtorch_us, 2)
+                      << " us/op\n";
+            for (const auto& name : opt.sizes)
+            {
+                auto it = std::find_if(all_sizes.begin(), all_sizes.end(),
+                                       [&](const size_spec& s) { return s.name == name; });
+                if (it == all_sizes.end())
+                {
+                    die("unknown size " + name + " (tiny, small, medium, large, xl)");
+                }
+                rows.push_back(dtype == "f32" ? mha_row<float>(opt, *it, dtype, threads, peak)
+                                              : mha_row<double>(opt, *it, dtype, threads, peak));
+            }
+        }
+    }
+    const double minutes =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 60.0;
+    machine.push_back({"loadavg_end", read_first_line("/proc/loadavg")});
+    machine.push_back({"wall_minutes", fixed(minutes, 2)});
+    for (const auto& dtype : opt.dtypes)
+    {
+        print_table(std::cout, dtype, rows, peaks, overheads);
+    }
+    write_json(opt.json_path, machine, rows, peaks, overheads, opt);
+    std::cout << "\nload average at end: " << machine[machine.size() - 2].second << "  (wall " << fixed(minutes, 1)
+              << " min)\nJSON: " << opt.json_path << "\n";
+    return 0;
+}

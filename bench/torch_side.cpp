@@ -1,0 +1,281 @@
+// The LibTorch half of the benchmark: the chapter's MHA composed from torch ops with autograd, and
+// torch::nn::MultiheadAttention as a second reference; plus the tiny-add chain. No xgrad header here.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/Version.h>
+#include <c10/core/CPUAllocator.h>
+#include <torch/autograd.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/version.h>
+
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "bench/bench.hpp"
+
+namespace bench
+{
+namespace
+{
+// Wraps LibTorch's CPU allocator and counts the bytes currently handed out. Installed only around the
+// one instrumented step, so the timed steps run on the stock allocator.
+class counting_allocator final : public c10::Allocator
+{
+public:
+    c10::DataPtr allocate(std::size_t n) const override
+    {
+        c10::DataPtr inner = base_->allocate(n);
+        void* data = inner.get();
+        const c10::Device device = inner.device();
+        live_ += static_cast<std::int64_t>(n);
+        auto* ctx = new context{std::move(inner), n, this};
+        return {data, ctx, &release, device};
+    }
+
+    std::int64_t live() const { return live_; }
+
+    // Counts allocations from now on; returns the allocator to put back.
+    void install()
+    {
+        base_ = c10::GetCPUAllocator();
+        c10::SetCPUAllocator(this, /*priority=*/100);
+    }
+    void uninstall() { c10::SetCPUAllocator(base_, /*priority=*/100); }
+
+private:
+    struct context
+    {
+        c10::DataPtr inner;  // frees through the wrapped allocator when deleted
+        std::size_t bytes;
+        const counting_allocator* owner;
+    };
+    static void release(void* p)
+    {
+        auto* ctx = static_cast<context*>(p);
+        ctx->owner->live_ -= static_cast<std::int64_t>(ctx->bytes);
+        delete ctx;
+    }
+
+    c10::Allocator* base_ = nullptr;
+    mutable std::atomic<std::int64_t> live_{0};
+};
+
+counting_allocator& the_counter()
+{
+    static counting_allocator* c = new counting_allocator;  // never destroyed: outlives every tensor
+    return *c;
+}
+
+template <class T>
+torch::Tensor from(const std::vector<T>& v, std::vector<std::int64_t> sizes)
+{
+    auto options = torch::TensorOptions().dtype(c10::CppTypeToScalarType<T>::value);
+    return torch::from_blob(const_cast<T*>(v.data()), sizes, options).clone();
+}
+
+std::vector<double> to_doubles(const torch::Tensor& t)
+{
+    torch::Tensor c = t.detach().to(torch::kDouble).contiguous();
+    return std::vector<double>(c.data_ptr<double>(), c.data_ptr<double>() + c.numel());
+}
+
+void reset_grad(torch::Tensor& t)
+{
+    t.mutable_grad().reset();  // grad = None, as optimizer.zero_grad(set_to_none=True)
+}
+
+template <class T>
+class torch_mha final : public mha_case
+{
+public:
+    torch_mha(const mha_problem<T>& p, bool composed)
+        : composed_(composed), B_(p.B), T_(p.T), d_(p.d), H_(p.H), mha_(nullptr)
+    {
+        const auto B = static_cast<std::int64_t>(p.B), Tn = static_cast<std::int64_t>(p.T),
+                   d = static_cast<std::int64_t>(p.d);
+        W_Q_ = from(p.W_Q, {d, d}).requires_grad_(true);
+        W_K_ = from(p.W_K, {d, d}).requires_grad_(true);
+        W_V_ = from(p.W_V, {d, d}).requires_grad_(true);
+        W_O_ = from(p.W_O, {d, d}).requires_grad_(true);
+        // keep[i][j] = key j visible from query i (the chapter's convention); built once, outside timing.
+        const torch::Tensor keep = torch::ones({Tn, Tn}, torch::kBool).tril();
+        if (composed_)
+        {
+            X_ = from(p.X, {B, Tn, d}).requires_grad_(true);
+            G_ = from(p.G, {B, Tn, d});
+            masked_ = keep.logical_not();  // masked_fill wants true where the score is removed
+        }
+        else
+        {
+            // nn.MultiheadAttention in 1.13's C++ API has no batch_first: (T, B, d), prepared untimed.
+            X_ = from(p.X, {B, Tn, d}).transpose(0, 1).contiguous().requires_grad_(true);
+            G_ = from(p.G, {B, Tn, d}).transpose(0, 1).contiguous();
+            // 1.13's C++ multi_head_attention_forward *adds* attn_mask to the scores (a bool mask would
+            // add 0/1, not mask), so pass the additive form: -inf where the key is NOT allowed.
+            auto dtype = c10::CppTypeToScalarType<T>::value;
+            additive_mask_ = torch::zeros({Tn, Tn}, dtype).masked_fill(keep.logical_not(),
+                                                                        -std::numeric_limits<T>::infinity());
+            mha_ = torch::nn::MultiheadAttention(torch::nn::MultiheadAttentionOptions(d, p.H).bias(false));
+            mha_->to(dtype);
+            torch::NoGradGuard no_grad;
+            // torch's Linear computes x W^T: in_proj_weight = [W_Q^T; W_K^T; W_V^T], out_proj.weight = W_O^T.
+            mha_->in_proj_weight.copy_(torch::cat({W_Q_.t(), W_K_.t(), W_V_.t()}, 0));
+            mha_->out_proj->weight.copy_(W_O_.t());
+        }
+    }
+
+    void step() override
+    {
+        torch::Tensor y = forward();
+        (y * G_).sum().backward();
+    }
+
+    std::size_t instrumented_step() override
+    {
+        counting_allocator& counter = the_counter();
+        counter.install();
+        const std::int64_t before = counter.live();
+        torch::Tensor y = forward();
+        torch::Tensor loss = (y * G_).sum();
+        const std::int64_t held = counter.live() - before;
+        loss.backward();
+        counter.uninstall();
+        y_ = composed_ ? y.detach().clone() : y.detach().transpose(0, 1).contiguous();
+        return held > 0 ? static_cast<std::size_t>(held) : 0;
+    }
+
+    std::vector<double> output() const override { return to_doubles(y_); }
+
+    std::vector<double> grad_w_q() const override
+    {
+        if (composed_)
+        {
+            return to_doubles(W_Q_.grad());
+        }
+        const auto d = static_cast<std::int64_t>(d_);
+        return to_doubles(mha_->in_proj_weight.grad().slice(0, 0, d).t());
+    }
+
+private:
+    // Clears the previous step's gradients, then records the forward. Returns Y.
+    torch::Tensor forward()
+    {
+        reset_grad(X_);
+        const auto B = static_cast<std::int64_t>(B_), Tn = static_cast<std::int64_t>(T_),
+                   d = static_cast<std::int64_t>(d_), H = static_cast<std::int64_t>(H_), dh = d / H;
+        if (!composed_)
+        {
+            for (auto& p : mha_->parameters())
+            {
+                reset_grad(p);
+            }
+            // need_weights = false: the averaged weights are not part of the chapter's computation.
+            return std::get<0>(mha_->forward(X_, X_, X_, {}, /*need_weights=*/false, additive_mask_));
+        }
+        for (auto* w : {&W_Q_, &W_K_, &W_V_, &W_O_})
+        {
+            reset_grad(*w);
+        }
+        // The chapter, op for op: projections, split heads, scaled masked scores, softmax, combine, W_O.
+        auto q = X_.matmul(W_Q_).view({B, Tn, H, dh}).transpose(1, 2);
+        auto k = X_.matmul(W_K_).view({B, Tn, H, dh}).transpose(1, 2);
+        auto v = X_.matmul(W_V_).view({B, Tn, H, dh}).transpose(1, 2);
+        auto scores = q.matmul(k.transpose(-2, -1)) / std::sqrt(static_cast<double>(dh));
+        scores = scores.masked_fill(masked_, -std::numeric_limits<double>::infinity());
+        auto attention = torch::softmax(scores, -1);
+        auto heads = attention.matmul(v).transpose(1, 2).reshape({B, Tn, d});
+        return heads.matmul(W_O_);
+    }
+
+    bool composed_;
+    std::size_t B_, T_, d_, H_;
+    torch::Tensor X_, G_, W_Q_, W_K_, W_V_, W_O_, masked_, additive_mask_, y_;
+    torch::nn::MultiheadAttention mha_;
+};
+
+template <class T>
+class torch_chain final : public chain_case
+{
+public:
+    torch_chain(std::size_t length, std::size_t width) : length_(length)
+    {
+        auto options = torch::TensorOptions().dtype(c10::CppTypeToScalarType<T>::value);
+        const auto w = static_cast<std::int64_t>(width);
+        x_ = torch::ones({w}, options).requires_grad_(true);
+        c_ = torch::ones({w}, options);
+    }
+
+    void step() override
+    {
+        reset_grad(x_);
+        torch::Tensor y = x_;
+        for (std::size_t i = 0; i < length_; ++i)
+        {
+            y = y + c_;
+        }
+        y.sum().backward();
+        result_ = x_.grad().sum().item<double>();
+    }
+
+    double result() const override { return result_; }
+
+private:
+    std::size_t length_;
+    torch::Tensor x_, c_;
+    double result_ = 0;
+};
+}  // namespace
+
+template <class T>
+std::unique_ptr<mha_case> make_torch_mha(const mha_problem<T>& p, bool composed)
+{
+    return std::make_unique<torch_mha<T>>(p, composed);
+}
+
+template <class T>
+std::unique_ptr<chain_case> make_torch_chain(std::size_t length, std::size_t width)
+{
+    return std::make_unique<torch_chain<T>>(length, width);
+}
+
+void torch_threads(int n)
+{
+    at::set_num_threads(n);
+}
+
+std::string torch_version()
+{
+    return TORCH_VERSION;
+}
+
+// The BLAS and parallel-backend lines of at::show_config().
+std::string torch_blas_info()
+{
+    std::istringstream config(at::show_config());
+    std::string line, out;
+    while (std::getline(config, line))
+    {
+        for (const char* key : {"BLAS_INFO", "USE_MKLDNN", "USE_OPENMP", "ATen parallel backend", "CPU capability"})
+        {
+            if (line.find(key) != std::string::npos)
+            {
+                const auto first = line.find_first_not_of(" -");
+                std::string item = line.substr(first == std::string::npos ? 0 : first);
+                if (!item.empty() && item.back() == ',')
+                {
+                    item.pop_back();
+                }
+                out += (out.empty() ? "" : "; ") + item;
+            }
+        }
+    }
+    return out;
+}
+
+template std::unique_ptr<mha_case> make_torch_mha(const mha_problem<float>&, bool);
+template std::unique_ptr<mha_case> make_torch_mha(const mha_problem<double>&, bool);
+template std::unique_ptr<chain_case> make_torch_chain<float>(std::size_t, std::size_t);
+template std::unique_ptr<chain_case> make_torch_chain<double>(std::size_t, std::size_t);
+}  // namespace bench
