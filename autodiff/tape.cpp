@@ -239,10 +239,15 @@ void tape<T>::walk(std::uint32_t root, bool retain_graph)
         }
         backward_context<T> ctx(*state_, n);
         n.run_rule(ctx);
-        if (!retain_graph && i != root)
+        if (!retain_graph)
         {
-            n.grad = array<T>();  // interior gradients are not kept: frees memory during the walk
-            n.has_grad = false;
+            n.release_rule();  // only rules this walk used: another root's graph on the tape stays usable
+            n.released = true;
+            if (i != root)
+            {
+                n.grad = array<T>();  // interior gradients are not kept: frees memory during the walk
+                n.has_grad = false;
+            }
         }
     }
     for (auto& n : nodes)
@@ -256,15 +261,17 @@ void tape<T>::walk(std::uint32_t root, bool retain_graph)
     }
     if (!retain_graph)
     {
-        for (std::uint32_t i = 0; i <= root; ++i)
+        // A value stays saved only while a rule that is still alive reads it.
+        for (auto& n : nodes)
         {
-            auto& n = *nodes[i];
-            if (n.has_rule())
+            n->value_saved = false;
+        }
+        for (auto& n : nodes)
+        {
+            if (n->has_rule())
             {
-                n.release_rule();
-                n.released = true;
+                detail::mark_saved(*state_, *n);
             }
-            n.value_saved = false;
         }
     }
 }

@@ -50,9 +50,17 @@ var<T> reduce_sum(const char* op, const var<T>& x, std::vector<std::size_t> axes
     }
     // y = f * sum_axes x.   dL/dx = f * g, broadcast back along the reduced axes
     return detail::record(op, {x}, std::move(y), saves_nothing, [keep, in_shape, factor](backward_context<T>& ctx) {
-        array<T> g = ctx.grad();
-        g.reshape(keep);
-        array<T> dx = xt::broadcast(g, in_shape);
+        const array<T>& g = ctx.grad();
+        if (g.size() == 1)  // a full reduction: every input element gets the same value
+        {
+            array<T> dx = array<T>::from_shape(in_shape);
+            dx.fill(factor * g.flat(0));
+            ctx.accumulate(0, std::move(dx));
+            return;
+        }
+        array<T> kept = g;
+        kept.reshape(keep);
+        array<T> dx = xt::broadcast(kept, in_shape);
         if (factor != T(1))
         {
             dx *= factor;

@@ -7,6 +7,7 @@
 #include "ops/kernels.hpp"
 #include "ops/ops.hpp"
 #include "ops/parallel.hpp"
+#include "ops/simd.hpp"
 
 namespace xgrad
 {
@@ -62,6 +63,20 @@ struct mask_rows
         return data + offset;
     }
 };
+
+bool any_kept(const mask_rows& masks, std::size_t r, std::size_t n)
+{
+    const bool* keep = masks.row(r);
+    const std::size_t stride = masks.column_stride;
+    for (std::size_t j = 0; j < n; ++j)
+    {
+        if (keep[j * stride])
+        {
+            return true;
+        }
+    }
+    return false;
+}
 }  // namespace
 
 template <class T>
@@ -76,39 +91,38 @@ array<T> masked_softmax_forward(const array<T>& x, const mask_t* mask, T scale)
     }
     const std::size_t rows = y.size() / n;
     const mask_rows masks(mask, shape);
+    constexpr T minus_inf = -std::numeric_limits<T>::infinity();
+    // scale x = |scale| (sign x): rows hold sign * x, so that the row max gives the max of scale x.
+    const T sign = scale < 0 ? T(-1) : T(1);
+    const T magnitude = scale < 0 ? -scale : scale;
     for_rows(rows, n, [&](std::size_t r) {
         const T* in = x.data() + r * n;
         T* out = y.data() + r * n;
+        // out = sign * x where kept, -inf where masked (exp turns those into exact zeros)
         const bool* keep = masks.data ? masks.row(r) : nullptr;
-        const std::size_t ks = masks.column_stride;
-        // max over kept entries, for stability with large logits
-        T top = -std::numeric_limits<T>::infinity();
-        bool any = false;
-        for (std::size_t j = 0; j < n; ++j)
+        const std::size_t stride = masks.column_stride;
+        if (!keep || (stride == 0 && *keep))
         {
-            if (!keep || keep[j * ks])
+            for (std::size_t j = 0; j < n; ++j)
             {
-                top = std::max(top, scale * in[j]);
-                any = true;
+                out[j] = sign * in[j];
             }
         }
-        if (!any)
+        else
+        {
+            for (std::size_t j = 0; j < n; ++j)
+            {
+                out[j] = keep[j * stride] ? sign * in[j] : minus_inf;
+            }
+        }
+        const T top = simd::max_of(out, n);  // subtracting the row max keeps logits of 1e3 finite
+        if (top == minus_inf && keep && !any_kept(masks, r, n))
         {
             std::fill(out, out + n, T(0));  // fully masked row: weights 0, not NaN
             return;
         }
-        T total = 0;
-        for (std::size_t j = 0; j < n; ++j)
-        {
-            const T e = (!keep || keep[j * ks]) ? std::exp(scale * in[j] - top) : T(0);
-            out[j] = e;
-            total += e;
-        }
-        const T inv = T(1) / total;
-        for (std::size_t j = 0; j < n; ++j)
-        {
-            out[j] *= inv;
-        }
+        const T total = simd::exp_sum(out, n, magnitude, magnitude * top);
+        simd::scale_in_place(out, n, T(1) / total);
     });
     return y;
 }
@@ -125,16 +139,7 @@ array<T> masked_softmax_backward(const array<T>& y, const array<T>& g, T scale)
     for_rows(dx.size() / n, n, [&](std::size_t r) {
         const T* yr = y.data() + r * n;
         const T* gr = g.data() + r * n;
-        T* out = dx.data() + r * n;
-        T dot = 0;
-        for (std::size_t j = 0; j < n; ++j)
-        {
-            dot += gr[j] * yr[j];
-        }
-        for (std::size_t j = 0; j < n; ++j)
-        {
-            out[j] = scale * yr[j] * (gr[j] - dot);
-        }
+        simd::softmax_row_backward(dx.data() + r * n, yr, gr, n, scale, simd::dot(gr, yr, n));
     });
     return dx;
 }
