@@ -86,6 +86,7 @@ struct node
     array<T> grad;
     bool has_grad = false;
     bool requires_grad = false;
+    unsigned saves = saves_nothing;  // what this node's rule reads (saves flags)
     bool value_saved = false;  // some live backward rule reads this value
     bool released = false;     // its rule was freed by a backward that did not retain the graph
     std::uint64_t multiply_adds = 0;
@@ -120,6 +121,24 @@ struct tape_state
 template <class T, class Rule>
 var<T> record(const char* op, std::initializer_list<var<T>> inputs, array<T>&& value, unsigned saved,
               Rule&& rule, std::uint64_t multiply_adds = 0);
+
+// Flags the values n's rule reads (its `saves`) as saved for backward.
+template <class T>
+void mark_saved(tape_state<T>& state, node<T>& n)
+{
+    if (n.saves & saves_input0)
+    {
+        state.nodes[n.inputs[0]]->value_saved = true;
+    }
+    if ((n.saves & saves_input1) && n.input_count > 1)
+    {
+        state.nodes[n.inputs[1]]->value_saved = true;
+    }
+    if (n.saves & saves_output)
+    {
+        n.value_saved = true;
+    }
+}
 
 [[noreturn]] void throw_stale(std::uint32_t index);
 }  // namespace detail
@@ -291,15 +310,8 @@ var<T> record(const char* op, std::initializer_list<var<T>> inputs, array<T>&& v
     n->input_count = k;
     if (wants_grad)
     {
-        if (saved & saves_input0)
-        {
-            state->nodes[n->inputs[0]]->value_saved = true;
-        }
-        if ((saved & saves_input1) && k > 1)
-        {
-            state->nodes[n->inputs[1]]->value_saved = true;
-        }
-        n->value_saved = (saved & saves_output) != 0;
+        n->saves = saved;
+        mark_saved(*state, *n);
     }
     const auto index = static_cast<std::uint32_t>(state->nodes.size());
     state->nodes.push_back(std::move(n));

@@ -105,6 +105,22 @@ std::string operand_str(const shape_t& s, bool transposed)
 {
     return shape_str(s) + (transposed ? " (transposed)" : "");
 }
+
+// The broadcast of the operands' batch axes; the error names both whole shapes, not only their batches.
+shape_t batch_shape(const shape_t& sa, bool ta, const shape_t& sb, bool tb)
+{
+    const shape_t batch_a(sa.begin(), sa.end() - 2), batch_b(sb.begin(), sb.end() - 2);
+    for (std::size_t i = 1; i <= std::min(batch_a.size(), batch_b.size()); ++i)
+    {
+        const std::size_t da = batch_a[batch_a.size() - i], db = batch_b[batch_b.size() - i];
+        if (da != db && da != 1 && db != 1)
+        {
+            fail("matmul", "batch axes of a " + operand_str(sa, ta) + " and b " + operand_str(sb, tb) +
+                               " do not broadcast");
+        }
+    }
+    return broadcast_shapes("matmul", batch_a, batch_b);
+}
 }  // namespace
 
 // C = op(A) op(B) over the last two axes.
@@ -127,7 +143,7 @@ var<T> matmul(const var<T>& a, const var<T>& b, bool ta, bool tb)
         fail("matmul", "inner dimensions differ: a " + operand_str(sa, ta) + " has " + std::to_string(ka) +
                            " columns, b " + operand_str(sb, tb) + " has " + std::to_string(kb) + " rows");
     }
-    shape_t batch = broadcast_shapes("matmul", shape_t(sa.begin(), sa.end() - 2), shape_t(sb.begin(), sb.end() - 2));
+    shape_t batch = batch_shape(sa, ta, sb, tb);
     const std::uint64_t macs = kernels::matmul_multiply_adds(batch, m, n, ka);
     batch.push_back(m);
     batch.push_back(n);
