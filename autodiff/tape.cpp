@@ -211,8 +211,15 @@ void tape<T>::backward(const var<T>& root, const array<T>& seed, bool retain_gra
             node->has_grad = false;
         }
     }
-    n.grad = seed;
-    n.has_grad = true;
+    if (n.input_count == 0 && n.has_grad)
+    {
+        n.grad += seed;  // a leaf as root: its gradient accumulates like any leaf's
+    }
+    else
+    {
+        n.grad = seed;
+        n.has_grad = true;
+    }
     walk(root.index_, retain_graph);
 }
 

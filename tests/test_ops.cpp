@@ -34,14 +34,14 @@ const std::vector<std::pair<shape_t, shape_t>> binary_shapes = {
     {{1}, {1}},
     {{1, 1}, {1, 1}},
     {{2, 3}, {2, 3}},
-    {{3, 1}, {1, 4}},        // both sides broadcast
-    {{2, 3, 4}, {4}},        // (B, T, C) + (C)
-    {{4}, {2, 3, 4}},        // the other way round
+    {{3, 1}, {1, 4}},              // both sides broadcast
+    {{2, 3, 4}, {4}},              // (B, T, C) + (C)
+    {{4}, {2, 3, 4}},              // the other way round
     {{2, 1, 3, 4}, {2, 1, 3, 1}},  // (B, 1, T, H) * (B, 1, T, 1)
     {{2, 1, 3, 1}, {2, 1, 3, 4}},
     {{1}, {2, 3}},
     {{2, 3}, {1, 1}},
-    {{}, {2, 3}},            // a 0-d operand
+    {{}, {2, 3}},  // a 0-d operand
 };
 
 std::string pair_str(const std::pair<shape_t, shape_t>& p)
@@ -92,7 +92,7 @@ TEST_CASE("add, sub, mul: forward values match loops under broadcasting")
     {
         for (const auto& shapes : binary_shapes)
         {
-            CAPTURE(c.name);
+            CAPTURE(std::string(c.name));
             CAPTURE(pair_str(shapes));
             const f64 A = random_array(shapes.first, seed++), B = random_array(shapes.second, seed++);
             tape<double> t;
@@ -127,7 +127,7 @@ TEST_CASE("add, sub, mul: gradcheck on size-1 and broadcast shapes")
     {
         for (const auto& shapes : binary_shapes)
         {
-            CAPTURE(c.name);
+            CAPTURE(std::string(c.name));
             CAPTURE(pair_str(shapes));
             const binary_op op = c.op;
             XGRAD_CHECK_GRADIENTS([op](tape<double>&, const vars& x) { return op(x[0], x[1]); },
@@ -169,7 +169,8 @@ TEST_CASE("scale, neg, exp, log, tanh, relu: forward values match loops")
         CAPTURE(shape_str(shape));
         const f64 x = random_array(shape, seed++, -2.0, 2.0);
         const f64 positive = random_array(shape, seed++, 0.2, 3.0);
-        XGRAD_CHECK_CLOSE(run_unary(ops::neg<double>, x), ref_unary<double>(x, [](double v) { return -v; }), 0.0, 0.0);
+        XGRAD_CHECK_CLOSE(run_unary(ops::neg<double>, x), ref_unary<double>(x, [](double v) { return -v; }),
+                          0.0, 0.0);
         XGRAD_CHECK_CLOSE(run_unary(ops::exp<double>, x),
                           ref_unary<double>(x, [](double v) { return std::exp(v); }), 1e-15, 0.0);
         XGRAD_CHECK_CLOSE(run_unary(ops::log<double>, positive),
@@ -198,7 +199,8 @@ TEST_CASE("unary ops: gradcheck on (1), (1, 1) and (2, 3, 4)")
         for (double factor : {2.5, -0.5, 0.0})
         {
             CAPTURE(factor);
-            XGRAD_CHECK_GRADIENTS([factor](tape<double>&, const vars& v) { return ops::scale(v[0], factor); }, {x});
+            XGRAD_CHECK_GRADIENTS([factor](tape<double>&, const vars& v) { return ops::scale(v[0], factor); },
+                                  {x});
         }
         XGRAD_CHECK_GRADIENTS([](tape<double>&, const vars& v) { return ops::neg(v[0]); }, {x});
         XGRAD_CHECK_GRADIENTS([](tape<double>&, const vars& v) { return ops::exp(v[0]); }, {x});
@@ -233,18 +235,11 @@ struct reduce_case
     std::vector<std::size_t> axes;
 };
 
+// Size 1, one axis, several axes (also unsorted), all axes, and a size-1 axis.
 const std::vector<reduce_case> reduce_cases = {
-    {{1}, {0}},
-    {{1, 1}, {0}},
-    {{1, 1}, {0, 1}},
-    {{2, 3, 4}, {0}},
-    {{2, 3, 4}, {1}},
-    {{2, 3, 4}, {2}},
-    {{2, 3, 4}, {0, 2}},
-    {{2, 3, 4}, {2, 0}},  // unsorted
-    {{2, 3, 4}, {1, 2}},
-    {{2, 3, 4}, {0, 1, 2}},
-    {{2, 1, 3}, {1}},     // reducing a size-1 axis
+    {{1}, {0}},          {{1, 1}, {0}},          {{1, 1}, {0, 1}},    {{2, 3, 4}, {0}},
+    {{2, 3, 4}, {1}},    {{2, 3, 4}, {2}},       {{2, 3, 4}, {0, 2}}, {{2, 3, 4}, {2, 0}},
+    {{2, 3, 4}, {1, 2}}, {{2, 3, 4}, {0, 1, 2}}, {{2, 1, 3}, {1}},
 };
 
 std::string axes_str(const std::vector<std::size_t>& axes)
@@ -318,17 +313,19 @@ TEST_CASE("sum and mean: gradcheck over all axes and given axes, keep_dims true 
             CAPTURE(keep);
             const f64 X = random_array(c.shape, seed++);
             const auto axes = c.axes;
-            XGRAD_CHECK_GRADIENTS([axes, keep](tape<double>&, const vars& x) { return ops::sum(x[0], axes, keep); },
-                                  {X});
-            XGRAD_CHECK_GRADIENTS([axes, keep](tape<double>&, const vars& x) { return ops::mean(x[0], axes, keep); },
-                                  {X});
+            XGRAD_CHECK_GRADIENTS(
+                [axes, keep](tape<double>&, const vars& x) { return ops::sum(x[0], axes, keep); }, {X});
+            XGRAD_CHECK_GRADIENTS(
+                [axes, keep](tape<double>&, const vars& x) { return ops::mean(x[0], axes, keep); }, {X});
         }
     }
     for (const shape_t& shape : {shape_t{1}, shape_t{1, 1}, shape_t{2, 3, 4}})
     {
         CAPTURE(shape_str(shape));
-        XGRAD_CHECK_GRADIENTS([](tape<double>&, const vars& x) { return ops::sum(x[0]); }, {random_array(shape, seed++)});
-        XGRAD_CHECK_GRADIENTS([](tape<double>&, const vars& x) { return ops::mean(x[0]); }, {random_array(shape, seed++)});
+        XGRAD_CHECK_GRADIENTS([](tape<double>&, const vars& x) { return ops::sum(x[0]); },
+                              {random_array(shape, seed++)});
+        XGRAD_CHECK_GRADIENTS([](tape<double>&, const vars& x) { return ops::mean(x[0]); },
+                              {random_array(shape, seed++)});
     }
 }
 
@@ -403,7 +400,12 @@ TEST_CASE("permute and transpose on small ranks and size-1 axes")
         std::vector<std::size_t> axes;
     };
     const std::vector<permute_case> cases = {
-        {{1}, {0}}, {{5}, {0}}, {{1, 1}, {1, 0}}, {{3, 4}, {1, 0}}, {{3, 1, 2}, {2, 0, 1}}, {{1, 3, 1}, {2, 1, 0}},
+        {{1}, {0}},
+        {{5}, {0}},
+        {{1, 1}, {1, 0}},
+        {{3, 4}, {1, 0}},
+        {{3, 1, 2}, {2, 0, 1}},
+        {{1, 3, 1}, {2, 1, 0}},
     };
     unsigned seed = 710;
     for (const auto& c : cases)
@@ -418,7 +420,8 @@ TEST_CASE("permute and transpose on small ranks and size-1 axes")
     }
 
     const f64 X = random_array({2, 3, 4}, 720);
-    for (auto [a1, a2] : std::vector<std::pair<std::size_t, std::size_t>>{{0, 2}, {2, 0}, {1, 2}, {0, 1}, {1, 1}})
+    for (auto [a1, a2] :
+         std::vector<std::pair<std::size_t, std::size_t>>{{0, 2}, {2, 0}, {1, 2}, {0, 1}, {1, 1}})
     {
         CAPTURE(a1);
         CAPTURE(a2);
@@ -427,8 +430,8 @@ TEST_CASE("permute and transpose on small ranks and size-1 axes")
         tape<double> t;
         auto y = ops::transpose(t.input(X), a1, a2);
         XGRAD_CHECK_CLOSE(y.value(), ref_permute(X, axes), 0.0, 0.0);
-        XGRAD_CHECK_GRADIENTS([a1 = a1, a2 = a2](tape<double>&, const vars& x) { return ops::transpose(x[0], a1, a2); },
-                              {X});
+        XGRAD_CHECK_GRADIENTS(
+            [a1 = a1, a2 = a2](tape<double>&, const vars& x) { return ops::transpose(x[0], a1, a2); }, {X});
     }
 }
 
@@ -445,16 +448,16 @@ struct matmul_case
 };
 
 const std::vector<matmul_case> matmul_cases = {
-    {{}, {}, 3, 4, 5},         // 2-D
-    {{}, {}, 1, 1, 1},         // size 1
-    {{}, {}, 1, 4, 1},         // row times column
-    {{2}, {2}, 3, 4, 2},       // batched, same batch
-    {{2, 3}, {}, 4, 5, 6},     // (2,3,4,5) @ (5,6)
-    {{}, {2, 3}, 4, 5, 6},     // (4,5) @ (2,3,5,6)
-    {{2, 1}, {1, 3}, 4, 5, 6}, // (2,1,4,5) @ (1,3,5,6)
-    {{1}, {3}, 2, 3, 2},       // a size-1 batch axis broadcast
-    {{3}, {2, 1}, 2, 3, 2},    // batch ranks differ and both sides broadcast
-    {{2, 3}, {1, 1}, 2, 3, 2}, // b's batch is all ones
+    {{}, {}, 3, 4, 5},          // 2-D
+    {{}, {}, 1, 1, 1},          // size 1
+    {{}, {}, 1, 4, 1},          // row times column
+    {{2}, {2}, 3, 4, 2},        // batched, same batch
+    {{2, 3}, {}, 4, 5, 6},      // (2,3,4,5) @ (5,6)
+    {{}, {2, 3}, 4, 5, 6},      // (4,5) @ (2,3,5,6)
+    {{2, 1}, {1, 3}, 4, 5, 6},  // (2,1,4,5) @ (1,3,5,6)
+    {{1}, {3}, 2, 3, 2},        // a size-1 batch axis broadcast
+    {{3}, {2, 1}, 2, 3, 2},     // batch ranks differ and both sides broadcast
+    {{2, 3}, {1, 1}, 2, 3, 2},  // b's batch is all ones
 };
 
 shape_t stored_shape(const shape_t& batch, std::size_t rows, std::size_t cols, bool transposed)
@@ -472,7 +475,8 @@ std::string matmul_str(const matmul_case& c, bool ta, bool tb)
 }
 }  // namespace
 
-TEST_CASE("matmul: forward values and multiply-add counts against loops, all transpose flags, broadcast batches")
+TEST_CASE(
+    "matmul: forward values and multiply-add counts against loops, all transpose flags, broadcast batches")
 {
     unsigned seed = 800;
     for (const auto& c : matmul_cases)
@@ -511,9 +515,9 @@ TEST_CASE("matmul: gradcheck, all transpose flags, batched and broadcast both wa
                 CAPTURE(matmul_str(c, ta, tb));
                 const f64 A = random_array(stored_shape(c.batch_a, c.m, c.k, ta), seed++);
                 const f64 B = random_array(stored_shape(c.batch_b, c.k, c.n, tb), seed++);
-                XGRAD_CHECK_GRADIENTS(
-                    [ta = ta, tb = tb](tape<double>&, const vars& x) { return ops::matmul(x[0], x[1], ta, tb); },
-                    {A, B}, options);
+                XGRAD_CHECK_GRADIENTS([ta = ta, tb = tb](tape<double>&, const vars& x)
+                                      { return ops::matmul(x[0], x[1], ta, tb); },
+                                      {A, B}, options);
             }
         }
     }
@@ -521,7 +525,7 @@ TEST_CASE("matmul: gradcheck, all transpose flags, batched and broadcast both wa
 
 TEST_CASE("matmul: analytic gradients dA = G B^T, dB = A^T G on a hand-sized example")
 {
-    const f64 A = {{1.0, 2.0, 3.0}, {4.0, 5.0, 6.0}};   // (2, 3)
+    const f64 A = {{1.0, 2.0, 3.0}, {4.0, 5.0, 6.0}};     // (2, 3)
     const f64 B = {{1.0, -1.0}, {0.0, 2.0}, {3.0, 1.0}};  // (3, 2)
     const f64 G = {{1.0, 0.5}, {-2.0, 1.0}};              // (2, 2)
     tape<double> t;
@@ -586,7 +590,10 @@ std::vector<softmax_case> softmax_cases()
     const shape_t scores = {2, 2, 3, 3};
     std::vector<softmax_case> cases;
     mask_t mixed = random_mask(scores, 11);
-    mixed(0, 1, 2, 0) = mixed(0, 1, 2, 1) = mixed(0, 1, 2, 2) = false;  // one fully masked row
+    for (std::size_t j = 0; j < 3; ++j)
+    {
+        mixed(0, 1, 2, j) = false;  // one fully masked row
+    }
     mixed(1, 0, 0, 1) = true;
     cases.push_back({"mixed (B,H,T,T) mask with a fully masked row", scores, mixed, 1.0, 0.0});
     cases.push_back({"all-true mask", scores, full_mask(scores, true), 1.0, 0.0});
@@ -683,14 +690,16 @@ TEST_CASE("masked_softmax: forward matches a loop reference; no NaN; fully maske
     unsigned seed = 1000;
     for (const auto& c : softmax_cases())
     {
-        CAPTURE(c.name);
+        CAPTURE(std::string(c.name));
         const f64 X = logits(c, seed++);
         tape<double> t;
         auto x = t.input(X);
         auto y = ops::masked_softmax(x, c.mask, c.scale);
         const f64 expected = ref_masked_softmax(X, &c.mask, c.scale);
         CHECK(all_finite(y.value()));
-        XGRAD_CHECK_CLOSE(y.value(), expected, 1e-13, 1e-16);
+        // scale * x is rounded to double before exp: a relative error of about ulp(|scale x|) remains.
+        const double rtol = std::max(1e-13, 2e-15 * std::abs(c.scale) * (std::abs(c.offset) + 3.0));
+        XGRAD_CHECK_CLOSE(y.value(), expected, rtol, 1e-16);
         CHECK(masked_rows_are_zero(y.value(), c.mask));
 
         // Kept rows sum to 1; masked entries are exactly 0.
@@ -727,12 +736,12 @@ TEST_CASE("masked_softmax and softmax: gradcheck")
     unsigned seed = 1100;
     for (const auto& c : softmax_cases())
     {
-        CAPTURE(c.name);
+        CAPTURE(std::string(c.name));
         const mask_t mask = c.mask;
         const double scale = c.scale;
-        XGRAD_CHECK_GRADIENTS(
-            [mask, scale](tape<double>&, const vars& x) { return ops::masked_softmax(x[0], mask, scale); },
-            {logits(c, seed++)});
+        XGRAD_CHECK_GRADIENTS([mask, scale](tape<double>&, const vars& x)
+                              { return ops::masked_softmax(x[0], mask, scale); },
+                              {logits(c, seed++)});
     }
     for (const shape_t& shape : {shape_t{1}, shape_t{1, 1}, shape_t{3, 4}, shape_t{2, 3, 5}})
     {
@@ -751,8 +760,8 @@ TEST_CASE("masked_softmax: an all-true mask is softmax; masked logits do not mat
     const f64 X = random_array({2, 3, 4}, 1200, -2.0, 2.0);
     tape<double> t;
     auto x = t.input(X);
-    XGRAD_CHECK_CLOSE(ops::masked_softmax(x, full_mask({2, 3, 4}, true), 0.5).value(), ops::softmax(x, 0.5).value(),
-                      0.0, 0.0);
+    XGRAD_CHECK_CLOSE(ops::masked_softmax(x, full_mask({2, 3, 4}, true), 0.5).value(),
+                      ops::softmax(x, 0.5).value(), 0.0, 0.0);
     XGRAD_CHECK_CLOSE(ops::softmax(x, 0.5).value(), ref_masked_softmax(X, nullptr, 0.5), 1e-14, 1e-16);
 
     mask_t mask = random_mask({3, 4}, 1201);
@@ -767,6 +776,52 @@ TEST_CASE("masked_softmax: an all-true mask is softmax; masked logits do not mat
     XGRAD_CHECK_CLOSE(y.value(), ops::masked_softmax(x, mask).value(), 0.0, 0.0);
 }
 
+TEST_CASE("masked_softmax: long rows and a large input (vectorised and multi-threaded kernels)")
+{
+    struct long_case
+    {
+        const char* name;
+        shape_t x_shape;
+        mask_t mask;
+    };
+    mask_t short_keys = random_mask({3, 17}, 1300);
+    for (std::size_t j = 0; j < 17; ++j)
+    {
+        short_keys(2, j) = false;  // a fully masked row
+    }
+    mask_t big = random_mask({4, 1, 64, 64}, 1301, 0.3);
+    for (std::size_t j = 0; j < 64; ++j)
+    {
+        big(1, 0, 5, j) = false;
+    }
+    const std::vector<long_case> cases = {
+        {"(2,3,17) with a (3,17) mask", {2, 3, 17}, short_keys},
+        {"(4,4,64,64) with a (4,1,64,64) mask", {4, 4, 64, 64}, big},
+    };
+    unsigned seed = 1310;
+    for (const auto& c : cases)
+    {
+        CAPTURE(std::string(c.name));
+        const f64 X = random_array(c.x_shape, seed++, -4.0, 4.0);
+        const double scale = 0.8;
+        tape<double> t;
+        auto x = t.input(X);
+        auto y = ops::masked_softmax(x, c.mask, scale);
+        CHECK(all_finite(y.value()));
+        XGRAD_CHECK_CLOSE(y.value(), ref_masked_softmax(X, &c.mask, scale), 1e-13, 1e-16);
+        CHECK(masked_rows_are_zero(y.value(), c.mask));
+        t.backward(y, random_array(c.x_shape, seed++));
+        CHECK(all_finite(x.grad()));
+        CHECK(masked_rows_are_zero(x.grad(), c.mask));
+
+        const mask_t mask = c.mask;
+        const gradcheck_report report = run_gradcheck([mask, scale](tape<double>&, const vars& v)
+                                                      { return ops::masked_softmax(v[0], mask, scale); },
+                                                      {X});
+        CHECK_MESSAGE(report.ok, report.summary());
+    }
+}
+
 // ---- argument errors -------------------------------------------------------------------------------
 
 TEST_CASE("shape errors name the op and both shapes")
@@ -777,7 +832,7 @@ TEST_CASE("shape errors name the op and both shapes")
 
     for (const auto& c : binary_ops)
     {
-        CAPTURE(c.name);
+        CAPTURE(std::string(c.name));
         const std::string message = invalid_argument_message([&] { c.op(a, b); });
         CHECK(contains(message, c.name));
         CHECK(contains(message, "(3, 2)"));
@@ -850,7 +905,8 @@ TEST_CASE("shape errors name the op and both shapes")
             CHECK(contains(message, shape_str(mshape)));
             CHECK(contains(message, "(2, 3, 4)"));
         }
-        CHECK_THROWS_AS(ops::softmax(t.input(filled<double>({}, 2.0))), std::invalid_argument);  // 0-d: no axis to normalise
+        CHECK_THROWS_AS(ops::softmax(t.input(filled<double>({}, 2.0))),
+                        std::invalid_argument);  // 0-d: no axis to normalise
     }
     SUBCASE("sum and mean with an out-of-range or repeated axis")
     {

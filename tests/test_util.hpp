@@ -39,7 +39,8 @@ inline f64 random_array(const shape_t& shape, unsigned seed, double lo = -1.0, d
 }
 
 // Values with |v| in [min_abs, max_abs] and a random sign: keeps relu's kink out of the differences.
-inline f64 random_away_from_zero(const shape_t& shape, unsigned seed, double min_abs = 0.1, double max_abs = 1.0)
+inline f64 random_away_from_zero(const shape_t& shape, unsigned seed, double min_abs = 0.1,
+                                 double max_abs = 1.0)
 {
     std::mt19937 rng(seed);
     std::uniform_real_distribution<double> magnitude(min_abs, max_abs);
@@ -312,7 +313,7 @@ inline f64 ref_masked_softmax(const f64& x, const mask_t* mask, double scale)
 // ---- comparisons ---------------------------------------------------------------------------------
 
 template <class A, class B>
-bool same_shape(const A& a, const B& b)
+bool shapes_equal(const A& a, const B& b)
 {
     return to_shape(a.shape()) == to_shape(b.shape());
 }
@@ -321,7 +322,7 @@ bool same_shape(const A& a, const B& b)
 template <class TA, class TB>
 double closeness(const array<TA>& a, const array<TB>& b, double rtol, double atol)
 {
-    if (!same_shape(a, b))
+    if (!shapes_equal(a, b))
     {
         return std::numeric_limits<double>::infinity();
     }
@@ -329,10 +330,25 @@ double closeness(const array<TA>& a, const array<TB>& b, double rtol, double ato
     for (std::size_t i = 0; i < a.size(); ++i)
     {
         const double x = static_cast<double>(a.flat(i)), y = static_cast<double>(b.flat(i));
+        if (x == y)
+        {
+            continue;  // also when both tolerances are 0
+        }
         const double err = std::abs(x - y) / (atol + rtol * std::abs(y));
         worst = std::isnan(err) ? std::numeric_limits<double>::infinity() : std::max(worst, err);
     }
     return worst;
+}
+
+template <class T>
+double max_abs(const array<T>& a)
+{
+    double m = 0;
+    for (T v : a)
+    {
+        m = std::max(m, std::abs(static_cast<double>(v)));
+    }
+    return m;
 }
 
 template <class T>
@@ -345,22 +361,33 @@ template <class T>
 std::string describe(const array<T>& actual, const array<T>& expected)
 {
     std::ostringstream out;
-    out << "shape " << shape_str(to_shape(actual.shape())) << " vs expected " << shape_str(to_shape(expected.shape()))
-        << "\nactual:\n" << actual << "\nexpected:\n" << expected;
+    out << "shape " << shape_str(to_shape(actual.shape())) << " vs expected "
+        << shape_str(to_shape(expected.shape()));
+    if (shapes_equal(actual, expected))
+    {
+        double worst = 0;
+        for (std::size_t i = 0; i < actual.size(); ++i)
+        {
+            worst = std::max(
+                worst, std::abs(static_cast<double>(actual.flat(i)) - static_cast<double>(expected.flat(i))));
+        }
+        out << ", max |actual - expected| = " << worst;
+    }
+    out << "\nactual:\n" << actual << "\nexpected:\n" << expected;
     return out.str();
 }
 
 // Elementwise |actual - expected| <= atol + rtol |expected|, with equal shapes.
-#define XGRAD_CHECK_CLOSE(actual, expected, rtol, atol)                                                     \
-    CHECK_MESSAGE(::xgrad::test::closeness((actual), (expected), (rtol), (atol)) <= 1.0,                    \
+#define XGRAD_CHECK_CLOSE(actual, expected, rtol, atol)                                  \
+    CHECK_MESSAGE(::xgrad::test::closeness((actual), (expected), (rtol), (atol)) <= 1.0, \
                   ::xgrad::test::describe((actual), (expected)))
 
 // Gradients of f at `inputs` against central differences in float64; prints the report on failure.
-#define XGRAD_CHECK_GRADIENTS(...)                                                                          \
-    do                                                                                                      \
-    {                                                                                                       \
-        const ::xgrad::gradcheck_report report_ = ::xgrad::test::run_gradcheck(__VA_ARGS__);                \
-        CHECK_MESSAGE(report_.ok, report_.summary());                                                      \
+#define XGRAD_CHECK_GRADIENTS(...)                                                           \
+    do                                                                                       \
+    {                                                                                        \
+        const ::xgrad::gradcheck_report report_ = ::xgrad::test::run_gradcheck(__VA_ARGS__); \
+        CHECK_MESSAGE(report_.ok, report_.summary());                                        \
     } while (false)
 
 inline gradcheck_report run_gradcheck(const checked_function<double>& f, const std::vector<f64>& inputs,
