@@ -5,6 +5,10 @@
 
 #include <cblas.h>
 
+#include <limits>
+#include <stdexcept>
+#include <string>
+
 namespace xgrad::kernels
 {
 namespace
@@ -24,8 +28,14 @@ CBLAS_TRANSPOSE flag(bool t)
     return t ? CblasTrans : CblasNoTrans;
 }
 
+// CBLAS takes int sizes: refuse anything that would wrap instead of multiplying garbage.
 int i(std::size_t n)
 {
+    if (n > static_cast<std::size_t>(std::numeric_limits<int>::max()))
+    {
+        throw std::invalid_argument("matmul: size " + std::to_string(n) + " exceeds the BLAS limit of " +
+                                    std::to_string(std::numeric_limits<int>::max()));
+    }
     return static_cast<int>(n);
 }
 }  // namespace

@@ -54,6 +54,17 @@ std::string printable(const std::string& s, std::size_t limit = 60)
     return out + (s.size() > limit ? "...'" : "'");
 }
 
+// A shape as Python writes the tuple: (), (3,), (2, 3).
+std::string tuple_str(const shape_t& shape)
+{
+    std::string s = "(";
+    for (std::size_t i = 0; i < shape.size(); ++i)
+    {
+        s += (i ? ", " : "") + std::to_string(shape[i]);
+    }
+    return s + (shape.size() == 1 ? ",)" : ")");
+}
+
 struct file_closer
 {
     void operator()(std::FILE* f) const { std::fclose(f); }
@@ -336,58 +347,52 @@ struct opened
     std::size_t count;  // elements
 };
 
-std::string dtype_problem(const std::string& descr, const char* wanted)
+const char* needed(bool want_bool)
 {
-    const bool big = !descr.empty() && descr[0] == '>';
+    return want_bool ? "a bool array ('|b1') is needed"
+                     : "a float array is needed (float64 '<f8' or float32 '<f4')";
+}
+
+std::string dtype_problem(const std::string& descr, bool want_bool)
+{
     const char kind = descr.size() >= 2 ? descr[1] : '?';
-    const std::string size = descr.size() > 2 ? descr.substr(2) : "";
-    if (big && (kind == 'f' || kind == 'b' || kind == 'i' || kind == 'u' || kind == 'c'))
+    const int bits = descr.size() > 2 ? std::atoi(descr.c_str() + 2) * 8 : 0;
+    if (!want_bool && descr.size() > 2 && descr[0] == '>' && kind == 'f')
     {
-        return "dtype " + printable(descr) + " is big-endian; " + wanted +
-               " (in NumPy: a.astype(a.dtype.newbyteorder('<')))";
+        return "dtype " + printable(descr) +
+               " is big-endian; a little-endian float array is needed ('<f8' or " +
+               "'<f4'; in NumPy: a.astype('<f" + descr.substr(2) + "'))";
     }
     std::string name;
     if (descr == "|b1")
     {
         name = " (bool)";
     }
-    else if (kind == 'i' || kind == 'u')
+    else if (kind == 'i' || kind == 'u' || kind == 'f' || kind == 'c')
     {
-        name = std::string(" (") + (kind == 'i' ? "int" : "uint") + std::to_string(std::atoi(size.c_str()) * 8) + ")";
+        const char* family = kind == 'i' ? "int" : kind == 'u' ? "uint" : kind == 'f' ? "float" : "complex";
+        name = " (" + std::string(family) + std::to_string(bits) + ")";
     }
-    else if (kind == 'f')
-    {
-        name = " (float" + std::to_string(std::atoi(size.c_str()) * 8) + ")";
-    }
-    else if (kind == 'c')
-    {
-        name = " (complex)";
-    }
-    return "dtype " + printable(descr) + name + " is not supported; " + wanted;
+    return "dtype " + printable(descr) + name + " is not supported; " + needed(want_bool);
 }
 
 opened open_npy(const std::string& path, bool want_bool)
 {
-    const char* wanted = want_bool ? "a bool array ('|b1') is needed"
-                                   : "a float array is needed (float64 '<f8' or float32 '<f4')";
+    // stat before opening: opening a FIFO for reading would block until someone writes to it.
+    struct stat st
+    {
+    };
+    if (stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    {
+        fail(path, S_ISDIR(st.st_mode) ? "is a directory, not a .npy file" : "is not a regular file");
+    }
     errno = 0;
     file_ptr f(std::fopen(path.c_str(), "rb"));
     if (!f)
     {
         fail(path, std::string("cannot open (") + std::strerror(errno) + ")");
     }
-    struct stat st
-    {
-    };
-    if (fstat(fileno(f.get()), &st) != 0)
-    {
-        fail(path, std::string("cannot stat (") + std::strerror(errno) + ")");
-    }
-    if (S_ISDIR(st.st_mode))
-    {
-        fail(path, "is a directory, not a .npy file");
-    }
-    if (!S_ISREG(st.st_mode))
+    if (fstat(fileno(f.get()), &st) != 0 || !S_ISREG(st.st_mode))
     {
         fail(path, "is not a regular file");
     }
@@ -405,13 +410,15 @@ opened open_npy(const std::string& path, bool want_bool)
     unsigned char prefix[magic_size + 2];
     if (file_size < sizeof prefix)
     {
-        fail(path, "not a .npy file (" + std::to_string(file_size) + " bytes, too short for the magic string)");
+        fail(path,
+             "not a .npy file (" + std::to_string(file_size) + " bytes, too short for the magic string)");
     }
     read_exact(prefix, sizeof prefix, "the magic string");
     if (std::memcmp(prefix, magic, magic_size) != 0)
     {
         fail(path, "not a .npy file (bad magic string " +
-                       printable(std::string(reinterpret_cast<char*>(prefix), magic_size)) + ", expected '\\x93NUMPY')");
+                       printable(std::string(reinterpret_cast<char*>(prefix), magic_size)) +
+                       ", expected '\\x93NUMPY')");
     }
     const unsigned major = prefix[6], minor = prefix[7];
     if (!(minor == 0 && (major == 1 || major == 2 || major == 3)))
@@ -434,8 +441,8 @@ opened open_npy(const std::string& path, bool want_bool)
     const std::size_t data_offset = sizeof prefix + length_bytes + header_length;
     if (data_offset > file_size)
     {
-        fail(path, "truncated: header length " + std::to_string(header_length) + " runs past the end of the file (" +
-                       std::to_string(file_size) + " bytes)");
+        fail(path, "truncated: header length " + std::to_string(header_length) +
+                       " runs past the end of the file (" + std::to_string(file_size) + " bytes)");
     }
     std::string text(header_length, '\0');
     read_exact(text.data(), header_length, "the header");
@@ -463,7 +470,9 @@ opened open_npy(const std::string& path, bool want_bool)
     const value& descr = d.at("descr");
     if (descr.kind != value::string)
     {
-        fail(path, "dtype is a structured or non-string 'descr' (" + descr.text + "); " + wanted);
+        fail(path, descr.text == "list"
+                       ? "structured dtypes are not supported; " + std::string(needed(want_bool))
+                       : "malformed header ('descr' must be a dtype string): " + printable(text));
     }
     dtype type;
     if (descr.text == "<f8")
@@ -480,11 +489,11 @@ opened open_npy(const std::string& path, bool want_bool)
     }
     else
     {
-        fail(path, dtype_problem(descr.text, wanted));
+        fail(path, dtype_problem(descr.text, want_bool));
     }
     if ((type == dtype::b1) != want_bool)
     {
-        fail(path, dtype_problem(descr.text, wanted));
+        fail(path, dtype_problem(descr.text, want_bool));
     }
 
     const value& fortran = d.at("fortran_order");
@@ -507,7 +516,8 @@ opened open_npy(const std::string& path, bool want_bool)
     {
         if (s.kind != value::integer || (s.negative && s.number != 0))
         {
-            fail(path, "malformed header ('shape' must be a tuple of non-negative integers): " + printable(text));
+            fail(path,
+                 "malformed header ('shape' must be a tuple of non-negative integers): " + printable(text));
         }
         o.shape.push_back(s.number);
     }
@@ -520,14 +530,14 @@ opened open_npy(const std::string& path, bool want_bool)
     overflow = overflow || __builtin_mul_overflow(o.count, item_size(type), &bytes);
     if (overflow)
     {
-        fail(path, "shape " + shape_str(o.shape) + " is too large (its byte size overflows)");
+        fail(path, "shape " + tuple_str(o.shape) + " is too large (its byte size overflows)");
     }
     const std::size_t available = file_size - data_offset;
     if (available != bytes)
     {
-        fail(path, std::string(available < bytes ? "truncated" : "oversized") + ": shape " + shape_str(o.shape) +
-                       " of " + descr.text + " needs " + std::to_string(bytes) + " data bytes, the file has " +
-                       std::to_string(available) + " after the header");
+        fail(path, std::string(available < bytes ? "truncated" : "oversized") + ": shape " +
+                       tuple_str(o.shape) + " of " + descr.text + " needs " + std::to_string(bytes) +
+                       " data bytes, the file has " + std::to_string(available) + " after the header");
     }
     return o;
 }
@@ -569,12 +579,56 @@ void read_converted(const std::string& path, std::FILE* f, T* dst, std::size_t c
 
 std::string header_for(const char* descr, const shape_t& shape)
 {
-    std::string s = "{'descr': '" + std::string(descr) + "', 'fortran_order': False, 'shape': (";
-    for (std::size_t i = 0; i < shape.size(); ++i)
+    return "{'descr': '" + std::string(descr) + "', 'fortran_order': False, 'shape': " + tuple_str(shape) +
+           ", }";
+}
+
+// Format 1.0 unless the header needs more than 65535 bytes (then 2.0, as NumPy does); NumPy pads the
+// header with spaces and a final '\n' so that the data starts on a 64-byte boundary.
+void write_npy(const std::string& path, const char* descr, const shape_t& shape, const void* data,
+               std::size_t bytes)
+{
+    std::string header = header_for(descr, shape);
+    unsigned char major = 1;
+    std::size_t prefix = magic_size + 2 + 2;
+    std::size_t total = prefix + header.size() + 1;
+    total += (header_align - total % header_align) % header_align;
+    if (total - prefix > std::numeric_limits<std::uint16_t>::max())
     {
-        s += (i ? ", " : "") + std::to_string(shape[i]);
+        major = 2;
+        prefix += 2;
+        total = prefix + header.size() + 1;
+        total += (header_align - total % header_align) % header_align;
     }
-    return s + (shape.size() == 1 ? ",), }" : "), }");
+    const std::size_t header_length = total - prefix;
+    header.append(header_length - header.size() - 1, ' ');
+    header += '\n';
+
+    std::string head(magic, magic_size);
+    head += static_cast<char>(major);
+    head += '\0';
+    for (std::size_t k = 0; k < (major == 1 ? 2u : 4u); ++k)
+    {
+        head += static_cast<char>((header_length >> (8 * k)) & 0xff);
+    }
+    head += header;
+
+    errno = 0;
+    file_ptr f(std::fopen(path.c_str(), "wb"));
+    if (!f)
+    {
+        fail(path, std::string("cannot write (") + std::strerror(errno) + ")");
+    }
+    const bool written = std::fwrite(head.data(), 1, head.size(), f.get()) == head.size() &&
+                         (bytes == 0 || std::fwrite(data, 1, bytes, f.get()) == bytes) &&
+                         std::fflush(f.get()) == 0;
+    const int saved_errno = errno;
+    if (std::fclose(f.release()) != 0 || !written)
+    {
+        const std::string reason = std::strerror(written ? errno : saved_errno);
+        std::remove(path.c_str());
+        fail(path, "cannot write (" + reason + ")");
+    }
 }
 }  // namespace
 
@@ -614,8 +668,8 @@ mask_t load_bool(const std::string& path)
     {
         if (bytes[k] > 1)
         {
-            fail(path, "corrupt bool data: byte " + std::to_string(bytes[k]) + " at element " + std::to_string(k) +
-                           " (a bool is 0 or 1)");
+            fail(path, "corrupt bool data: byte " + std::to_string(bytes[k]) + " at element " +
+                           std::to_string(k) + " (a bool is 0 or 1)");
         }
         m.data()[k] = bytes[k] != 0;
     }
@@ -625,51 +679,15 @@ mask_t load_bool(const std::string& path)
 template <class T>
 void save(const std::string& path, const array<T>& a)
 {
-    const shape_t shape = to_shape(a.shape());
-    std::string header = header_for(descr_of<T>::value, shape);
-    // NumPy pads with spaces and a final '\n' so that the data starts on a 64-byte boundary; a header
-    // longer than 65535 bytes needs format 2.0 (4-byte length), as in NumPy.
-    unsigned char major = 1;
-    std::size_t prefix = magic_size + 2 + 2;
-    std::size_t total = prefix + header.size() + 1;
-    total += (header_align - total % header_align) % header_align;
-    if (total - prefix > std::numeric_limits<std::uint16_t>::max())
-    {
-        major = 2;
-        prefix += 2;
-        total = prefix + header.size() + 1;
-        total += (header_align - total % header_align) % header_align;
-    }
-    const std::size_t header_length = total - prefix;
-    header.append(header_length - header.size() - 1, ' ');
-    header += '\n';
+    // array<T> is a dense row-major container: its buffer is the C-order data.
+    write_npy(path, descr_of<T>::value, to_shape(a.shape()), a.data(), a.size() * sizeof(T));
+}
 
-    std::string head(magic, magic_size);
-    head += static_cast<char>(major);
-    head += '\0';
-    for (std::size_t k = 0; k < (major == 1 ? 2u : 4u); ++k)
-    {
-        head += static_cast<char>((header_length >> (8 * k)) & 0xff);
-    }
-    head += header;
-
-    errno = 0;
-    file_ptr f(std::fopen(path.c_str(), "wb"));
-    if (!f)
-    {
-        fail(path, std::string("cannot write (") + std::strerror(errno) + ")");
-    }
-    const std::size_t n = a.size();  // array<T> is a dense row-major container
-    const bool written = std::fwrite(head.data(), 1, head.size(), f.get()) == head.size() &&
-                         (n == 0 || std::fwrite(a.data(), sizeof(T), n, f.get()) == n) &&
-                         std::fflush(f.get()) == 0;
-    const int saved_errno = errno;
-    if (std::fclose(f.release()) != 0 || !written)
-    {
-        const std::string reason = std::strerror(written ? errno : saved_errno);
-        std::remove(path.c_str());
-        fail(path, "cannot write (" + reason + ")");
-    }
+void save_bool(const std::string& path, const mask_t& m)
+{
+    std::vector<unsigned char> bytes(m.size());
+    std::copy(m.begin(), m.end(), bytes.begin());
+    write_npy(path, "|b1", to_shape(m.shape()), bytes.data(), bytes.size());
 }
 
 template array<float> load_float<float>(const std::string&);

@@ -26,4 +26,7 @@ mask_t load_bool(const std::string& path);
 // Writes `a` as '<f8' or '<f4' (by T). Throws npy::error if the file cannot be written.
 template <class T>
 void save(const std::string& path, const array<T>& a);
+
+// Writes a bool mask as '|b1'.
+void save_bool(const std::string& path, const mask_t& m);
 }  // namespace xgrad::npy

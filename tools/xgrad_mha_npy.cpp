@@ -64,6 +64,7 @@ Options:
   --grad tape|manual       backward by the autodiff tape (default) or the hand-derived backward
   --dtype float64|float32  compute and output dtype (default float64)
   --help                   print this text and exit
+A value may also be attached with '=', as in --heads=8.
 
 Exit status: 0 on success (one summary line on stdout); 2 on bad usage or bad input, 1 when the
 outputs cannot be written. On failure one line goes to stderr and no output file is left behind.
@@ -115,8 +116,8 @@ options parse_arguments(const std::vector<std::string>& args)
             value = flag.substr(flag.find('=') + 1);
             flag = flag.substr(0, flag.find('='));
         }
-        const bool takes_value = flag == "--in" || flag == "--out" || flag == "--heads" || flag == "--kv-heads" ||
-                                 flag == "--grad" || flag == "--dtype";
+        const bool takes_value = flag == "--in" || flag == "--out" || flag == "--heads" ||
+                                 flag == "--kv-heads" || flag == "--grad" || flag == "--dtype";
         if (!takes_value && flag != "--causal")
         {
             throw input_error(flag.rfind("-", 0) == 0 ? "unknown option '" + flag + "' (see --help)"
@@ -201,11 +202,13 @@ struct problem
     models::mha_config config;
 };
 
-void check_shape(const std::string& file, const shape_t& got, const shape_t& want, const std::string& meaning)
+void check_shape(const std::string& file, const shape_t& got, const shape_t& want, const std::string& meaning,
+                 const std::string& context = "")
 {
     if (got != want)
     {
-        throw input_error(file + ": shape " + shape_str(got) + " must be " + meaning + " = " + shape_str(want));
+        throw input_error(file + ": shape " + shape_str(got) + " must be " + meaning + " = " +
+                          shape_str(want) + context);
     }
 }
 
@@ -215,15 +218,18 @@ problem<T> load_problem(const options& o)
     std::error_code ec;
     if (!fs::is_directory(o.in, ec))
     {
-        throw input_error("--in " + o.in.string() + ": " + (entry_exists(o.in) ? "not a directory" : "no such directory"));
+        throw input_error("--in " + o.in.string() + ": " +
+                          (entry_exists(o.in) ? "not a directory" : "no such directory"));
     }
     auto file = [&](const char* name) { return (o.in / name).string(); };
 
     problem<T> p;
     p.self = entry_exists(o.in / "X.npy");
-    if (!p.self && !entry_exists(o.in / "Xq.npy") && !entry_exists(o.in / "Xk.npy") && !entry_exists(o.in / "Xv.npy"))
+    if (!p.self && !entry_exists(o.in / "Xq.npy") && !entry_exists(o.in / "Xk.npy") &&
+        !entry_exists(o.in / "Xv.npy"))
     {
-        throw input_error(o.in.string() + ": no X.npy (self-attention) and no Xq.npy, Xk.npy, Xv.npy (cross-attention)");
+        throw input_error(o.in.string() +
+                          ": no X.npy (self-attention) and no Xq.npy, Xk.npy, Xv.npy (cross-attention)");
     }
     const std::string q_name = p.self ? "X.npy" : "Xq.npy";
     p.xq = npy::load_float<T>(file(q_name.c_str()));
@@ -241,9 +247,9 @@ problem<T> load_problem(const options& o)
         const shape_t ks = to_shape(p.xk.shape());
         if (ks.size() != 3 || ks[0] != batch || ks[2] != d)
         {
-            throw input_error(file("Xk.npy") + ": shape " + shape_str(ks) + " must be (B, Tk, d) with B = " +
-                              std::to_string(batch) + " and d = " + std::to_string(d) + " from Xq.npy " +
-                              shape_str(qs));
+            throw input_error(file("Xk.npy") + ": shape " + shape_str(ks) +
+                              " must be (B, Tk, d) with B = " + std::to_string(batch) +
+                              " and d = " + std::to_string(d) + " from Xq.npy " + shape_str(qs));
         }
         tk = ks[1];
         check_shape(file("Xv.npy"), to_shape(p.xv.shape()), ks, "the shape of Xk.npy");
@@ -252,7 +258,8 @@ problem<T> load_problem(const options& o)
     const std::string x_names = p.self ? "X.npy" : "Xq.npy";
     if (d == 0)
     {
-        throw input_error(file(q_name.c_str()) + ": d (the last axis) must be positive, got shape " + shape_str(qs));
+        throw input_error(file(q_name.c_str()) + ": d (the last axis) must be positive, got shape " +
+                          shape_str(qs));
     }
     p.config.d_model = d;
     p.config.heads = o.heads;
@@ -268,16 +275,16 @@ problem<T> load_problem(const options& o)
                           std::to_string(o.heads));
     }
     const std::size_t kv = p.config.kv_width();
-    const std::string dims = " for d = " + std::to_string(d) + ", H = " + std::to_string(o.heads) +
-                             ", G = " + std::to_string(p.config.kv_head_count());
+    const std::string dims = " (d = " + std::to_string(d) + ", H = " + std::to_string(o.heads) +
+                             ", G = " + std::to_string(p.config.kv_head_count()) + ")";
     p.w_q = npy::load_float<T>(file("W_Q.npy"));
-    check_shape(file("W_Q.npy"), to_shape(p.w_q.shape()), {d, d}, "(d, d)" + dims);
+    check_shape(file("W_Q.npy"), to_shape(p.w_q.shape()), {d, d}, "(d, d)", dims);
     p.w_k = npy::load_float<T>(file("W_K.npy"));
-    check_shape(file("W_K.npy"), to_shape(p.w_k.shape()), {d, kv}, "(d, G*dh)" + dims);
+    check_shape(file("W_K.npy"), to_shape(p.w_k.shape()), {d, kv}, "(d, G*dh)", dims);
     p.w_v = npy::load_float<T>(file("W_V.npy"));
-    check_shape(file("W_V.npy"), to_shape(p.w_v.shape()), {d, kv}, "(d, G*dh)" + dims);
+    check_shape(file("W_V.npy"), to_shape(p.w_v.shape()), {d, kv}, "(d, G*dh)", dims);
     p.w_o = npy::load_float<T>(file("W_O.npy"));
-    check_shape(file("W_O.npy"), to_shape(p.w_o.shape()), {d, d}, "(d, d)" + dims);
+    check_shape(file("W_O.npy"), to_shape(p.w_o.shape()), {d, d}, "(d, d)", dims);
 
     // attn.npy has B*H*Tq*Tk elements: refuse sizes whose byte count does not fit in memory addresses.
     std::size_t attn_bytes = sizeof(T);
@@ -285,8 +292,8 @@ problem<T> load_problem(const options& o)
     {
         if (__builtin_mul_overflow(attn_bytes, n, &attn_bytes))
         {
-            throw input_error("the attention weights (B, H, Tq, Tk) = " + shape_str({batch, o.heads, tq, tk}) +
-                              " are too large to compute");
+            throw input_error("the attention weights (B, H, Tq, Tk) = " +
+                              shape_str({batch, o.heads, tq, tk}) + " are too large to compute");
         }
     }
 
@@ -301,9 +308,10 @@ problem<T> load_problem(const options& o)
         }
         if (ms.size() > 4 || !broadcasts_to(to_shape(m.shape()), scores))
         {
-            throw input_error(file("mask.npy") + ": shape " + shape_str(ms) +
-                              " does not broadcast to (B, H, Tq, Tk) = " + shape_str(scores) +
-                              " (use (Tq, Tk), (B, Tq, Tk), which is read as (B, 1, Tq, Tk), or a 4-D shape)");
+            throw input_error(
+                file("mask.npy") + ": shape " + shape_str(ms) +
+                " does not broadcast to (B, H, Tq, Tk) = " + shape_str(scores) +
+                " (use (Tq, Tk), (B, Tq, Tk), which is read as (B, 1, Tq, Tk), or a 4-D shape)");
         }
         p.mask = std::move(m);
     }
@@ -383,7 +391,12 @@ named_arrays<T> run_manual(const problem<T>& p, const models::mha_options& mo)
 std::vector<fs::path> missing_directories(const fs::path& dir)
 {
     std::vector<fs::path> missing;
-    for (fs::path p = fs::absolute(dir).lexically_normal(); !p.empty() && !entry_exists(p); p = p.parent_path())
+    fs::path p = fs::absolute(dir).lexically_normal();
+    if (!p.has_filename())
+    {
+        p = p.parent_path();  // "out/" names the directory "out"
+    }
+    for (; !p.empty() && !entry_exists(p); p = p.parent_path())
     {
         missing.insert(missing.begin(), p);
         if (p == p.parent_path())
@@ -426,7 +439,8 @@ void write_all(const fs::path& out, const named_arrays<T>& arrays)
         {
             const std::string reason = std::strerror(errno);
             temp.clear();
-            throw output_error("--out " + out.string() + ": cannot create a temporary directory (" + reason + ")");
+            throw output_error("--out " + out.string() + ": cannot create a temporary directory (" + reason +
+                               ")");
         }
         for (const auto& [name, a] : arrays)
         {
@@ -502,9 +516,9 @@ std::string run(const options& o)
                                            " Tk=" + std::to_string(p.xk.shape()[1]);
     return std::string(p.self ? "self" : "cross") + "-attention " + sizes + " d=" + std::to_string(s[2]) +
            " H=" + std::to_string(o.heads) + " G=" + std::to_string(p.config.kv_head_count()) +
-           (o.causal ? " causal" : "") + (p.mask ? " masked" : "") + ", " + (o.float32 ? "float32" : "float64") +
-           ", " + (o.manual ? "manual" : "tape") + " backward: wrote " + std::to_string(arrays.size()) +
-           " files to " + o.out.string();
+           (o.causal ? " causal" : "") + (p.mask ? " masked" : "") + ", " +
+           (o.float32 ? "float32" : "float64") + ", " + (o.manual ? "manual" : "tape") + " backward: wrote " +
+           std::to_string(arrays.size()) + " files to " + o.out.string();
 }
 
 // One line, whatever the message holds (paths and library messages may contain newlines).
