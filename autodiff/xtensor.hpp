@@ -3,6 +3,8 @@
 #pragma once
 
 #include <xtensor/xarray.hpp>
+
+#include "autodiff/memory.hpp"
 #include <xtensor/xbuilder.hpp>
 #include <xtensor/xio.hpp>
 #include <xtensor/xmath.hpp>
@@ -10,9 +12,10 @@
 
 namespace xgrad
 {
-// Every tensor xgrad hands out is a dense row-major xarray.
+// Every tensor xgrad hands out is a dense row-major xarray whose memory comes from xgrad's buffer pool
+// (autodiff/memory.hpp). Any xtensor expression, a plain xt::xarray included, converts to it.
 template <class T>
-using array = xt::xarray<T, xt::layout_type::row_major>;
+using array = xt::xarray<T, xt::layout_type::row_major, pool_allocator<T>>;
 
 using shape_t = std::vector<std::size_t>;
 }  // namespace xgrad

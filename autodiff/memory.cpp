@@ -1,0 +1,163 @@
+#include "autodiff/memory.hpp"
+
+#include <cstdlib>
+#include <mutex>
+#include <vector>
+
+namespace xgrad
+{
+namespace
+{
+constexpr std::size_t small_limit = 4096;  // below this, malloc's own bins are fast enough
+constexpr std::size_t alignment = 64;      // a cache line; also what AVX-512 loads like
+
+// Sizes round up to 2^k * q / 4 with q = 4..8: at most 25% waste, four classes per power of two.
+std::size_t class_of(std::size_t bytes, std::size_t* rounded)
+{
+    const int top = 63 - __builtin_clzll(bytes);  // 2^top <= bytes < 2^(top + 1)
+    const std::size_t step = std::size_t(1) << (top - 2);
+    const std::size_t quarters = (bytes + step - 1) / step;  // 4 .. 8; 8 is class 0 of the next power
+    *rounded = quarters * step;
+    return static_cast<std::size_t>(top) * 4 + (quarters - 4);
+}
+
+class pool
+{
+public:
+    void* allocate(std::size_t bytes)
+    {
+        if (bytes < small_limit)
+        {
+            return plain_allocate(bytes);
+        }
+        std::size_t rounded = 0;
+        const std::size_t c = class_of(bytes, &rounded);
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            if (c < free_.size() && !free_[c].empty())
+            {
+                void* p = free_[c].back();
+                free_[c].pop_back();
+                cached_ -= rounded;
+                return p;
+            }
+        }
+        return plain_allocate(rounded);
+    }
+
+    void deallocate(void* p, std::size_t bytes) noexcept
+    {
+        if (!p)
+        {
+            return;
+        }
+        if (bytes < small_limit)
+        {
+            std::free(p);
+            return;
+        }
+        std::size_t rounded = 0;
+        const std::size_t c = class_of(bytes, &rounded);
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            if (cached_ + rounded <= limit_)
+            {
+                try
+                {
+                    if (free_.size() <= c)
+                    {
+                        free_.resize(c + 1);
+                    }
+                    free_[c].push_back(p);
+                    cached_ += rounded;
+                    return;
+                }
+                catch (...)
+                {
+                    // no room to remember it: give it back below
+                }
+            }
+        }
+        std::free(p);
+    }
+
+    std::size_t cached()
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return cached_;
+    }
+
+    void set_limit(std::size_t bytes)
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        limit_ = bytes;
+    }
+
+    void release()
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        for (auto& list : free_)
+        {
+            for (void* p : list)
+            {
+                std::free(p);
+            }
+            list.clear();
+        }
+        cached_ = 0;
+    }
+
+private:
+    static void* plain_allocate(std::size_t bytes)
+    {
+        const std::size_t padded = (bytes + alignment - 1) / alignment * alignment;
+        void* p = std::aligned_alloc(alignment, padded == 0 ? alignment : padded);
+        if (!p)
+        {
+            throw std::bad_alloc();
+        }
+        return p;
+    }
+
+    std::mutex mutex_;
+    std::vector<std::vector<void*>> free_;
+    std::size_t cached_ = 0;
+    std::size_t limit_ = std::size_t(2) << 30;
+};
+
+// Never destroyed: arrays in static storage may be freed after any other static object.
+pool& the_pool()
+{
+    static pool* p = new pool;
+    return *p;
+}
+}  // namespace
+
+namespace detail
+{
+void* pool_allocate(std::size_t bytes)
+{
+    return the_pool().allocate(bytes);
+}
+
+void pool_deallocate(void* p, std::size_t bytes) noexcept
+{
+    the_pool().deallocate(p, bytes);
+}
+}  // namespace detail
+
+std::size_t cached_buffer_bytes()
+{
+    return the_pool().cached();
+}
+
+void set_buffer_cache_limit(std::size_t bytes)
+{
+    the_pool().set_limit(bytes);
+}
+
+void release_cached_buffers()
+{
+    the_pool().release();
+}
+}  // namespace xgrad
