@@ -31,6 +31,25 @@ std::size_t matrix_offset(std::size_t flat, const shape_t& batch, const std::vec
     }
     return offset;
 }
+// Splits [0, extent) into one contiguous block per thread (a single block with one thread), keeping
+// block edges on multiples of 16 so that every GEMM call gets well-shaped panels.
+void parallel_blocks(std::size_t extent, const std::function<void(std::size_t, std::size_t)>& block)
+{
+    const std::size_t threads = std::min<std::size_t>(num_threads(), std::max<std::size_t>(1, extent / 64));
+    if (threads <= 1)
+    {
+        block(0, extent);
+        return;
+    }
+    parallel_for(threads, [&](std::size_t t) {
+        const std::size_t begin = extent * t / threads / 16 * 16;
+        const std::size_t end = t + 1 == threads ? extent : extent * (t + 1) / threads / 16 * 16;
+        if (end > begin)
+        {
+            block(begin, end);
+        }
+    });
+}
 }  // namespace
 
 std::uint64_t matmul_multiply_adds(const shape_t& batch, std::size_t m, std::size_t n, std::size_t k)
@@ -64,12 +83,19 @@ void matmul_into(const array<T>& a, bool ta, const array<T>& b, bool tb, array<T
     const bool full_a = batch_a == batch, full_b = batch_b == batch;
     if (!summed && !ta && element_count(batch_b) == 1 && full_a)
     {
-        gemm(false, tb, count * m, n, k, a.data(), a_cols, b.data(), b_cols, T(0), c.data(), n);
+        // one (count*m, k) x (k, n) product, its rows split across threads
+        parallel_blocks(count * m, [&](std::size_t r0, std::size_t r1) {
+            gemm(false, tb, r1 - r0, n, k, a.data() + r0 * a_cols, a_cols, b.data(), b_cols, T(0), c.data() + r0 * n,
+                 n);
+        });
         return;
     }
     if (element_count(batch_c) == 1 && ta && !tb && full_a && full_b)
     {
-        gemm(true, false, m, n, count * k, a.data(), a_cols, b.data(), b_cols, T(0), c.data(), n);
+        // one (m, count*k) x (count*k, n) product, its columns split across threads
+        parallel_blocks(n, [&](std::size_t c0, std::size_t c1) {
+            gemm(true, false, m, c1 - c0, count * k, a.data(), a_cols, b.data() + c0, b_cols, T(0), c.data() + c0, n);
+        });
         return;
     }
     const std::size_t rank = batch.size();

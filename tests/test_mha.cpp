@@ -7,6 +7,7 @@
 
 #include "autodiff/gradcheck.hpp"
 #include "models/mha_manual.hpp"
+#include "ops/parallel.hpp"
 
 using namespace xgrad;
 using namespace xgrad::models;
@@ -436,4 +437,22 @@ TEST_CASE("parameters: a fresh tape per step, gradients accumulate until zero_gr
     CHECK(max_rel_diff<double>(params.W_Q.grad(), 2.0 * once) < 1e-14);
     params.zero_grad();
     CHECK(xt::all(xt::equal(params.W_Q.grad(), 0.0)));
+}
+
+TEST_CASE("two threads give the same gradients as one")
+{
+    auto p = make_problem<double>(4, 24, 40, 64, 4);  // large enough to split GEMMs and softmax rows
+    p.causal = true;
+    const auto one = tape_gradients(p);
+    set_num_threads(2);
+    const auto two = tape_gradients(p);
+    const auto manual = manual_gradients(p);
+    set_num_threads(1);
+    CHECK(max_rel_diff(one.output, two.output) < 1e-14);
+    for (std::size_t k = 0; k < 7; ++k)
+    {
+        CAPTURE(names[k]);
+        CHECK(max_rel_diff(one.grads[k], two.grads[k]) < 1e-14);
+        CHECK(max_rel_diff(manual.grads[k], two.grads[k]) < 1e-12);
+    }
 }
