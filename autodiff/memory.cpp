@@ -8,17 +8,24 @@ namespace xgrad
 {
 namespace
 {
-constexpr std::size_t small_limit = 4096;  // below this, malloc's own bins are fast enough
 constexpr std::size_t alignment = 64;      // a cache line; also what AVX-512 loads like
+constexpr std::size_t small_limit = 4096;  // below: classes every 64 bytes
 
-// Sizes round up to 2^k * q / 4 with q = 4..8: at most 25% waste, four classes per power of two.
+// Size classes: multiples of 64 bytes below 4 KiB; above, 2^k * q / 4 with q = 4..8 (at most 25% waste,
+// four classes per power of two).
 std::size_t class_of(std::size_t bytes, std::size_t* rounded)
 {
-    const int top = 63 - __builtin_clzll(bytes);  // 2^top <= bytes < 2^(top + 1)
+    if (bytes < small_limit)
+    {
+        const std::size_t lines = bytes == 0 ? 1 : (bytes + alignment - 1) / alignment;
+        *rounded = lines * alignment;
+        return lines - 1;
+    }
+    const int top = 63 - __builtin_clzll(bytes);  // 2^top <= bytes < 2^(top + 1), top >= 12
     const std::size_t step = std::size_t(1) << (top - 2);
     const std::size_t quarters = (bytes + step - 1) / step;  // 4 .. 8; 8 is class 0 of the next power
     *rounded = quarters * step;
-    return static_cast<std::size_t>(top) * 4 + (quarters - 4);
+    return small_limit / alignment + static_cast<std::size_t>(top - 12) * 4 + (quarters - 4);
 }
 
 class pool
@@ -26,10 +33,6 @@ class pool
 public:
     void* allocate(std::size_t bytes)
     {
-        if (bytes < small_limit)
-        {
-            return plain_allocate(bytes);
-        }
         std::size_t rounded = 0;
         const std::size_t c = class_of(bytes, &rounded);
         {
@@ -49,11 +52,6 @@ public:
     {
         if (!p)
         {
-            return;
-        }
-        if (bytes < small_limit)
-        {
-            std::free(p);
             return;
         }
         std::size_t rounded = 0;
@@ -108,10 +106,9 @@ public:
     }
 
 private:
-    static void* plain_allocate(std::size_t bytes)
+    static void* plain_allocate(std::size_t rounded)
     {
-        const std::size_t padded = (bytes + alignment - 1) / alignment * alignment;
-        void* p = std::aligned_alloc(alignment, padded == 0 ? alignment : padded);
+        void* p = std::aligned_alloc(alignment, rounded);
         if (!p)
         {
             throw std::bad_alloc();
@@ -125,6 +122,55 @@ private:
     std::size_t limit_ = std::size_t(2) << 30;
 };
 
+}  // namespace
+
+arena::~arena()
+{
+    for (void* b : blocks_)
+    {
+        detail::pool_deallocate(b, block_size);
+    }
+    for (auto& [b, size] : large_)
+    {
+        detail::pool_deallocate(b, size);
+    }
+}
+
+void* arena::allocate(std::size_t bytes, std::size_t align)
+{
+    if (bytes > block_size / 4)
+    {
+        large_.emplace_back(detail::pool_allocate(bytes), bytes);
+        return large_.back().first;
+    }
+    used_ = (used_ + align - 1) / align * align;
+    if (blocks_.empty() || used_ + bytes > block_size)
+    {
+        if (blocks_.empty() || ++current_ == blocks_.size())
+        {
+            blocks_.push_back(detail::pool_allocate(block_size));
+            current_ = blocks_.size() - 1;
+        }
+        used_ = 0;
+    }
+    void* p = static_cast<char*>(blocks_[current_]) + used_;
+    used_ += bytes;
+    return p;
+}
+
+void arena::reset()
+{
+    for (auto& [b, size] : large_)
+    {
+        detail::pool_deallocate(b, size);
+    }
+    large_.clear();
+    current_ = 0;
+    used_ = 0;
+}
+
+namespace
+{
 // Never destroyed: arrays in static storage may be freed after any other static object.
 pool& the_pool()
 {

@@ -6,6 +6,8 @@
 
 #include <cstddef>
 #include <new>
+#include <utility>
+#include <vector>
 
 namespace xgrad
 {
@@ -39,6 +41,27 @@ struct pool_allocator
     {
         return false;
     }
+};
+
+// A bump allocator for the tape's nodes: one pooled 64 KiB block holds hundreds of nodes, and reset()
+// makes the blocks reusable. Objects placed here are destroyed by their owner, not by the arena.
+class arena
+{
+public:
+    arena() = default;
+    arena(const arena&) = delete;
+    arena& operator=(const arena&) = delete;
+    ~arena();
+
+    void* allocate(std::size_t bytes, std::size_t align);
+    void reset();
+
+private:
+    static constexpr std::size_t block_size = 64 * 1024;
+    std::vector<void*> blocks_;
+    std::vector<std::pair<void*, std::size_t>> large_;
+    std::size_t current_ = 0;
+    std::size_t used_ = 0;
 };
 
 // Bytes the pool keeps for reuse right now, and the most it will keep (default 2 GiB).

@@ -6,9 +6,12 @@
 #include <string>
 #include <vector>
 
+#include <xtensor/xstorage.hpp>
+
 namespace xgrad
 {
-using shape_t = std::vector<std::size_t>;
+// A shape: up to four axes stored inline (no heap allocation), like xtensor's own shapes.
+using shape_t = xt::svector<std::size_t, 4>;
 
 // "(2, 3, 4)"; a scalar prints as "()".
 std::string shape_str(const shape_t& shape);

@@ -143,7 +143,7 @@ tape<T>::tape() : state_(std::make_shared<detail::tape_state<T>>())
 template <class T>
 var<T> tape<T>::leaf(const char* op, array<T>&& value, std::string label, bool requires_grad)
 {
-    auto n = std::make_unique<detail::node<T>>();
+    auto n = state_->template make_node<detail::node<T>>();
     n->op = op;
     n->label = std::move(label);
     n->value = std::move(value);
@@ -288,6 +288,7 @@ void tape<T>::clear()
 {
     state_->nodes.clear();
     state_->nodes.shrink_to_fit();
+    state_->memory.reset();
     ++state_->generation;
 }
 

@@ -108,10 +108,31 @@ struct rule_node final : node<T>
     void release_rule() override { rule.reset(); }
 };
 
+// Nodes live in the tape's arena; destroying one runs its destructor and leaves the memory to the arena.
+struct node_deleter
+{
+    template <class N>
+    void operator()(N* n) const
+    {
+        n->~N();
+    }
+};
+
+template <class T>
+using node_ptr = std::unique_ptr<node<T>, node_deleter>;
+
 template <class T>
 struct tape_state
 {
-    std::vector<std::unique_ptr<node<T>>> nodes;
+    arena memory;  // declared before `nodes`, so it outlives them
+    std::vector<node_ptr<T>> nodes;
+
+    template <class N, class... Args>
+    node_ptr<T> make_node(Args&&... args)
+    {
+        return node_ptr<T>(new (memory.allocate(sizeof(N), alignof(N))) N(std::forward<Args>(args)...));
+    }
+
     std::uint64_t generation = 0;
     int no_grad_depth = 0;
 
@@ -289,15 +310,8 @@ var<T> record(const char* op, std::initializer_list<var<T>> inputs, array<T>&& v
     }
     wants_grad = wants_grad && state->no_grad_depth == 0;
 
-    std::unique_ptr<node<T>> n;
-    if (wants_grad)
-    {
-        n = std::make_unique<rule_node<T, std::decay_t<Rule>>>(std::forward<Rule>(rule));
-    }
-    else
-    {
-        n = std::make_unique<node<T>>();
-    }
+    node_ptr<T> n = wants_grad ? state->template make_node<rule_node<T, std::decay_t<Rule>>>(std::forward<Rule>(rule))
+                               : state->template make_node<node<T>>();
     n->op = op;
     n->value = std::move(value);
     n->requires_grad = wants_grad;

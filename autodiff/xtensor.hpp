@@ -5,6 +5,7 @@
 #include <xtensor/xarray.hpp>
 
 #include "autodiff/memory.hpp"
+#include "autodiff/shape.hpp"
 #include <xtensor/xbuilder.hpp>
 #include <xtensor/xio.hpp>
 #include <xtensor/xmath.hpp>
@@ -17,5 +18,4 @@ namespace xgrad
 template <class T>
 using array = xt::xarray<T, xt::layout_type::row_major, pool_allocator<T>>;
 
-using shape_t = std::vector<std::size_t>;
 }  // namespace xgrad
