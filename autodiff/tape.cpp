@@ -49,13 +49,13 @@ node<T>& tape_state<T>::at(std::uint32_t index, std::uint64_t generation_of_hand
 template <class T>
 const array<T>& var<T>::value() const
 {
-    return node().value;
+    return node().value();
 }
 
 template <class T>
 shape_t var<T>::shape() const
 {
-    return to_shape(node().value.shape());
+    return to_shape(node().value().shape());
 }
 
 template <class T>
@@ -64,7 +64,7 @@ const array<T>& var<T>::grad() const
     auto& n = node();
     if (!n.has_grad)
     {
-        n.grad = xt::zeros<T>(n.value.shape());
+        n.grad = xt::zeros<T>(n.value().shape());
         n.has_grad = true;
     }
     return n.grad;
@@ -115,7 +115,7 @@ void backward_context<T>::accumulate(std::size_t k, array<T>&& g)
     {
         return;
     }
-    const shape_t in_shape = to_shape(in.value.shape());
+    const shape_t in_shape = to_shape(in.value().shape());
     array<T> reduced = sum_to(std::move(g), in_shape);
     if (to_shape(reduced.shape()) != in_shape)
     {
@@ -146,7 +146,7 @@ var<T> tape<T>::leaf(const char* op, array<T>&& value, std::string label, bool r
     auto n = state_->template make_node<detail::node<T>>();
     n->op = op;
     n->label = std::move(label);
-    n->value = std::move(value);
+    n->owned = std::move(value);
     n->requires_grad = requires_grad && state_->no_grad_depth == 0;
     const auto index = static_cast<std::uint32_t>(state_->nodes.size());
     state_->nodes.push_back(std::move(n));
@@ -168,8 +168,10 @@ var<T> tape<T>::constant(array<T> value, std::string label)
 template <class T>
 var<T> tape<T>::param(const parameter<T>& p)
 {
-    var<T> v = leaf("param", array<T>(p.s_->value), p.s_->name, true);
-    state_->nodes[v.index_]->param = p.s_;
+    var<T> v = leaf("param", array<T>(), p.s_->name, true);
+    auto& n = *state_->nodes[v.index_];
+    n.param = p.s_;  // keeps the parameter alive while the tape reads its value
+    n.borrowed = &p.s_->value;
     return v;
 }
 
@@ -177,12 +179,12 @@ template <class T>
 void tape<T>::backward(const var<T>& root, bool retain_graph)
 {
     const auto& n = root.node();
-    if (n.value.size() != 1)
+    if (n.value().size() != 1)
     {
         fail("tape::backward", "root has shape " + shape_str(root.shape()) +
                                    "; pass a seed gradient of that shape or reduce it to one element");
     }
-    backward(root, xt::ones<T>(n.value.shape()), retain_graph);
+    backward(root, xt::ones<T>(n.value().shape()), retain_graph);
 }
 
 template <class T>
@@ -303,18 +305,19 @@ std::vector<node_info> tape<T>::nodes() const
     {
         const auto& n = *state_->nodes[i];
         out.push_back({i, n.op, n.label, std::vector<std::uint32_t>(n.inputs.begin(), n.inputs.begin() + n.input_count),
-                       to_shape(n.value.shape()), n.value.size() * sizeof(T), n.value_saved, n.multiply_adds});
+                       to_shape(n.value().shape()), n.value().size() * sizeof(T), n.value_saved, n.multiply_adds});
     }
     return out;
 }
 
 template <class T>
-std::size_t tape<T>::bytes_saved_for_backward() const
+std::size_t tape<T>::bytes_saved_for_backward(bool include_leaves) const
 {
     std::size_t bytes = 0;
     for (const auto& n : state_->nodes)
     {
-        bytes += n->value_saved ? n->value.size() * sizeof(T) : 0;
+        const bool counted = n->value_saved && (include_leaves || n->input_count > 0);
+        bytes += counted ? n->owned.size() * sizeof(T) : 0;  // a borrowed parameter is not the tape's
     }
     return bytes;
 }
@@ -325,7 +328,7 @@ std::size_t tape<T>::bytes_held() const
     std::size_t bytes = 0;
     for (const auto& n : state_->nodes)
     {
-        bytes += (n->value.size() + (n->has_grad ? n->grad.size() : 0)) * sizeof(T);
+        bytes += (n->owned.size() + (n->has_grad ? n->grad.size() : 0)) * sizeof(T);
     }
     return bytes;
 }

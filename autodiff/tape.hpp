@@ -82,7 +82,8 @@ struct node
     std::string label;
     std::array<std::uint32_t, 2> inputs{};
     std::uint8_t input_count = 0;
-    array<T> value;
+    array<T> owned;                     // the value, unless borrowed
+    const array<T>* borrowed = nullptr;  // a parameter's value, read in place (not copied per step)
     array<T> grad;
     bool has_grad = false;
     bool requires_grad = false;
@@ -91,6 +92,8 @@ struct node
     bool released = false;     // its rule was freed by a backward that did not retain the graph
     std::uint64_t multiply_adds = 0;
     std::shared_ptr<typename parameter<T>::state> param;  // set on leaves bound to a parameter
+
+    const array<T>& value() const { return borrowed ? *borrowed : owned; }
 
     virtual ~node() = default;
     virtual bool has_rule() const { return false; }
@@ -208,8 +211,8 @@ class backward_context
 public:
     backward_context(detail::tape_state<T>& s, detail::node<T>& n) : state_(s), node_(n) {}
     const array<T>& grad() const { return node_.grad; }
-    const array<T>& output() const { return node_.value; }
-    const array<T>& input(std::size_t k) const { return input_node(k).value; }
+    const array<T>& output() const { return node_.value(); }
+    const array<T>& input(std::size_t k) const { return input_node(k).value(); }
     bool needs_grad(std::size_t k) const { return input_node(k).requires_grad; }
     // Adds g into input k's gradient, first summing away any broadcasting (sum_to).
     void accumulate(std::size_t k, array<T>&& g);
@@ -272,7 +275,9 @@ public:
     // Introspection.
     std::size_t size() const { return state_->nodes.size(); }
     std::vector<node_info> nodes() const;
-    std::size_t bytes_saved_for_backward() const;  // values some backward rule will read
+    // Bytes of the values the tape owns that a backward rule will read; with include_leaves = false, only
+    // the intermediate results (what an autograd engine allocates in the forward pass and keeps).
+    std::size_t bytes_saved_for_backward(bool include_leaves = true) const;
     std::size_t bytes_held() const;                // every value and gradient the tape owns
     std::uint64_t multiply_adds() const;           // sum over recorded ops (matmul counts M*N*K)
     std::string trace() const;                     // one line per node: index, op, label, inputs, shape
@@ -313,7 +318,7 @@ var<T> record(const char* op, std::initializer_list<var<T>> inputs, array<T>&& v
     node_ptr<T> n = wants_grad ? state->template make_node<rule_node<T, std::decay_t<Rule>>>(std::forward<Rule>(rule))
                                : state->template make_node<node<T>>();
     n->op = op;
-    n->value = std::move(value);
+    n->owned = std::move(value);
     n->requires_grad = wants_grad;
     n->multiply_adds = multiply_adds;
     std::uint8_t k = 0;

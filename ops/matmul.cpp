@@ -31,11 +31,17 @@ std::size_t matrix_offset(std::size_t flat, const shape_t& batch, const std::vec
     }
     return offset;
 }
-// Splits [0, extent) into one contiguous block per thread (a single block with one thread), keeping
-// block edges on multiples of 16 so that every GEMM call gets well-shaped panels.
-void parallel_blocks(std::size_t extent, const std::function<void(std::size_t, std::size_t)>& block)
+// Waking a thread costs microseconds: below this many multiply-adds a product stays on one thread.
+constexpr std::uint64_t parallel_threshold = 1 << 21;
+
+// Splits [0, extent) into one contiguous block per thread (a single block with one thread or little
+// work), keeping block edges on multiples of 16 so that every GEMM call gets well-shaped panels.
+void parallel_blocks(std::size_t extent, std::uint64_t work,
+                     const std::function<void(std::size_t, std::size_t)>& block)
 {
-    const std::size_t threads = std::min<std::size_t>(num_threads(), std::max<std::size_t>(1, extent / 64));
+    const std::size_t threads = work < parallel_threshold
+                                    ? 1
+                                    : std::min<std::size_t>(num_threads(), std::max<std::size_t>(1, extent / 64));
     if (threads <= 1)
     {
         block(0, extent);
@@ -81,10 +87,11 @@ void matmul_into(const array<T>& a, bool ta, const array<T>& b, bool tb, array<T
         }
     }
     const bool full_a = batch_a == batch, full_b = batch_b == batch;
+    const std::uint64_t work = matmul_multiply_adds(batch, m, n, k);
     if (!summed && !ta && element_count(batch_b) == 1 && full_a)
     {
         // one (count*m, k) x (k, n) product, its rows split across threads
-        parallel_blocks(count * m, [&](std::size_t r0, std::size_t r1) {
+        parallel_blocks(count * m, work, [&](std::size_t r0, std::size_t r1) {
             gemm(false, tb, r1 - r0, n, k, a.data() + r0 * a_cols, a_cols, b.data(), b_cols, T(0), c.data() + r0 * n,
                  n);
         });
@@ -93,7 +100,7 @@ void matmul_into(const array<T>& a, bool ta, const array<T>& b, bool tb, array<T
     if (element_count(batch_c) == 1 && ta && !tb && full_a && full_b)
     {
         // one (m, count*k) x (count*k, n) product, its columns split across threads
-        parallel_blocks(n, [&](std::size_t c0, std::size_t c1) {
+        parallel_blocks(n, work, [&](std::size_t c0, std::size_t c1) {
             gemm(true, false, m, c1 - c0, count * k, a.data(), a_cols, b.data() + c0, b_cols, T(0), c.data() + c0, n);
         });
         return;
@@ -107,11 +114,11 @@ void matmul_into(const array<T>& a, bool ta, const array<T>& b, bool tb, array<T
         T* pc = c.data() + matrix_offset(i, batch, stride_c) * m * n;
         gemm(ta, tb, m, n, k, pa, a_cols, pb, b_cols, summed ? T(1) : T(0), pc, n);
     };
-    if (summed)
+    if (summed || work < parallel_threshold)
     {
         for (std::size_t i = 0; i < count; ++i)
         {
-            one_product(i);  // serial: several products land in the same C
+            one_product(i);  // serial when several products land in the same C, or when there is little work
         }
     }
     else

@@ -37,7 +37,7 @@ public:
         stopping_ = false;
         for (int i = 1; i < n; ++i)
         {
-            workers_.emplace_back([this, i] { work(i); });
+            workers_.emplace_back([this, i, first_round = round_] { work(i, first_round); });
         }
     }
 
@@ -90,9 +90,9 @@ private:
         }
     }
 
-    void work(int t)
+    // `seen` starts at the round current when the worker was made: it must never replay an old job.
+    void work(int t, std::size_t seen)
     {
-        std::size_t seen = 0;
         for (;;)
         {
             std::unique_lock<std::mutex> lock(mutex_);

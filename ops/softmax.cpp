@@ -16,7 +16,7 @@ namespace kernels
 namespace
 {
 // Rows above this many elements in total are split across threads.
-constexpr std::size_t parallel_threshold = 1 << 15;
+constexpr std::size_t parallel_threshold = 1 << 16;
 
 void for_rows(std::size_t rows, std::size_t row_length, const std::function<void(std::size_t)>& body)
 {

@@ -441,9 +441,12 @@ TEST_CASE("parameters: a fresh tape per step, gradients accumulate until zero_gr
 
 TEST_CASE("two threads give the same gradients as one")
 {
-    auto p = make_problem<double>(4, 24, 40, 64, 4);  // large enough to split GEMMs and softmax rows
+    auto p = make_problem<double>(4, 64, 80, 128, 4);  // large enough to split GEMMs and softmax rows
     p.causal = true;
     const auto one = tape_gradients(p);
+    set_num_threads(2);
+    tape_gradients(p);
+    set_num_threads(1);  // shrinking and growing the pool again must not replay an old job
     set_num_threads(2);
     const auto two = tape_gradients(p);
     const auto manual = manual_gradients(p);
