@@ -13,11 +13,11 @@ namespace bench
 {
 // One self-attention problem: X (B, T, d), weights (d, d) in the row-vector convention of the chapter
 // (Q = X W_Q), and G (B, T, d), the fixed upstream gradient: loss = sum(Y * G). Causal mask.
-template <class T>
+template <class Scalar>
 struct mha_problem
 {
     std::size_t B = 0, T = 0, d = 0, H = 0;
-    std::vector<T> X, W_Q, W_K, W_V, W_O, G;
+    std::vector<Scalar> X, W_Q, W_K, W_V, W_O, G;
 };
 
 // One implementation of "forward + backward" for a problem, set up once and stepped many times.

@@ -17,6 +17,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench/bench.hpp"
@@ -64,8 +65,9 @@ struct settings
     std::vector<std::string> sizes{"tiny", "small", "medium", "large", "xl"};
     std::vector<std::string> dtypes{"f32", "f64"};
     std::vector<int> threads{1, 2};
-    double budget_s = 3.0;  // timed rounds per (size, dtype, threads), before the min/max clamps
-    int min_reps = 3;
+    double budget_s = 3.0;  // seconds of timed rounds per (size, dtype, threads), before the clamps
+    int min_reps = 5;       // at least this many rounds ...
+    int min_reps_slow = 3;  // ... or this many when one round takes over 2 s (xl)
     int max_reps = 31;
     int chain_length = 1000;
     int chain_width = 4;
@@ -87,7 +89,8 @@ struct peak_row
 {
     std::string dtype;
     int threads;
-    double gflops;
+    double gflops;  // from the median time: what the MHA rows are compared with
+    double best_gflops;
 };
 
 struct overhead_row
@@ -131,6 +134,33 @@ std::string read_first_line(const char* path, const std::string& prefix = "")
         }
     }
     return "?";
+}
+
+// Cores other processes keep busy, sampled from /proc/stat over half a second while this one sleeps.
+double busy_cores()
+{
+    auto sample = [](double& busy, double& total) {
+        std::ifstream in("/proc/stat");
+        std::string cpu;
+        double v[8] = {0};
+        in >> cpu;
+        for (double& x : v)
+        {
+            in >> x;
+        }
+        total = 0;
+        for (double x : v)
+        {
+            total += x;
+        }
+        busy = total - v[3] - v[4];  // minus idle and iowait
+    };
+    double b0, t0, b1, t1;
+    sample(b0, t0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    sample(b1, t1);
+    const double cores = static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
+    return t1 > t0 ? cores * (b1 - b0) / (t1 - t0) : 0.0;
 }
 
 std::string fixed(double x, int digits)
@@ -190,7 +220,7 @@ double relative_error(const std::vector<double>& a, const std::vector<double>& b
 }
 
 template <class T>
-double gemm_peak(const settings& opt, int threads)
+std::pair<double, double> gemm_peak(const settings& opt, int threads)
 {
     const std::size_t n = static_cast<std::size_t>(opt.gemm_n);
     std::mt19937 rng(7);
@@ -214,7 +244,8 @@ double gemm_peak(const settings& opt, int threads)
         }
     }
     bench::blas_threads(1);
-    return 2.0 * n * n * n / (median(times) * 1e6);
+    const double flop = 2.0 * n * n * n;
+    return {flop / (median(times) * 1e6), flop / (*std::min_element(times.begin(), times.end()) * 1e6)};
 }
 
 template <class T>
@@ -317,8 +348,9 @@ row mha_row(const settings& opt, const size_spec& s, const std::string& dtype, i
         return total;
     };
     const double warm = round(0, false);  // warm-up round; also sizes the number of timed rounds
+    const int floor = warm > 2000.0 ? opt.min_reps_slow : opt.min_reps;
     const int reps = std::clamp(static_cast<int>(std::ceil(opt.budget_s * 1000.0 / std::max(warm, 1e-3))),
-                                opt.min_reps, opt.max_reps);
+                                std::min(floor, opt.max_reps), opt.max_reps);
     for (int r = 0; r < reps; ++r)
     {
         round(static_cast<std::size_t>(r), true);
@@ -369,7 +401,8 @@ void print_table(std::ostream& out, const std::string& dtype, const std::vector<
         if (p.dtype == dtype)
         {
             out << "in-run GEMM peak (xgrad::kernels::gemm, 512^3, OpenBLAS at " << p.threads
-                << (p.threads == 1 ? " thread" : " threads") << "): " << fixed(p.gflops, 1) << " GFLOP/s\n";
+                << (p.threads == 1 ? " thread" : " threads") << "): " << fixed(p.gflops, 1)
+                << " GFLOP/s median (best " << fixed(p.best_gflops, 1) << ")\n";
         }
     }
     for (const auto& o : overheads)
@@ -424,7 +457,9 @@ void print_table(std::ostream& out, const std::string& dtype, const std::vector<
         }
         out << line << "\n";
     }
-    out << "tape bytes = xgrad tape.bytes_saved_for_backward() after the forward. LT fwd bytes = bytes LibTorch's\n"
+    out << "tape bytes = xgrad tape.bytes_saved_for_backward(false) after the forward: the intermediate values a\n"
+           "backward rule will read (the leaves X, G and the parameters exist before the forward and are not\n"
+           "counted, as on the LibTorch side). LT fwd bytes = bytes LibTorch's\n"
            "CPU allocator handed out during the composed forward and still held before backward (saved tensors,\n"
            "Y and the loss; parameters and X are not counted, as they exist before the forward).\n";
 }
@@ -459,7 +494,7 @@ void write_json(const std::string& path, const std::vector<std::pair<std::string
     }
     out << "},\n  \"units\": {\"time\": \"ms, median over interleaved rounds\", \"gflops\": \"FLOP = 2 x "
            "multiply-adds, fwd+bwd = 3 x fwd (eq. 20.5)\", \"ratio\": \"xgrad_ms / min(libtorch_ms, "
-           "libtorch_nn_ms)\", \"tape_bytes\": \"xgrad tape.bytes_saved_for_backward() after forward\", "
+           "libtorch_nn_ms)\", \"tape_bytes\": \"xgrad tape.bytes_saved_for_backward(false) after forward (intermediates only)\", "
            "\"libtorch_forward_bytes\": \"LibTorch CPU-allocator bytes allocated by the composed forward and "
            "alive before backward\"},\n";
     out << "  \"rows\": [\n";
@@ -481,7 +516,8 @@ void write_json(const std::string& path, const std::vector<std::pair<std::string
     {
         out << (i ? ", " : "") << "{\"dtype\": \"" << (peaks[i].dtype == "f32" ? "float32" : "float64")
             << "\", \"threads\": " << peaks[i].threads << ", \"n\": " << opt.gemm_n
-            << ", \"gflops\": " << fixed(peaks[i].gflops, 3) << "}";
+            << ", \"gflops\": " << fixed(peaks[i].gflops, 3) << ", \"best_gflops\": " << fixed(peaks[i].best_gflops, 3)
+            << "}";
     }
     out << "],\n  \"per_op_overhead\": [";
     for (std::size_t i = 0; i < overheads.size(); ++i)
@@ -535,13 +571,13 @@ settings parse(int argc, char** argv)
         else if (a == "--budget")
             opt.budget_s = std::stod(next());
         else if (a == "--min-reps")
-            opt.min_reps = std::stoi(next());
+            opt.min_reps = opt.min_reps_slow = std::stoi(next());
         else if (a == "--max-reps")
             opt.max_reps = std::stoi(next());
         else if (a == "--quick")
         {
             opt.budget_s = 0.2;
-            opt.min_reps = 1;
+            opt.min_reps = opt.min_reps_slow = 1;
             opt.max_reps = 5;
             opt.chain_reps = 5;
             opt.gemm_reps = 3;
@@ -565,6 +601,7 @@ int main(int argc, char** argv)
         bench::xgrad_gemm<float>(1, &a, &b, &c);
     }
     const char* coretype = std::getenv("OPENBLAS_CORETYPE");
+    const char* wait_policy = std::getenv("OMP_WAIT_POLICY");
     std::vector<std::pair<std::string, std::string>> machine = {
         {"cpu", read_first_line("/proc/cpuinfo", "model name")},
         {"openblas_core", bench::gemm_backend()},
@@ -572,13 +609,20 @@ int main(int argc, char** argv)
         {"libtorch", bench::torch_version()},
         {"libtorch_config", bench::torch_blas_info()},
         {"loadavg_start", read_first_line("/proc/loadavg")},
+        {"omp_wait_policy_env", wait_policy ? wait_policy : "(unset)"},
+        {"busy_cores_at_start", fixed(busy_cores(), 2)},
     };
     std::cout << "xgrad vs LibTorch: MHA self-attention forward+backward (bench/)\n"
               << "CPU: " << machine[0].second << "\n"
               << "OpenBLAS core (xgrad::kernels::gemm_backend(), shared with LibTorch): " << machine[1].second
               << "; OPENBLAS_CORETYPE=" << machine[2].second << "\n"
-              << "LibTorch " << machine[3].second << ": " << machine[4].second << "\n"
-              << "load average at start: " << machine[5].second << "\n"
+              << "LibTorch " << machine[3].second << ": " << machine[4].second
+              << "; OMP_WAIT_POLICY=" << machine[6].second << "\n"
+              << "load average at start: " << machine[5].second << "; cores busy with other work: "
+              << machine[7].second << "\n"
+              << (std::atof(machine[7].second.c_str()) > 0.25
+                      ? "WARNING: other processes are using the CPUs; timings (above all at 2 threads) will be noisy\n"
+                      : "")
               << "threads: at::set_num_threads(n) and xgrad::set_num_threads(n); OpenBLAS set to n around\n"
               << "LibTorch steps and to 1 around xgrad steps (xgrad keeps its BLAS single-threaded by design).\n"
               << std::flush;
@@ -593,12 +637,24 @@ int main(int argc, char** argv)
         {
             die("unknown dtype " + dtype + " (f32 or f64)");
         }
-        for (int threads : opt.threads)
+    }
+    int xgrad_pool = 0;
+    for (int threads : opt.threads)
+    {
+        bench::torch_threads(threads);
+        // Resize xgrad's pool only when the count changes, and never down then up again: in this xgrad,
+        // a pool re-grown after it has run parallel work starts workers that replay the last (dangling)
+        // job (ops/parallel.cpp, pool::resize), so the thread counts are the outer loop.
+        if (threads != xgrad_pool)
         {
-            bench::torch_threads(threads);
             bench::xgrad_threads(threads);
-            const double peak = dtype == "f32" ? gemm_peak<float>(opt, threads) : gemm_peak<double>(opt, threads);
-            peaks.push_back({dtype, threads, peak});
+            xgrad_pool = threads;
+        }
+        for (const auto& dtype : opt.dtypes)
+        {
+            const auto [peak, best] =
+                dtype == "f32" ? gemm_peak<float>(opt, threads) : gemm_peak<double>(opt, threads);
+            peaks.push_back({dtype, threads, peak, best});
             overheads.push_back(dtype == "f32" ? chain_overhead<float>(opt, dtype, threads)
                                                : chain_overhead<double>(opt, dtype, threads));
             std::cerr << dtype << " threads=" << threads << ": GEMM peak " << fixed(peak, 1) << " GFLOP/s, add chain "
@@ -619,6 +675,7 @@ int main(int argc, char** argv)
     }
     const double minutes =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 60.0;
+    machine.push_back({"busy_cores_at_end", fixed(busy_cores(), 2)});
     machine.push_back({"loadavg_end", read_first_line("/proc/loadavg")});
     machine.push_back({"wall_minutes", fixed(minutes, 2)});
     for (const auto& dtype : opt.dtypes)
@@ -626,7 +683,8 @@ int main(int argc, char** argv)
         print_table(std::cout, dtype, rows, peaks, overheads);
     }
     write_json(opt.json_path, machine, rows, peaks, overheads, opt);
-    std::cout << "\nload average at end: " << machine[machine.size() - 2].second << "  (wall " << fixed(minutes, 1)
+    std::cout << "\nload average at end: " << machine[machine.size() - 2].second << "; cores busy with other work: "
+              << machine[machine.size() - 3].second << "  (wall " << fixed(minutes, 1)
               << " min)\nJSON: " << opt.json_path << "\n";
     return 0;
 }

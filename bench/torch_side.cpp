@@ -8,6 +8,7 @@
 #include <torch/nn/modules/activation.h>
 #include <torch/version.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <limits>
@@ -36,7 +37,7 @@ public:
 
     std::int64_t live() const { return live_; }
 
-    // Counts allocations from now on; returns the allocator to put back.
+    // Routes LibTorch's CPU allocations through this counter until uninstall().
     void install()
     {
         base_ = c10::GetCPUAllocator();
@@ -250,24 +251,22 @@ std::string torch_version()
     return TORCH_VERSION;
 }
 
-// The BLAS and parallel-backend lines of at::show_config().
+// The few items of at::show_config() that matter here (which BLAS, oneDNN, OpenMP, SIMD level).
 std::string torch_blas_info()
 {
-    std::istringstream config(at::show_config());
-    std::string line, out;
-    while (std::getline(config, line))
+    std::string config = at::show_config(), out;
+    std::replace(config.begin(), config.end(), '\n', ',');
+    std::istringstream items(config);
+    std::string item;
+    while (std::getline(items, item, ','))
     {
-        for (const char* key : {"BLAS_INFO", "USE_MKLDNN", "USE_OPENMP", "ATen parallel backend", "CPU capability"})
+        const auto first = item.find_first_not_of(" -");
+        item = first == std::string::npos ? "" : item.substr(first);
+        for (const char* key : {"CPU capability usage", "BLAS_INFO", "USE_MKLDNN", "USE_OPENMP"})
         {
-            if (line.find(key) != std::string::npos)
+            if (item.rfind(key, 0) == 0 && out.find(item) == std::string::npos)
             {
-                const auto first = line.find_first_not_of(" -");
-                std::string item = line.substr(first == std::string::npos ? 0 : first);
-                if (!item.empty() && item.back() == ',')
-                {
-                    item.pop_back();
-                }
-                out += (out.empty() ? "" : "; ") + item;
+                out += (out.empty() ? "" : ", ") + item;
             }
         }
     }

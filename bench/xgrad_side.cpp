@@ -68,7 +68,7 @@ private:
         auto loss = xgrad::ops::sum(xgrad::ops::mul(y, g));
         if (saved_bytes)
         {
-            *saved_bytes = t.bytes_saved_for_backward();
+            *saved_bytes = t.bytes_saved_for_backward(/*include_leaves=*/false);
         }
         t.backward(loss);
         if (keep_output)
