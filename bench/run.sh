@@ -23,6 +23,12 @@ fi
 # the interleaved rounds) for the 2 cores: LibTorch's 2-thread medium step measured 2-5x slower, and
 # xgrad's ~2x slower next to it. PASSIVE makes idle OpenMP workers sleep; it helps LibTorch here.
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
+# Likewise OpenBLAS's own worker threads spin (calling sched_yield) for up to 2^28 cycles after each
+# multithreaded GEMM before they sleep. In interleaved rounds at 2 threads, the workers LibTorch's GEMMs
+# woke were still spinning through the next xgrad step: measured here, xgrad's f32 medium step took
+# 51 ms next to them and 26 ms with a short timeout, while LibTorch's went from 36 to 33 ms. 2^4 cycles
+# lets both libraries' idle BLAS threads sleep at once.
+export OPENBLAS_THREAD_TIMEOUT="${OPENBLAS_THREAD_TIMEOUT:-4}"
 mkdir -p bench/results
 stem="bench/results/mha_bench-$(date +%Y%m%d-%H%M%S)"
 ./build-bench/bench/xgrad_bench --json "$stem.json" "$@" | tee "$stem.txt"
