@@ -246,7 +246,7 @@ void tape<T>::walk(std::uint32_t root, bool retain_graph)
         {
             continue;
         }
-        backward_context<T> ctx(*state_, n);
+        backward_context<T> ctx(*state_, n, !retain_graph && i != root);
         n.run_rule(ctx);
         if (!retain_graph)
         {

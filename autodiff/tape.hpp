@@ -209,8 +209,14 @@ template <class T>
 class backward_context
 {
 public:
-    backward_context(detail::tape_state<T>& s, detail::node<T>& n) : state_(s), node_(n) {}
+    backward_context(detail::tape_state<T>& s, detail::node<T>& n, bool grad_is_disposable)
+        : state_(s), node_(n), disposable_(grad_is_disposable)
+    {
+    }
     const array<T>& grad() const { return node_.grad; }
+    // The incoming gradient for a rule to consume (call it last): moved out when the walk would free it
+    // right after this rule anyway, copied when it is kept (retain_graph, or the root).
+    array<T> take_grad() { return disposable_ ? std::move(node_.grad) : array<T>(node_.grad); }
     const array<T>& output() const { return node_.value(); }
     const array<T>& input(std::size_t k) const { return input_node(k).value(); }
     bool needs_grad(std::size_t k) const { return input_node(k).requires_grad; }
@@ -221,6 +227,7 @@ private:
     detail::node<T>& input_node(std::size_t k) const { return *state_.nodes[node_.inputs[k]]; }
     detail::tape_state<T>& state_;
     detail::node<T>& node_;
+    bool disposable_;
 };
 
 // One line of tape::nodes(): what the shape trace and the DOT export print.

@@ -24,7 +24,7 @@ var<T> add(const var<T>& a, const var<T>& b)
     array<T> c = a.value() + b.value();
     return detail::record("add", {a, b}, std::move(c), saves_nothing, [](backward_context<T>& ctx) {
         ctx.accumulate(0, array<T>(ctx.grad()));
-        ctx.accumulate(1, array<T>(ctx.grad()));
+        ctx.accumulate(1, ctx.take_grad());
     });
 }
 
@@ -35,8 +35,8 @@ var<T> sub(const var<T>& a, const var<T>& b)
     check_broadcast("sub", a, b);
     array<T> c = a.value() - b.value();
     return detail::record("sub", {a, b}, std::move(c), saves_nothing, [](backward_context<T>& ctx) {
-        ctx.accumulate(0, array<T>(ctx.grad()));
         ctx.accumulate(1, array<T>(-ctx.grad()));
+        ctx.accumulate(0, ctx.take_grad());
     });
 }
 

@@ -58,17 +58,15 @@ void cblas(bool ta, bool tb, int m, int n, int k, const double* a, int lda, cons
     cblas_dgemm(CblasRowMajor, flag(ta), flag(tb), m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
 }
 
-libxsmm_smmfunction dispatch(int m, int n, int k, int lda, int ldb, int ldc, float beta)
+libxsmm_smmfunction dispatch(int m, int n, int k, int lda, int ldb, int ldc, float beta, int flags)
 {
     const float alpha = 1;
-    const int flags = LIBXSMM_GEMM_FLAG_NONE;
     return libxsmm_smmdispatch(m, n, k, &lda, &ldb, &ldc, &alpha, &beta, &flags, nullptr);
 }
 
-libxsmm_dmmfunction dispatch(int m, int n, int k, int lda, int ldb, int ldc, double beta)
+libxsmm_dmmfunction dispatch(int m, int n, int k, int lda, int ldb, int ldc, double beta, int flags)
 {
     const double alpha = 1;
-    const int flags = LIBXSMM_GEMM_FLAG_NONE;
     return libxsmm_dmmdispatch(m, n, k, &lda, &ldb, &ldc, &alpha, &beta, &flags, nullptr);
 }
 
@@ -88,22 +86,22 @@ const T* transposed(const T* x, int rows, int cols, int ld, std::vector<T>& out)
 }
 
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: LIBXSMM (column-major) gets
-// op(B) as its left operand and op(A) as its right. Its JIT kernels take no transpose flags, so a
-// transposed operand is first copied into its plain layout (k x n or m x k numbers, against m n k
-// multiply-adds). Returns false when no kernel could be made (then OpenBLAS runs).
+// op(B) as its left operand and op(A) as its right. A transposed A is the kernel's TRANS_B flag; its
+// JIT kernels take no TRANS_A, so a transposed B is first copied into its plain layout (k n numbers,
+// against m n k multiply-adds). Returns false when no kernel could be made (then OpenBLAS runs).
 template <class T>
 bool small_gemm(bool ta, bool tb, int m, int n, int k, const T* a, int lda, const T* b, int ldb, T beta, T* c,
                 int ldc)
 {
-    thread_local std::vector<T> a_plain, b_plain;
-    const auto kernel = dispatch(n, m, k, tb ? n : ldb, ta ? k : lda, ldc, beta);
+    thread_local std::vector<T> b_plain;
+    const int flags = ta ? LIBXSMM_GEMM_FLAG_TRANS_B : LIBXSMM_GEMM_FLAG_NONE;
+    const auto kernel = dispatch(n, m, k, tb ? n : ldb, lda, ldc, beta, flags);
     if (!kernel)
     {
         return false;
     }
-    const T* left = tb ? transposed(b, n, k, ldb, b_plain) : b;   // op(B) row-major k x n
-    const T* right = ta ? transposed(a, k, m, lda, a_plain) : a;  // op(A) row-major m x k
-    kernel(left, right, c);
+    const T* left = tb ? transposed(b, n, k, ldb, b_plain) : b;  // op(B), row-major k x n
+    kernel(left, a, c);
     return true;
 }
 

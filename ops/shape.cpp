@@ -157,7 +157,7 @@ var<T> reshape(const var<T>& x, const std::vector<long>& shape)
     array<T> y = x.value();
     y.reshape(out_shape);
     return detail::record("reshape", {x}, std::move(y), saves_nothing, [in_shape](backward_context<T>& ctx) {
-        array<T> g = ctx.grad();
+        array<T> g = ctx.take_grad();
         g.reshape(in_shape);
         ctx.accumulate(0, std::move(g));
     });
