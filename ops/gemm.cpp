@@ -8,6 +8,7 @@
 #include <cblas.h>
 #include <libxsmm.h>
 
+#include <array>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -58,29 +59,63 @@ void cblas(bool ta, bool tb, int m, int n, int k, const double* a, int lda, cons
     cblas_dgemm(CblasRowMajor, flag(ta), flag(tb), m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
 }
 
-libxsmm_smmfunction dispatch(int m, int n, int k, int lda, int ldb, int ldc, float beta, int flags)
+libxsmm_smmfunction make_kernel(int m, int n, int k, int lda, int ldb, int ldc, float beta, int flags)
 {
     const float alpha = 1;
     return libxsmm_smmdispatch(m, n, k, &lda, &ldb, &ldc, &alpha, &beta, &flags, nullptr);
 }
 
-libxsmm_dmmfunction dispatch(int m, int n, int k, int lda, int ldb, int ldc, double beta, int flags)
+libxsmm_dmmfunction make_kernel(int m, int n, int k, int lda, int ldb, int ldc, double beta, int flags)
 {
     const double alpha = 1;
     return libxsmm_dmmdispatch(m, n, k, &lda, &ldb, &ldc, &alpha, &beta, &flags, nullptr);
+}
+
+// LIBXSMM's own lookup hashes a whole descriptor (~1000 instructions, as much as a 16x16x8 product);
+// an MHA step asks for the same few shapes again and again, so remember the last ones per thread.
+template <class T>
+auto kernel_for(int m, int n, int k, int lda, int ldb, int ldc, T beta, int flags)
+{
+    using kernel = decltype(make_kernel(m, n, k, lda, ldb, ldc, beta, flags));
+    struct entry
+    {
+        std::array<int, 8> key{};
+        kernel fn = nullptr;
+    };
+    thread_local std::array<entry, 64> cache{};
+    const std::array<int, 8> key{m, n, k, lda, ldb, ldc, beta == T(0) ? 0 : 1, flags};
+    std::size_t hash = 0;
+    for (int v : key)
+    {
+        hash = hash * 31 + static_cast<std::size_t>(v);
+    }
+    entry& e = cache[hash % cache.size()];
+    if (!e.fn || e.key != key)
+    {
+        e.key = key;
+        e.fn = make_kernel(m, n, k, lda, ldb, ldc, beta, flags);
+    }
+    return e.fn;
 }
 
 // A rows x cols block with leading dimension ld, transposed into `out` (cols x rows, dense).
 template <class T>
 const T* transposed(const T* x, int rows, int cols, int ld, std::vector<T>& out)
 {
-    out.resize(static_cast<std::size_t>(rows) * cols);
-    for (int r = 0; r < rows; ++r)
+    const std::size_t size = static_cast<std::size_t>(rows) * cols;
+    if (out.size() < size)
     {
-        for (int c = 0; c < cols; ++c)
+        out.resize(size);  // grows only: the buffer is reused across calls
+    }
+    T* dst = out.data();
+    for (int c = 0; c < cols; ++c)
+    {
+        const T* src = x + c;
+        for (int r = 0; r < rows; ++r)
         {
-            out[static_cast<std::size_t>(c) * rows + r] = x[static_cast<std::size_t>(r) * ld + c];
+            dst[r] = src[static_cast<std::size_t>(r) * ld];
         }
+        dst += rows;
     }
     return out.data();
 }
@@ -95,7 +130,7 @@ bool small_gemm(bool ta, bool tb, int m, int n, int k, const T* a, int lda, cons
 {
     thread_local std::vector<T> b_plain;
     const int flags = ta ? LIBXSMM_GEMM_FLAG_TRANS_B : LIBXSMM_GEMM_FLAG_NONE;
-    const auto kernel = dispatch(n, m, k, tb ? n : ldb, lda, ldc, beta, flags);
+    const auto kernel = kernel_for(n, m, k, tb ? n : ldb, lda, ldc, beta, flags);
     if (!kernel)
     {
         return false;
