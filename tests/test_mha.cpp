@@ -2,6 +2,8 @@
 // must agree (Exercise 20.4), for self- and cross-attention, every mask kind and the edge sizes.
 #include <doctest/doctest.h>
 
+#include "test_util.hpp"
+
 #include <cmath>
 #include <random>
 
@@ -14,19 +16,6 @@ using namespace xgrad::models;
 
 namespace
 {
-template <class T>
-array<T> random_array(const shape_t& shape, unsigned seed, double scale = 1.0)
-{
-    std::mt19937 rng(seed);
-    std::normal_distribution<double> normal(0.0, scale);
-    array<T> a = array<T>::from_shape(shape);
-    for (auto& x : a)
-    {
-        x = static_cast<T>(normal(rng));
-    }
-    return a;
-}
-
 // One MHA problem: inputs, weights, upstream gradient G (loss = sum(Y * G)) and options.
 template <class T>
 struct problem
@@ -47,15 +36,15 @@ problem<T> make_problem(std::size_t batch, std::size_t tq, std::size_t tk, std::
 {
     problem<T> p;
     p.config = {d, heads, kv_heads};
-    p.xq = random_array<T>({batch, tq, d}, seed, input_scale);
-    p.xk = random_array<T>({batch, tk, d}, seed + 1, input_scale);
-    p.xv = random_array<T>({batch, tk, d}, seed + 2, input_scale);
+    p.xq = test::normal_array<T>({batch, tq, d}, seed, input_scale);
+    p.xk = test::normal_array<T>({batch, tk, d}, seed + 1, input_scale);
+    p.xv = test::normal_array<T>({batch, tk, d}, seed + 2, input_scale);
     const double w = 1.0 / std::sqrt(double(d));
-    p.w_q = random_array<T>({d, d}, seed + 3, w);
-    p.w_k = random_array<T>({d, p.config.kv_width()}, seed + 4, w);
-    p.w_v = random_array<T>({d, p.config.kv_width()}, seed + 5, w);
-    p.w_o = random_array<T>({d, d}, seed + 6, w);
-    p.grad_y = random_array<T>({batch, tq, d}, seed + 7);
+    p.w_q = test::normal_array<T>({d, d}, seed + 3, w);
+    p.w_k = test::normal_array<T>({d, p.config.kv_width()}, seed + 4, w);
+    p.w_v = test::normal_array<T>({d, p.config.kv_width()}, seed + 5, w);
+    p.w_o = test::normal_array<T>({d, d}, seed + 6, w);
+    p.grad_y = test::normal_array<T>({batch, tq, d}, seed + 7);
     return p;
 }
 
@@ -423,7 +412,7 @@ TEST_CASE("counting: 4 d^2 parameters and the tape's multiply-adds equal (20.5) 
 TEST_CASE("parameters: a fresh tape per step, gradients accumulate until zero_grad")
 {
     auto params = mha_parameters<double>::init({8, 2}, 3);
-    const array<double> x = random_array<double>({2, 3, 8}, 4);
+    const array<double> x = test::normal_array<double>({2, 3, 8}, 4);
     auto step = [&] {
         tape<double> t;
         auto w = bind(t, params);

@@ -25,6 +25,20 @@ using vars = std::vector<var<double>>;
 
 // ---- seeded data ---------------------------------------------------------------------------------
 
+// Normal values with standard deviation `scale`, in any float type (MHA inputs and weights).
+template <class T>
+array<T> normal_array(const shape_t& shape, unsigned seed, double scale = 1.0)
+{
+    std::mt19937 rng(seed);
+    std::normal_distribution<double> normal(0.0, scale);
+    array<T> a = array<T>::from_shape(shape);
+    for (auto& x : a)
+    {
+        x = static_cast<T>(normal(rng));
+    }
+    return a;
+}
+
 // Uniform values in [lo, hi).
 inline f64 random_array(const shape_t& shape, unsigned seed, double lo = -1.0, double hi = 1.0)
 {

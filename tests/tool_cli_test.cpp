@@ -4,6 +4,8 @@
 // one line on stderr and no output file. Inputs are written here with npy::save from seeded values.
 #include <doctest/doctest.h>
 
+#include "test_util.hpp"
+
 #include <stdlib.h>
 #include <sys/wait.h>
 
@@ -83,19 +85,6 @@ std::string quote(const fs::path& p)
     return "'" + p.string() + "'";
 }
 
-template <class T>
-array<T> seeded(const shape_t& shape, unsigned seed, double scale = 1.0)
-{
-    std::mt19937 rng(seed);
-    std::normal_distribution<double> normal(0.0, scale);
-    array<T> a = array<T>::from_shape(shape);
-    for (auto& x : a)
-    {
-        x = static_cast<T>(normal(rng));
-    }
-    return a;
-}
-
 // Writes X.npy (B, Tq, d) for self-attention, or Xq, Xk, Xv.npy, and the four weights.
 void write_case(const fs::path& dir, bool self, std::size_t batch, std::size_t tq, std::size_t tk,
                 std::size_t d, std::size_t heads, std::size_t kv_heads, unsigned seed)
@@ -104,20 +93,20 @@ void write_case(const fs::path& dir, bool self, std::size_t batch, std::size_t t
     auto at = [&](const char* name) { return (dir / name).string(); };
     if (self)
     {
-        npy::save(at("X.npy"), seeded<double>({batch, tq, d}, seed));
+        npy::save(at("X.npy"), test::normal_array<double>({batch, tq, d}, seed));
     }
     else
     {
-        npy::save(at("Xq.npy"), seeded<double>({batch, tq, d}, seed));
-        npy::save(at("Xk.npy"), seeded<float>({batch, tk, d}, seed + 1));  // float32 inputs are converted
-        npy::save(at("Xv.npy"), seeded<double>({batch, tk, d}, seed + 2));
+        npy::save(at("Xq.npy"), test::normal_array<double>({batch, tq, d}, seed));
+        npy::save(at("Xk.npy"), test::normal_array<float>({batch, tk, d}, seed + 1));  // float32 inputs are converted
+        npy::save(at("Xv.npy"), test::normal_array<double>({batch, tk, d}, seed + 2));
     }
     const std::size_t kv = kv_heads * (d / heads);
     const double s = 1.0 / std::sqrt(static_cast<double>(d));
-    npy::save(at("W_Q.npy"), seeded<double>({d, d}, seed + 3, s));
-    npy::save(at("W_K.npy"), seeded<double>({d, kv}, seed + 4, s));
-    npy::save(at("W_V.npy"), seeded<double>({d, kv}, seed + 5, s));
-    npy::save(at("W_O.npy"), seeded<double>({d, d}, seed + 6, s));
+    npy::save(at("W_Q.npy"), test::normal_array<double>({d, d}, seed + 3, s));
+    npy::save(at("W_K.npy"), test::normal_array<double>({d, kv}, seed + 4, s));
+    npy::save(at("W_V.npy"), test::normal_array<double>({d, kv}, seed + 5, s));
+    npy::save(at("W_O.npy"), test::normal_array<double>({d, d}, seed + 6, s));
 }
 
 // The header's dtype string of a .npy file, e.g. "<f8".
@@ -306,7 +295,7 @@ TEST_CASE("xgrad-mha-npy cross-attention, Tq != Tk, causal and masks: tape = man
     const std::size_t B = 3, Tq = 4, Tk = 6, d = 6, H = 3, G = 3;
     const fs::path in = scratch.path / "in";
     write_case(in, false, B, Tq, Tk, d, H, G, 21);
-    npy::save((in / "grad_output.npy").string(), seeded<double>({B, Tq, d}, 99));
+    npy::save((in / "grad_output.npy").string(), test::normal_array<double>({B, Tq, d}, 99));
     const shapes want = expected_shapes(B, Tq, Tk, d, H, G, false);
 
     // A (B, Tq, Tk) mask, read as (B, 1, Tq, Tk); then a (B, 1, 1, Tk) padding mask, as 4-D.
@@ -405,27 +394,27 @@ TEST_CASE("xgrad-mha-npy bad input: non-zero status, one line on stderr, no outp
         {"missing --in directory", "no such directory", 2, [](const fs::path& in) { fs::remove_all(in); }},
         {"weight shape", "W_Q.npy: shape (4, 3) must be (d, d) = (4, 4)", 2,
          [](const fs::path& in) {
-             npy::save((in / "W_Q.npy").string(), seeded<double>({4, 3}, 1));
+             npy::save((in / "W_Q.npy").string(), test::normal_array<double>({4, 3}, 1));
          }},
         {"W_K shape with kv-heads", "W_K.npy: shape (4, 4) must be (d, G*dh) = (4, 2) (d = 4, H = 2, G = 1)",
          2, [](const fs::path&) {}, "--heads 2 --kv-heads 1"},
         {"X not 3-D", "X.npy: shape (6, 4) must be (B, T, d)", 2,
          [](const fs::path& in) {
-             npy::save((in / "X.npy").string(), seeded<double>({6, 4}, 1));
+             npy::save((in / "X.npy").string(), test::normal_array<double>({6, 4}, 1));
          }},
         {"Xk batch disagrees", "Xk.npy: shape (1, 5, 4) must be (B, Tk, d)", 2,
          [](const fs::path& in) {
-             npy::save((in / "Xk.npy").string(), seeded<double>({1, 5, 4}, 1));
+             npy::save((in / "Xk.npy").string(), test::normal_array<double>({1, 5, 4}, 1));
          },
          "--heads 2", true},
         {"Xv disagrees with Xk", "Xv.npy: shape (2, 4, 4) must be the shape of Xk.npy", 2,
          [](const fs::path& in) {
-             npy::save((in / "Xv.npy").string(), seeded<double>({2, 4, 4}, 1));
+             npy::save((in / "Xv.npy").string(), test::normal_array<double>({2, 4, 4}, 1));
          },
          "--heads 2", true},
         {"grad_output shape", "grad_output.npy: shape (2, 3, 3)", 2,
          [](const fs::path& in) {
-             npy::save((in / "grad_output.npy").string(), seeded<double>({2, 3, 3}, 1));
+             npy::save((in / "grad_output.npy").string(), test::normal_array<double>({2, 3, 3}, 1));
          }},
         {"d % H", "--heads 3 does not divide d = 4", 2, [](const fs::path&) {}, "--heads 3"},
         {"H % G", "--kv-heads 3 does not divide --heads 2", 2, [](const fs::path&) {},
@@ -443,7 +432,7 @@ TEST_CASE("xgrad-mha-npy bad input: non-zero status, one line on stderr, no outp
         {"non-bool mask", "mask.npy: dtype '<f8' (float64) is not supported; a bool array ('|b1') is needed",
          2,
          [](const fs::path& in) {
-             npy::save((in / "mask.npy").string(), seeded<double>({3, 3}, 1));
+             npy::save((in / "mask.npy").string(), test::normal_array<double>({3, 3}, 1));
          }},
         {"mask that does not broadcast",
          "mask.npy: shape (2, 3) does not broadcast to (B, H, Tq, Tk) = (2, 2, 3, 3)", 2,
