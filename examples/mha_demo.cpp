@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
@@ -133,11 +134,20 @@ three_way check_gradients(layer_inputs in)
     return r;
 }
 
-void write_graph(const tape<double>& t, const std::string& dir)
+bool write_graph(const tape<double>& t, const std::string& dir)
 {
+    std::error_code error;
+    std::filesystem::create_directories(dir, error);
     const std::string dot = dir + "/mha_graph.dot";
-    std::ofstream(dot) << t.to_dot();
-    std::printf("  wrote %s", dot.c_str());
+    std::ofstream file(dot);
+    file << t.to_dot();
+    file.close();
+    if (!file)
+    {
+        std::fprintf(stderr, "mha_demo: cannot write %s\n", dot.c_str());
+        return false;
+    }
+    std::printf("  wrote %s (blue: inputs; bold: values saved for backward)", dot.c_str());
     if (std::system("command -v dot >/dev/null 2>&1") == 0)
     {
         const std::string svg = dir + "/mha_graph.svg", png = dir + "/mha_graph.png";
@@ -149,6 +159,7 @@ void write_graph(const tape<double>& t, const std::string& dir)
     {
         std::printf(" (install graphviz to get SVG and PNG: apt-get install graphviz)\n");
     }
+    return true;
 }
 }  // namespace
 
@@ -224,7 +235,10 @@ int main(int argc, char** argv)
     std::printf("  every value and gradient the tape owns: %s bytes\n", with_commas(t.bytes_held()).c_str());
 
     heading("Graph");
-    write_graph(t, out_dir);
+    if (!write_graph(t, out_dir))
+    {
+        return 1;
+    }
 
     // ---- Exercise 20.4 --------------------------------------------------------------------------------
     heading("Exercise 20.4: gradient check, loss = sum(Y * G), G random");
