@@ -33,6 +33,10 @@ class pool
 public:
     void* allocate(std::size_t bytes)
     {
+        if (bytes > std::size_t(-1) / 4)  // rounding up to a class must not wrap
+        {
+            throw std::bad_alloc();
+        }
         std::size_t rounded = 0;
         const std::size_t c = class_of(bytes, &rounded);
         {

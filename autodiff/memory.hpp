@@ -1,7 +1,8 @@
 // Where tensor memory comes from. Every xgrad::array allocates through pool_allocator, which keeps
-// freed buffers of 4 KiB and more in size classes and hands them out again. A training loop records a
-// fresh tape each step and frees it after backward; without the pool every step would return its
-// buffers to the kernel and fault them in again (page faults were 15-20% of a medium MHA step).
+// freed buffers in size classes (64-byte steps below 4 KiB, quarter powers of two above) and hands them
+// out again. A training loop records a fresh tape each step and frees it after backward; without the
+// pool every step would return its buffers to the kernel and fault them in again (page faults were
+// 15-20% of a medium MHA step).
 #pragma once
 
 #include <cstddef>
@@ -28,7 +29,14 @@ struct pool_allocator
     {
     }
 
-    T* allocate(std::size_t n) { return static_cast<T*>(detail::pool_allocate(n * sizeof(T))); }
+    T* allocate(std::size_t n)
+    {
+        if (n > std::size_t(-1) / 4 / sizeof(T))
+        {
+            throw std::bad_array_new_length();
+        }
+        return static_cast<T*>(detail::pool_allocate(n * sizeof(T)));
+    }
     void deallocate(T* p, std::size_t n) noexcept { detail::pool_deallocate(p, n * sizeof(T)); }
 
     template <class U>

@@ -39,6 +39,7 @@ struct tape_state;
 
 // A learnable tensor that outlives tapes (a training loop records a fresh tape each step).
 // Copies share one value and one gradient. The gradient accumulates over backward calls until zero_grad.
+// A tape reads the value in place (no copy per step): update it only after that tape's backward.
 template <class T>
 class parameter
 {
@@ -177,8 +178,9 @@ public:
 
     const array<T>& value() const;
     shape_t shape() const;
-    // dL/d(this) after backward: kept for leaves, and for every node when backward retains the graph.
-    // Zeros of the value's shape if no gradient reached this node.
+    // dL/d(this) after backward: kept for input leaves, and for every node when backward retains the
+    // graph. A parameter's gradient goes to parameter::grad() instead. Zeros of the value's shape if no
+    // gradient reached this node.
     const array<T>& grad() const;
     bool requires_grad() const { return node().requires_grad; }
     const char* op() const { return node().op; }

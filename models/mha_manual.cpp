@@ -3,6 +3,7 @@
 // no attention code with the tape's composition.
 #include "models/mha_manual.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "ops/gemm.hpp"
@@ -89,6 +90,7 @@ void attention_forward(const array<T>& q, const array<T>& k, const array<T>& v, 
                 {
                     top = kept[j] ? std::max(top, scale * row[j]) : top;
                 }
+                const bool any_kept = std::find(kept, kept + s.tk, true) != kept + s.tk;
                 T total = 0;
                 for (std::size_t j = 0; j < s.tk; ++j)
                 {
@@ -97,7 +99,8 @@ void attention_forward(const array<T>& q, const array<T>& k, const array<T>& v, 
                 }
                 for (std::size_t j = 0; j < s.tk; ++j)
                 {
-                    row[j] = total > 0 ? row[j] / total : T(0);  // no kept key: weights 0
+                    // no kept key (decided by the mask): weights 0; otherwise NaN or Inf scores propagate
+                    row[j] = any_kept ? row[j] / total : T(0);
                 }
             }
             product(false, false, s.tq, s.dh, s.tk, ph, vg, T(0), &o(b, h, 0, 0));  // O = P V

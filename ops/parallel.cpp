@@ -24,6 +24,7 @@ public:
 
     void resize(int n)
     {
+        std::lock_guard<std::mutex> job(run_mutex_);  // never while a job runs
         {
             std::lock_guard<std::mutex> lock(mutex_);
             stopping_ = true;
@@ -41,11 +42,13 @@ public:
         }
     }
 
-    // Thread t of size() takes chunk t of [0, count); the caller is thread 0.
+    // Thread t of size() takes chunk t of [0, count); the caller is thread 0. One job at a time: a caller
+    // that finds the pool busy (another user thread, or a parallel_for inside a body) runs serially.
     void run(std::size_t count, const std::function<void(std::size_t)>& body)
     {
+        std::unique_lock<std::mutex> job(run_mutex_, std::try_to_lock);
         const int threads = static_cast<int>(std::min<std::size_t>(size(), count));
-        if (threads <= 1)
+        if (threads <= 1 || !job.owns_lock())
         {
             for (std::size_t i = 0; i < count; ++i)
             {
@@ -129,7 +132,8 @@ private:
     }
 
     std::vector<std::thread> workers_;
-    std::mutex mutex_;
+    std::mutex run_mutex_;  // held for a whole job (and by resize)
+    std::mutex mutex_;      // guards the job's fields below
     std::condition_variable wake_, done_;
     const std::function<void(std::size_t)>* body_ = nullptr;
     std::size_t count_ = 0, round_ = 0;

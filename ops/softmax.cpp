@@ -2,6 +2,7 @@
 // Scale and mask live inside the op (one pass over the scores); the mask gets no gradient.
 #include <cmath>
 #include <limits>
+#include <numeric>
 
 #include "ops/instantiate.hpp"
 #include "ops/kernels.hpp"
@@ -119,6 +120,15 @@ array<T> masked_softmax_forward(const array<T>& x, const mask_t* mask, T scale)
         if (top == minus_inf && keep && !any_kept(masks, r, n))
         {
             std::fill(out, out + n, T(0));  // fully masked row: weights 0, not NaN
+            return;
+        }
+        if (magnitude == T(0))  // every kept logit counts equally; 0 * (-inf) must not make a NaN
+        {
+            for (std::size_t j = 0; j < n; ++j)
+            {
+                out[j] = (!keep || keep[j * stride]) ? std::exp(T(0) * in[j]) : T(0);
+            }
+            simd::scale_in_place(out, n, T(1) / std::accumulate(out, out + n, T(0)));
             return;
         }
         const T total = simd::exp_sum(out, n, magnitude, magnitude * top);

@@ -5,7 +5,9 @@
 #include "test_util.hpp"
 
 #include <cmath>
+#include <limits>
 #include <random>
+#include <thread>
 
 #include "autodiff/gradcheck.hpp"
 #include "models/mha_manual.hpp"
@@ -446,5 +448,45 @@ TEST_CASE("two threads give the same gradients as one")
         CAPTURE(names[k]);
         CHECK(max_rel_diff(one.grads[k], two.grads[k]) < 1e-14);
         CHECK(max_rel_diff(manual.grads[k], two.grads[k]) < 1e-12);
+    }
+}
+
+TEST_CASE("two user threads can share the thread pool")
+{
+    auto p = make_problem<double>(4, 64, 80, 128, 4);
+    p.causal = true;
+    const auto expected = tape_gradients(p);
+    set_num_threads(2);
+    std::vector<gradients<double>> results(2);
+    std::thread first([&] { results[0] = tape_gradients(p); });
+    std::thread second([&] { results[1] = tape_gradients(p); });
+    first.join();
+    second.join();
+    set_num_threads(1);
+    for (const auto& r : results)
+    {
+        for (std::size_t k = 0; k < 7; ++k)
+        {
+            CHECK(max_rel_diff(r.grads[k], expected.grads[k]) < 1e-14);
+        }
+    }
+}
+
+TEST_CASE("NaN in an input propagates the same way through tape and manual")
+{
+    auto p = make_problem<double>(1, 2, 3, 4, 2);
+    p.xk(0, 1, 2) = std::numeric_limits<double>::quiet_NaN();  // key 1 of every head's scores
+    const auto tape = tape_gradients(p);
+    const auto manual = manual_gradients(p);
+    for (std::size_t h = 0; h < 2; ++h)
+    {
+        for (std::size_t i = 0; i < 2; ++i)
+        {
+            for (std::size_t j = 0; j < 3; ++j)
+            {
+                CHECK(std::isnan(tape.attention(0, h, i, j)));
+                CHECK(std::isnan(manual.attention(0, h, i, j)));
+            }
+        }
     }
 }

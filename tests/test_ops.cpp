@@ -932,3 +932,16 @@ TEST_CASE("a failed op leaves the tape unchanged")
     CHECK_THROWS(ops::sum(a, {3}));
     CHECK(t.size() == 2);
 }
+
+TEST_CASE("masked_softmax with scale 0: every kept entry weighs the same, masked ones 0, no NaN")
+{
+    tape<double> t;
+    const f64 X = {{1.0, -2.0, 3.0, 7.0}, {0.5, 0.5, 0.5, 0.5}};
+    const mask_t keep = {{true, false, true, true}, {false, false, false, false}};
+    for (double scale : {0.0, -0.0})
+    {
+        auto y = ops::masked_softmax(t.input(X), keep, scale);
+        const f64 expected = {{1.0 / 3, 0.0, 1.0 / 3, 1.0 / 3}, {0.0, 0.0, 0.0, 0.0}};
+        XGRAD_CHECK_CLOSE(y.value(), expected, 1e-15, 0.0);
+    }
+}

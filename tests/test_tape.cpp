@@ -534,3 +534,14 @@ TEST_CASE("multiply_adds counts M*N*K*batch for batched and broadcast matmuls, s
     ops::matmul(b, b, true, false);  // (6,5) @ (5,6): 6 * 6 * 5 = 180
     CHECK(t.multiply_adds() == 720 + 720 + 180);
 }
+
+TEST_CASE("the buffer pool refuses sizes that would overflow instead of returning a small block")
+{
+    CHECK_THROWS_AS(pool_allocator<double>().allocate(std::size_t(1) << 62), std::bad_array_new_length);
+    CHECK_THROWS_AS(pool_allocator<char>().allocate(std::size_t(-1) - 100), std::bad_array_new_length);
+    CHECK_THROWS_AS(detail::pool_allocate(std::size_t(-1) - 100), std::bad_alloc);
+    pool_allocator<float> a;
+    float* p = a.allocate(1000);  // an ordinary request still works
+    p[999] = 1.0f;
+    a.deallocate(p, 1000);
+}
