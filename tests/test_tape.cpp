@@ -545,3 +545,24 @@ TEST_CASE("the buffer pool refuses sizes that would overflow instead of returnin
     p[999] = 1.0f;
     a.deallocate(p, 1000);
 }
+
+TEST_CASE("the buffer pool keeps freed buffers for reuse, within its limit, until released")
+{
+    release_cached_buffers();
+    CHECK(cached_buffer_bytes() == 0);
+    {
+        tape<double> t;
+        auto x = t.input(xt::ones<double>({64, 64}));  // 32 KiB
+        t.backward(ops::sum(x * x));
+    }
+    CHECK(cached_buffer_bytes() >= 64 * 64 * sizeof(double));  // the tape's buffers came back to the pool
+    release_cached_buffers();
+    CHECK(cached_buffer_bytes() == 0);
+
+    set_buffer_cache_limit(0);  // nothing is kept: every buffer goes straight back to the system
+    {
+        array<double> a = xt::ones<double>({64, 64});
+    }
+    CHECK(cached_buffer_bytes() == 0);
+    set_buffer_cache_limit(std::size_t(2) << 30);
+}
