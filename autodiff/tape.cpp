@@ -2,6 +2,7 @@
 #include "autodiff/tape.hpp"
 
 #include <sstream>
+#include <xtensor/xnoalias.hpp>
 #include <xtensor/xreducer.hpp>
 
 namespace xgrad
@@ -124,7 +125,7 @@ void backward_context<T>::accumulate(std::size_t k, array<T>&& g)
     }
     if (in.has_grad)
     {
-        in.grad += reduced;  // an input used several times receives the sum
+        xt::noalias(in.grad) += reduced;  // an input used several times receives the sum (no temporary)
     }
     else
     {
@@ -263,7 +264,7 @@ void tape<T>::walk(std::uint32_t root, bool retain_graph)
     {
         if (n->param && n->has_grad)
         {
-            n->param->grad += n->grad;  // parameters accumulate across backward calls
+            xt::noalias(n->param->grad) += n->grad;  // parameters accumulate across backward calls
             n->grad = array<T>();
             n->has_grad = false;
         }
