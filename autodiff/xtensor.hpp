@@ -18,4 +18,7 @@ namespace xgrad
 template <class T>
 using array = xt::xarray<T, xt::layout_type::row_major, pool_allocator<T>>;
 
+// A boolean mask: true = keep (this query may attend to this key).
+using mask_t = xt::xarray<bool, xt::layout_type::row_major>;
+
 }  // namespace xgrad

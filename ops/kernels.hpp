@@ -6,8 +6,6 @@
 
 namespace xgrad
 {
-using mask_t = xt::xarray<bool, xt::layout_type::row_major>;
-
 namespace kernels
 {
 // out = x with its axes reordered: out.shape[i] = x.shape[axes[i]] (a contiguous copy).

@@ -7,9 +7,6 @@
 
 namespace xgrad
 {
-// A boolean mask: true = keep (this query may attend to this key).
-using mask_t = xt::xarray<bool, xt::layout_type::row_major>;
-
 namespace ops
 {
 // Elementwise, with NumPy broadcasting (ops/elementwise.cpp).

@@ -12,32 +12,16 @@
 #include <random>
 #include <string>
 
+#include "test_util.hpp"
 #include "tools/npy.hpp"
 
 using namespace xgrad;
+using xgrad::test::temp_dir;
 namespace fs = std::filesystem;
 
 namespace
 {
 const std::string data_dir = std::string(XGRAD_SOURCE_DIR) + "/tests/data/npy/";
-
-// A fresh directory, removed with everything in it at the end of the test case.
-struct temp_dir
-{
-    fs::path path;
-    temp_dir()
-    {
-        std::string t = (fs::temp_directory_path() / "xgrad-test-npy-XXXXXX").string();
-        REQUIRE(mkdtemp(t.data()) != nullptr);
-        path = t;
-    }
-    ~temp_dir()
-    {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-    std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
 
 std::string read_bytes(const std::string& path)
 {

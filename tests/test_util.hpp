@@ -5,8 +5,11 @@
 
 #include <doctest/doctest.h>
 
+#include <stdlib.h>
+
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <random>
@@ -22,6 +25,28 @@ namespace xgrad::test
 using f64 = array<double>;
 using f32 = array<float>;
 using vars = std::vector<var<double>>;
+
+// ---- files ---------------------------------------------------------------------------------------
+
+// A fresh directory under the system's temp folder, removed with everything in it when the test ends.
+struct temp_dir
+{
+    std::filesystem::path path;
+    temp_dir()
+    {
+        std::string pattern = (std::filesystem::temp_directory_path() / "xgrad-test-XXXXXX").string();
+        REQUIRE(mkdtemp(pattern.data()) != nullptr);
+        path = pattern;
+    }
+    ~temp_dir()
+    {
+        std::error_code ec;
+        std::filesystem::remove_all(path, ec);
+    }
+    temp_dir(const temp_dir&) = delete;
+    temp_dir& operator=(const temp_dir&) = delete;
+    std::string operator/(const std::string& name) const { return (path / name).string(); }
+};
 
 // ---- seeded data ---------------------------------------------------------------------------------
 

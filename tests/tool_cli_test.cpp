@@ -25,30 +25,13 @@
 #include "tools/npy.hpp"
 
 using namespace xgrad;
+using xgrad::test::temp_dir;
 namespace fs = std::filesystem;
 
 namespace
 {
 const std::string tool = XGRAD_TOOL;
 const std::string reference_case = std::string(XGRAD_SOURCE_DIR) + "/tests/data/npy/mha_cross";
-
-struct temp_dir
-{
-    fs::path path;
-    temp_dir()
-    {
-        std::string t = (fs::temp_directory_path() / "xgrad-test-cli-XXXXXX").string();
-        REQUIRE(mkdtemp(t.data()) != nullptr);
-        path = t;
-    }
-    ~temp_dir()
-    {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-    temp_dir(const temp_dir&) = delete;
-    temp_dir& operator=(const temp_dir&) = delete;
-};
 
 std::string read_text(const fs::path& p)
 {
