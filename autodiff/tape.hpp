@@ -66,13 +66,25 @@ private:
 };
 
 // What a saved-for-backward flag refers to when an op is recorded.
+// Inputs 2 and 3 (ops such as layer_norm and attention take more than two) have flags of their own.
 enum saves : unsigned
 {
     saves_nothing = 0,
     saves_input0 = 1,
     saves_input1 = 2,
     saves_output = 4,
+    saves_input2 = 8,
+    saves_input3 = 16,
 };
+
+// The saves flag of input k (k < 4).
+constexpr unsigned saves_input(std::size_t k)
+{
+    return k == 0 ? saves_input0 : k == 1 ? saves_input1 : k == 2 ? saves_input2 : saves_input3;
+}
+
+// Most inputs a node may have.
+constexpr std::size_t max_inputs = 4;
 
 namespace detail
 {
@@ -81,7 +93,7 @@ struct node
 {
     const char* op = "";
     std::string label;
-    std::array<std::uint32_t, 2> inputs{};
+    std::array<std::uint32_t, max_inputs> inputs{};
     std::uint8_t input_count = 0;
     array<T> owned;                     // the value, unless borrowed
     const array<T>* borrowed = nullptr;  // a parameter's value, read in place (not copied per step)
@@ -143,27 +155,34 @@ struct tape_state
     node<T>& at(std::uint32_t index, std::uint64_t generation_of_handle) const;
 };
 
+// Records one op: its inputs (1 to max_inputs, all on one tape), its value, what its rule reads, the rule.
 template <class T, class Rule>
 var<T> record(const char* op, std::initializer_list<var<T>> inputs, array<T>&& value, unsigned saved,
               Rule&& rule, std::uint64_t multiply_adds = 0);
+template <class T, class Rule>
+var<T> record(const char* op, const std::vector<var<T>>& inputs, array<T>&& value, unsigned saved, Rule&& rule,
+              std::uint64_t multiply_adds = 0);
 
 // Flags the values n's rule reads (its `saves`) as saved for backward.
 template <class T>
 void mark_saved(tape_state<T>& state, node<T>& n)
 {
-    if (n.saves & saves_input0)
+    for (std::size_t k = 0; k < n.input_count; ++k)
     {
-        state.nodes[n.inputs[0]]->value_saved = true;
-    }
-    if ((n.saves & saves_input1) && n.input_count > 1)
-    {
-        state.nodes[n.inputs[1]]->value_saved = true;
+        if (n.saves & saves_input(k))
+        {
+            state.nodes[n.inputs[k]]->value_saved = true;
+        }
     }
     if (n.saves & saves_output)
     {
         n.value_saved = true;
     }
 }
+
+template <class T, class Rule, class Inputs>
+var<T> record_range(const char* op, const Inputs& inputs, array<T>&& value, unsigned saved, Rule&& rule,
+                    std::uint64_t multiply_adds);
 
 [[noreturn]] void throw_stale(std::uint32_t index);
 }  // namespace detail
@@ -201,9 +220,8 @@ private:
     std::uint32_t index_ = 0;
     std::uint64_t generation_ = 0;
     friend class tape<T>;
-    template <class U, class R>
-    friend var<U> detail::record(const char*, std::initializer_list<var<U>>, array<U>&&, unsigned, R&&,
-                                 std::uint64_t);
+    template <class U, class R, class Inputs>
+    friend var<U> detail::record_range(const char*, const Inputs&, array<U>&&, unsigned, R&&, std::uint64_t);
 };
 
 // What a backward rule sees: the incoming gradient, the saved values, and where to send gradients.
@@ -308,10 +326,14 @@ array<T> sum_to(array<T>&& g, const shape_t& shape);
 
 namespace detail
 {
-template <class T, class Rule>
-var<T> record(const char* op, std::initializer_list<var<T>> inputs, array<T>&& value, unsigned saved,
-              Rule&& rule, std::uint64_t multiply_adds)
+template <class T, class Rule, class Inputs>
+var<T> record_range(const char* op, const Inputs& inputs, array<T>&& value, unsigned saved, Rule&& rule,
+                    std::uint64_t multiply_adds)
 {
+    if (inputs.size() == 0 || inputs.size() > max_inputs)
+    {
+        fail(op, "an op takes 1 to " + std::to_string(max_inputs) + " inputs, got " + std::to_string(inputs.size()));
+    }
     const auto& state = inputs.begin()->state_;
     bool wants_grad = false;
     for (const var<T>& in : inputs)
@@ -344,6 +366,19 @@ var<T> record(const char* op, std::initializer_list<var<T>> inputs, array<T>&& v
     const auto index = static_cast<std::uint32_t>(state->nodes.size());
     state->nodes.push_back(std::move(n));
     return var<T>(state, index, state->generation);
+}
+template <class T, class Rule>
+var<T> record(const char* op, std::initializer_list<var<T>> inputs, array<T>&& value, unsigned saved,
+              Rule&& rule, std::uint64_t multiply_adds)
+{
+    return record_range<T>(op, inputs, std::move(value), saved, std::forward<Rule>(rule), multiply_adds);
+}
+
+template <class T, class Rule>
+var<T> record(const char* op, const std::vector<var<T>>& inputs, array<T>&& value, unsigned saved, Rule&& rule,
+              std::uint64_t multiply_adds)
+{
+    return record_range<T>(op, inputs, std::move(value), saved, std::forward<Rule>(rule), multiply_adds);
 }
 }  // namespace detail
 

@@ -5,8 +5,8 @@
 
 #include "bench/bench.hpp"
 #include "models/mha.hpp"
-#include "ops/gemm.hpp"
-#include "ops/parallel.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/parallel.hpp"
 
 namespace bench
 {

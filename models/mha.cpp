@@ -3,7 +3,7 @@
 #include <cmath>
 #include <random>
 
-#include "ops/instantiate.hpp"
+#include "autodiff/instantiate.hpp"
 
 namespace xgrad::models
 {

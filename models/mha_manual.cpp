@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "ops/gemm.hpp"
-#include "ops/instantiate.hpp"
-#include "ops/kernels.hpp"
+#include "kernels/gemm.hpp"
+#include "autodiff/instantiate.hpp"
+#include "kernels/kernels.hpp"
 
 namespace xgrad::models::manual
 {

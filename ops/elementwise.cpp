@@ -2,7 +2,7 @@
 // so no rule here handles it.
 #include <cmath>
 
-#include "ops/instantiate.hpp"
+#include "autodiff/instantiate.hpp"
 #include "ops/ops.hpp"
 
 namespace xgrad::ops

@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <xtensor/xreducer.hpp>
 
-#include "ops/instantiate.hpp"
+#include "autodiff/instantiate.hpp"
 #include "ops/ops.hpp"
 
 namespace xgrad::ops

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "models/mha_manual.hpp"
-#include "tools/npy.hpp"
+#include "io/npy.hpp"
 
 using namespace xgrad;
 using namespace xgrad::models;

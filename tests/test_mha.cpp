@@ -11,7 +11,7 @@
 
 #include "autodiff/gradcheck.hpp"
 #include "models/mha_manual.hpp"
-#include "ops/parallel.hpp"
+#include "kernels/parallel.hpp"
 
 using namespace xgrad;
 using namespace xgrad::models;

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "test_util.hpp"
-#include "tools/npy.hpp"
+#include "io/npy.hpp"
 
 using namespace xgrad;
 using xgrad::test::temp_dir;

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "tools/npy.hpp"
+#include "io/npy.hpp"
 
 using namespace xgrad;
 using xgrad::test::temp_dir;

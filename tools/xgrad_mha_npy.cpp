@@ -20,7 +20,7 @@
 
 #include "models/mha.hpp"
 #include "models/mha_manual.hpp"
-#include "tools/npy.hpp"
+#include "io/npy.hpp"
 
 namespace fs = std::filesystem;
 using namespace xgrad;

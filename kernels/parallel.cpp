@@ -1,6 +1,6 @@
 // A small persistent thread pool for parallel_for: workers sleep on a condition variable between calls,
 // so a call costs a wake-up, not a thread start.
-#include "ops/parallel.hpp"
+#include "kernels/parallel.hpp"
 
 #include <algorithm>
 #include <condition_variable>

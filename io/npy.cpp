@@ -1,6 +1,6 @@
 // The .npy reader and writer: the header is parsed as the small Python literal it is, every field is
 // checked, and the data length must match the shape exactly before a byte of it is read.
-#include "tools/npy.hpp"
+#include "io/npy.hpp"
 
 #include <sys/stat.h>
 

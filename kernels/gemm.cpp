@@ -3,7 +3,7 @@
 // LIBXSMM runs at 74-82 GFLOP/s where OpenBLAS gets 37-51 (its packing does not pay off there); from
 // 256 on OpenBLAS is as fast or faster. xgrad runs both single-threaded and parallelises across
 // independent matrices itself (see ops/matmul.cpp).
-#include "ops/gemm.hpp"
+#include "kernels/gemm.hpp"
 
 #include <cblas.h>
 #include <libxsmm.h>
