@@ -2,6 +2,8 @@
 // (which moved them under xtensor/containers/, ...) only has to touch this file.
 #pragma once
 
+#include <cstdint>
+
 #include <xtensor/xarray.hpp>
 
 #include "autodiff/memory.hpp"
@@ -20,5 +22,8 @@ using array = xt::xarray<T, xt::layout_type::row_major, pool_allocator<T>>;
 
 // A boolean mask: true = keep (this query may attend to this key).
 using mask_t = xt::xarray<bool, xt::layout_type::row_major>;
+
+// Integer indices: token ids, embedding rows, class targets (-1 = ignored where an op says so).
+using ids_t = xt::xarray<std::int64_t, xt::layout_type::row_major>;
 
 }  // namespace xgrad

@@ -3,6 +3,8 @@
 // Every op checks its arguments and throws std::invalid_argument naming the op and the shapes.
 #pragma once
 
+#include <random>
+
 #include "autodiff/tape.hpp"
 
 namespace xgrad
@@ -19,17 +21,37 @@ template <class T> var<T> exp(const var<T>& x);
 template <class T> var<T> log(const var<T>& x);
 template <class T> var<T> tanh(const var<T>& x);
 template <class T> var<T> relu(const var<T>& x);
+template <class T> var<T> div(const var<T>& a, const var<T>& b);
+template <class T> var<T> add_scalar(const var<T>& x, T c);     // x + c
+template <class T> var<T> sqrt(const var<T>& x);
+template <class T> var<T> rsqrt(const var<T>& x);               // 1 / sqrt(x)
+template <class T> var<T> pow(const var<T>& x, T exponent);
+template <class T> var<T> sigmoid(const var<T>& x);
+// GELU, tanh approximation (SPEC): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), one fused op.
+template <class T> var<T> gelu(const var<T>& x);
 
 // Reductions (ops/reduce.cpp): over all axes, or the given axes, optionally keeping them as size 1.
 template <class T> var<T> sum(const var<T>& x);
 template <class T> var<T> sum(const var<T>& x, const std::vector<std::size_t>& axes, bool keep_dims = false);
 template <class T> var<T> mean(const var<T>& x);
 template <class T> var<T> mean(const var<T>& x, const std::vector<std::size_t>& axes, bool keep_dims = false);
+// Largest entry along one axis; the gradient goes to the first largest entry (as torch.max(dim)).
+template <class T> var<T> max(const var<T>& x, std::size_t axis, bool keep_dims = false);
+// Biased (population) variance over the given axes: mean((x - mean(x))^2).
+template <class T> var<T> variance(const var<T>& x, const std::vector<std::size_t>& axes, bool keep_dims = false);
 
 // Shape ops (ops/shape.cpp). reshape accepts one -1 for an inferred axis.
 template <class T> var<T> reshape(const var<T>& x, const std::vector<long>& shape);
 template <class T> var<T> permute(const var<T>& x, const std::vector<std::size_t>& axes);
 template <class T> var<T> transpose(const var<T>& x, std::size_t axis1, std::size_t axis2);
+// Entries [begin, end) of one axis (ops/index.cpp).
+template <class T> var<T> slice(const var<T>& x, std::size_t axis, std::size_t begin, std::size_t end);
+// Joins tensors along one axis; every other axis must agree. Any number of parts (ops/index.cpp).
+template <class T> var<T> concat(const std::vector<var<T>>& parts, std::size_t axis);
+
+// Row gather: out[..., :] = weight[ids[...], :], shape ids.shape + (d,). Backward scatter-adds, so
+// repeated ids accumulate. An id outside [0, V) throws naming the id and its position (ops/index.cpp).
+template <class T> var<T> embedding(const var<T>& weight, const ids_t& ids);
 
 // Matrix product over the last two axes; leading (batch) axes broadcast. transpose_a/b use an operand's
 // last two axes swapped, passed to the GEMM as a flag instead of copied (ops/matmul.cpp).
@@ -40,10 +62,24 @@ var<T> matmul(const var<T>& a, const var<T>& b, bool transpose_a = false, bool t
 // broadcasts to x's shape; a row with no true entry gives zeros (and a zero gradient), never NaN.
 template <class T> var<T> masked_softmax(const var<T>& x, const mask_t& mask, T scale = T(1));
 template <class T> var<T> softmax(const var<T>& x, T scale = T(1));
+
+// Neural-network ops, fused, each with a hand-derived rule (ops/nn.cpp).
+// log softmax over the last axis.
+template <class T> var<T> log_softmax(const var<T>& x);
+// Mean over positions whose target is not -1 of -log softmax(logits)[target]: logits (..., V), targets
+// of logits' shape without the last axis, values in [0, V) or -1. All ignored: 0, and a zero gradient.
+template <class T> var<T> cross_entropy(const var<T>& logits, const ids_t& targets);
+// (x - mean) / sqrt(var + eps) * weight + bias over the last axis (var biased); weight, bias (d,).
+template <class T> var<T> layer_norm(const var<T>& x, const var<T>& weight, const var<T>& bias, T eps = T(1e-5));
+// Inverted dropout: zeroes each entry with probability p and scales the rest by 1 / (1 - p). The identity
+// (the same node, nothing recorded) when p == 0 or !training. p in [0, 1) else std::invalid_argument.
+template <class T>
+var<T> dropout(const var<T>& x, T p, std::mt19937_64& generator, bool training = true);
 }  // namespace ops
 
 template <class T> var<T> operator+(const var<T>& a, const var<T>& b) { return ops::add(a, b); }
 template <class T> var<T> operator-(const var<T>& a, const var<T>& b) { return ops::sub(a, b); }
 template <class T> var<T> operator*(const var<T>& a, const var<T>& b) { return ops::mul(a, b); }
 template <class T> var<T> operator-(const var<T>& x) { return ops::neg(x); }
+template <class T> var<T> operator/(const var<T>& a, const var<T>& b) { return ops::div(a, b); }
 }  // namespace xgrad

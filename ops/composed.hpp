@@ -1,0 +1,17 @@
+// The fused ops of ops/nn.cpp and ops/elementwise.cpp written again from primitives only, so that the
+// fused rules can be tested against what the tape derives by itself (and to teach how they are built).
+#pragma once
+
+#include "ops/ops.hpp"
+
+namespace xgrad::ops::composed
+{
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) from mul, add_scalar, scale and tanh.
+template <class T> var<T> gelu(const var<T>& x);
+// (x - mean) * rsqrt(variance + eps) * weight + bias from mean, sub, mul, add and rsqrt.
+template <class T> var<T> layer_norm(const var<T>& x, const var<T>& weight, const var<T>& bias, T eps = T(1e-5));
+// x - max - log(sum(exp(x - max))) over the last axis, from max, sub, exp, sum and log.
+template <class T> var<T> log_softmax(const var<T>& x);
+// log_softmax, a gather of the target entries (a mul by a constant one-hot mask) and a mean over kept rows.
+template <class T> var<T> cross_entropy(const var<T>& logits, const ids_t& targets);
+}  // namespace xgrad::ops::composed
