@@ -1,159 +1,288 @@
-// GEMM: small products through LIBXSMM's JIT-generated kernels, the rest through OpenBLAS's CBLAS.
-// Measured on this machine (f32, one thread): at the sizes of per-head attention (every side <= 128)
-// LIBXSMM runs at 74-82 GFLOP/s where OpenBLAS gets 37-51 (its packing does not pay off there); from
-// 256 on OpenBLAS is as fast or faster. xgrad runs both single-threaded and parallelises across
-// independent matrices itself (see ops/matmul.cpp).
+// GEMM: every product goes to the backend measured fastest on this machine for its shape class.
+//
+// Which library is fastest depends on the CPU and on the shape, and neither is known when xgrad is built:
+// on one machine OpenBLAS detects its best kernels, on another (a CPU newer than the library) it falls
+// back to SSE3 ones and runs at a tenth of the FMA peak; oneDNN has no double GEMM; LIBXSMM's single
+// JIT kernel wins at per-head attention sizes and loses to packed blocks on large products. So the door
+// measures instead of guessing: the first product of each shape class is timed once on every backend
+// that can run it, and the class keeps the fastest from then on (within one process the choice never
+// changes, so results are reproducible run to run within it).
+//
+// A shape class is (dtype, transpose flags, and a size bucket for each of m, n, k: up to 16, 32, 64,
+// 128, 256, or more). The probe is the class's first product itself, each side capped at 256 (a larger
+// product is timed on its leading 256 x 256 x 256 block), written into a scratch C. Time is the calling
+// thread's CPU time (CLOCK_THREAD_CPUTIME_ID), so a machine shared with other processes does not skew
+// it; each backend gets one untimed run (JIT code generation) and the best of two timed ones, and a
+// backend three times slower than the best so far is not timed again. An MHA training step meets 10-20
+// classes; calibrating them all took ~50-150 ms in total on the project's machine.
 #include "kernels/gemm.hpp"
 
-#include <cblas.h>
-#include <libxsmm.h>
+#include <time.h>
 
+#include <algorithm>
 #include <array>
+#include <atomic>
+#include <cmath>
 #include <limits>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
+
+#include "kernels/gemm_backends.hpp"
 
 namespace xgrad::kernels
 {
 namespace
 {
-constexpr std::size_t small_side = 128;  // LIBXSMM when m, n and k are all at most this
+constexpr int probe_side = 256;   // calibration times products of at most this side
+constexpr int bucket_count = 6;   // sides up to 16, 32, 64, 128, 256, more
 
-// OpenBLAS starts one thread per core unless told otherwise; ask once, before the first GEMM.
-void init_once()
+int bucket(std::size_t side)
 {
-    static const bool done = [] {
-        openblas_set_num_threads(1);
-        libxsmm_init();
-        return true;
-    }();
-    (void)done;
+    int b = 0;
+    for (std::size_t limit = 16; b + 1 < bucket_count && side > limit; limit *= 2)
+    {
+        ++b;
+    }
+    return b;
 }
 
-CBLAS_TRANSPOSE flag(bool t)
+std::string bucket_range(int b)
 {
-    return t ? CblasTrans : CblasNoTrans;
+    const std::size_t upper = std::size_t(16) << b;
+    if (b + 1 == bucket_count)
+    {
+        return std::to_string(upper / 2 + 1) + "+";
+    }
+    return (b == 0 ? std::string("1") : std::to_string(upper / 2 + 1)) + "-" + std::to_string(upper);
 }
 
-// CBLAS takes int sizes: refuse anything that would wrap instead of multiplying garbage.
-int i(std::size_t n)
+// CBLAS, LIBXSMM and oneDNN's signatures take int sizes: refuse anything that would wrap.
+int checked(std::size_t n)
 {
     if (n > static_cast<std::size_t>(std::numeric_limits<int>::max()))
     {
-        throw std::invalid_argument("matmul: size " + std::to_string(n) + " exceeds the BLAS limit of " +
+        throw std::invalid_argument("matmul: size " + std::to_string(n) + " exceeds the GEMM limit of " +
                                     std::to_string(std::numeric_limits<int>::max()));
     }
     return static_cast<int>(n);
 }
 
-void cblas(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float beta,
-           float* c, int ldc)
-{
-    cblas_sgemm(CblasRowMajor, flag(ta), flag(tb), m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
-}
-
-void cblas(bool ta, bool tb, int m, int n, int k, const double* a, int lda, const double* b, int ldb, double beta,
-           double* c, int ldc)
-{
-    cblas_dgemm(CblasRowMajor, flag(ta), flag(tb), m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
-}
-
-libxsmm_smmfunction make_kernel(int m, int n, int k, int lda, int ldb, int ldc, float beta, int flags)
-{
-    const float alpha = 1;
-    return libxsmm_smmdispatch(m, n, k, &lda, &ldb, &ldc, &alpha, &beta, &flags, nullptr);
-}
-
-libxsmm_dmmfunction make_kernel(int m, int n, int k, int lda, int ldb, int ldc, double beta, int flags)
-{
-    const double alpha = 1;
-    return libxsmm_dmmdispatch(m, n, k, &lda, &ldb, &ldc, &alpha, &beta, &flags, nullptr);
-}
-
-// LIBXSMM's own lookup hashes a whole descriptor (~1000 instructions, as much as a 16x16x8 product);
-// an MHA step asks for the same few shapes again and again, so remember the last ones per thread.
 template <class T>
-auto kernel_for(int m, int n, int k, int lda, int ldb, int ldc, T beta, int flags)
+void run(gemm_backend backend, const backends::product& p, const T* a, const T* b, T beta, T* c)
 {
-    using kernel = decltype(make_kernel(m, n, k, lda, ldb, ldc, beta, flags));
-    struct entry
+    switch (backend)
     {
-        std::array<int, 8> key{};
-        kernel fn = nullptr;
-    };
-    thread_local std::array<entry, 64> cache{};
-    const std::array<int, 8> key{m, n, k, lda, ldb, ldc, beta == T(0) ? 0 : 1, flags};
-    std::size_t hash = 0;
-    for (int v : key)
-    {
-        hash = hash * 31 + static_cast<std::size_t>(v);
-    }
-    entry& e = cache[hash % cache.size()];
-    if (!e.fn || e.key != key)
-    {
-        e.key = key;
-        e.fn = make_kernel(m, n, k, lda, ldb, ldc, beta, flags);
-    }
-    return e.fn;
-}
-
-// A rows x cols block with leading dimension ld, transposed into `out` (cols x rows, dense).
-template <class T>
-const T* transposed(const T* x, int rows, int cols, int ld, std::vector<T>& out)
-{
-    const std::size_t size = static_cast<std::size_t>(rows) * cols;
-    if (out.size() < size)
-    {
-        out.resize(size);  // grows only: the buffer is reused across calls
-    }
-    T* dst = out.data();
-    for (int c = 0; c < cols; ++c)
-    {
-        const T* src = x + c;
-        for (int r = 0; r < rows; ++r)
+    case gemm_backend::openblas:
+        return backends::openblas(p, a, b, beta, c);
+    case gemm_backend::onednn:
+        if constexpr (std::is_same_v<T, float>)
         {
-            dst[r] = src[static_cast<std::size_t>(r) * ld];
+            return backends::onednn(p, a, b, beta, c);
         }
-        dst += rows;
+        break;
+    case gemm_backend::libxsmm:
+        return backends::libxsmm_whole(p, a, b, beta, c);
+    case gemm_backend::libxsmm_tiled:
+        return backends::libxsmm_tiled(p, a, b, beta, c);
     }
-    return out.data();
+    throw std::logic_error("gemm: backend " + std::string(name(backend)) + " cannot run this product");
 }
 
-// Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: LIBXSMM (column-major) gets
-// op(B) as its left operand and op(A) as its right. A transposed A is the kernel's TRANS_B flag; its
-// JIT kernels take no TRANS_A, so a transposed B is first copied into its plain layout (k n numbers,
-// against m n k multiply-adds). Returns false when no kernel could be made (then OpenBLAS runs).
-template <class T>
-bool small_gemm(bool ta, bool tb, int m, int n, int k, const T* a, int lda, const T* b, int ldb, T beta, T* c,
-                int ldc)
+// ---- calibration ----------------------------------------------------------------------------------
+
+double thread_seconds()
 {
-    thread_local std::vector<T> b_plain;
-    const int flags = ta ? LIBXSMM_GEMM_FLAG_TRANS_B : LIBXSMM_GEMM_FLAG_NONE;
-    const auto kernel = kernel_for(n, m, k, tb ? n : ldb, lda, ldc, beta, flags);
-    if (!kernel)
+    timespec t{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// Per class: 0 until measured, else 1 + the chosen backend. Index: dtype, ta, tb, then the three buckets.
+constexpr std::size_t class_count = 2 * 2 * 2 * bucket_count * bucket_count * bucket_count;
+std::atomic<unsigned char> choices[class_count];  // static storage: starts at 0
+std::mutex calibration_mutex;
+std::vector<gemm_class_report> reports;  // guarded by calibration_mutex
+
+template <class T>
+std::size_t class_of(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k)
+{
+    std::size_t index = std::is_same_v<T, double> ? 1 : 0;
+    index = (index * 2 + ta) * 2 + tb;
+    return ((index * bucket_count + bucket(m)) * bucket_count + bucket(n)) * bucket_count + bucket(k);
+}
+
+// Seconds per product of `backend` on p, best of two timed runs after an untimed one; each run repeats
+// the product until it has taken ~20 us, so the clock's resolution does not matter.
+template <class T>
+double time_backend(gemm_backend backend, const backends::product& p, const T* a, const T* b, T beta, T* c,
+                    double give_up_after)
+{
+    double start = thread_seconds();
+    run(backend, p, a, b, beta, c);  // JIT code generation, caches
+    const double first = thread_seconds() - start;
+    const int repeats = static_cast<int>(std::clamp(20e-6 / std::max(first, 1e-9), 1.0, 200.0));
+    double best = std::numeric_limits<double>::infinity();
+    for (int round = 0; round < 2; ++round)
     {
-        return false;
+        start = thread_seconds();
+        for (int r = 0; r < repeats; ++r)
+        {
+            run(backend, p, a, b, beta, c);
+        }
+        best = std::min(best, (thread_seconds() - start) / repeats);
+        if (best > give_up_after)
+        {
+            break;  // clearly slower than the best so far: one timed run is enough
+        }
     }
-    const T* left = tb ? transposed(b, n, k, ldb, b_plain) : b;  // op(B), row-major k x n
-    kernel(left, a, c);
-    return true;
+    return best;
+}
+
+template <class T>
+gemm_backend calibrate(std::size_t index, const backends::product& p, const T* a, const T* b, T beta)
+{
+    std::lock_guard<std::mutex> lock(calibration_mutex);
+    const unsigned char known = choices[index].load(std::memory_order_acquire);
+    if (known != 0)
+    {
+        return static_cast<gemm_backend>(known - 1);  // another thread measured it meanwhile
+    }
+    backends::product probe = p;
+    probe.m = std::min(p.m, probe_side);
+    probe.n = std::min(p.n, probe_side);
+    probe.k = std::min(p.k, probe_side);
+    probe.ldc = probe.n;
+    std::vector<T> scratch(static_cast<std::size_t>(probe.m) * probe.n, T(0));
+    gemm_class_report report;
+    report.dtype = std::is_same_v<T, double> ? "float64" : "float32";
+    report.transpose_a = p.ta;
+    report.transpose_b = p.tb;
+    report.m = bucket_range(bucket(static_cast<std::size_t>(p.m)));
+    report.n = bucket_range(bucket(static_cast<std::size_t>(p.n)));
+    report.k = bucket_range(bucket(static_cast<std::size_t>(p.k)));
+    report.probe_m = probe.m;
+    report.probe_n = probe.n;
+    report.probe_k = probe.k;
+    double best = std::numeric_limits<double>::infinity();
+    const double flop = 2.0 * probe.m * probe.n * probe.k;
+    // Likely-fast backends first, so that a slow one is cut short after a single timed run.
+    for (gemm_backend backend : {gemm_backend::libxsmm, gemm_backend::onednn, gemm_backend::libxsmm_tiled,
+                                 gemm_backend::openblas})
+    {
+        if (!gemm_backend_supports(backend, std::is_same_v<T, double>, p.m, p.n, p.k))
+        {
+            continue;
+        }
+        const double seconds = time_backend(backend, probe, a, b, beta, scratch.data(), 3 * best);
+        report.gflops.emplace_back(backend, flop / seconds * 1e-9);
+        if (seconds < best)
+        {
+            best = seconds;
+            report.chosen = backend;
+        }
+    }
+    reports.push_back(report);
+    choices[index].store(static_cast<unsigned char>(1 + static_cast<int>(report.chosen)), std::memory_order_release);
+    return report.chosen;
+}
+
+// What every entry point shares: empty products, k = 0, any beta, the int limits. Then `body` runs the
+// product with beta 0 or 1.
+template <class T, class Body>
+void with_checked_product(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, std::size_t lda,
+                          std::size_t ldb, T beta, T* c, std::size_t ldc, Body&& body)
+{
+    if (m == 0 || n == 0)
+    {
+        return;
+    }
+    if (beta != T(0) && beta != T(1))
+    {
+        for (std::size_t i = 0; i < m; ++i)
+        {
+            for (std::size_t j = 0; j < n; ++j)
+            {
+                c[i * ldc + j] *= beta;
+            }
+        }
+        beta = T(1);
+    }
+    if (k == 0)
+    {
+        if (beta == T(0))
+        {
+            for (std::size_t i = 0; i < m; ++i)
+            {
+                std::fill(c + i * ldc, c + i * ldc + n, T(0));
+            }
+        }
+        return;
+    }
+    const backends::product p{ta, tb, checked(m), checked(n), checked(k), checked(lda), checked(ldb), checked(ldc)};
+    body(p, beta);
 }
 
 template <class T>
 void gemm_any(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, const T* a, std::size_t lda,
               const T* b, std::size_t ldb, T beta, T* c, std::size_t ldc)
 {
-    init_once();
-    const bool small = m <= small_side && n <= small_side && k <= small_side && k > 0;
-    if (small && (beta == T(0) || beta == T(1)) &&
-        small_gemm(ta, tb, i(m), i(n), i(k), a, i(lda), b, i(ldb), beta, c, i(ldc)))
+    with_checked_product(ta, tb, m, n, k, lda, ldb, beta, c, ldc, [&](const backends::product& p, T b01) {
+        const std::size_t index = class_of<T>(ta, tb, m, n, k);
+        const unsigned char known = choices[index].load(std::memory_order_acquire);
+        const gemm_backend backend = known != 0 ? static_cast<gemm_backend>(known - 1) : calibrate(index, p, a, b, b01);
+        run(backend, p, a, b, b01, c);
+    });
+}
+
+template <class T>
+void gemm_with_any(gemm_backend backend, bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, const T* a,
+                   std::size_t lda, const T* b, std::size_t ldb, T beta, T* c, std::size_t ldc)
+{
+    if (!gemm_backend_supports(backend, std::is_same_v<T, double>, m, n, k))
     {
-        return;
+        throw std::invalid_argument(std::string("gemm: backend ") + name(backend) + " cannot run a " +
+                                    std::to_string(m) + " x " + std::to_string(n) + " x " + std::to_string(k) +
+                                    (std::is_same_v<T, double> ? " float64" : " float32") + " product");
     }
-    cblas(ta, tb, i(m), i(n), i(k), a, i(lda), b, i(ldb), beta, c, i(ldc));
+    with_checked_product(ta, tb, m, n, k, lda, ldb, beta, c, ldc,
+                         [&](const backends::product& p, T b01) { run(backend, p, a, b, b01, c); });
 }
 }  // namespace
+
+const char* name(gemm_backend backend)
+{
+    switch (backend)
+    {
+    case gemm_backend::openblas:
+        return "openblas";
+    case gemm_backend::onednn:
+        return "onednn";
+    case gemm_backend::libxsmm:
+        return "libxsmm";
+    case gemm_backend::libxsmm_tiled:
+        return "libxsmm_tiled";
+    }
+    return "?";
+}
+
+bool gemm_backend_supports(gemm_backend backend, bool double_precision, std::size_t m, std::size_t n, std::size_t k)
+{
+    switch (backend)
+    {
+    case gemm_backend::onednn:
+        return !double_precision;
+    case gemm_backend::libxsmm:
+    {
+        const auto side = static_cast<std::size_t>(backends::libxsmm_whole_side);
+        return m <= side && n <= side && k <= side;
+    }
+    default:
+        return true;
+    }
+}
 
 void gemm(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, const float* a, std::size_t lda,
           const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc)
@@ -167,9 +296,38 @@ void gemm(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, const d
     gemm_any(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
 }
 
-const char* gemm_backend()
+void gemm_with(gemm_backend backend, bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, const float* a,
+               std::size_t lda, const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc)
 {
-    init_once();
-    return openblas_get_corename();
+    gemm_with_any(backend, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+}
+
+void gemm_with(gemm_backend backend, bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, const double* a,
+               std::size_t lda, const double* b, std::size_t ldb, double beta, double* c, std::size_t ldc)
+{
+    gemm_with_any(backend, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+}
+
+std::vector<gemm_class_report> gemm_calibration()
+{
+    std::lock_guard<std::mutex> lock(calibration_mutex);
+    return reports;
+}
+
+std::optional<gemm_backend> gemm_choice(bool double_precision, bool ta, bool tb, std::size_t m, std::size_t n,
+                                        std::size_t k)
+{
+    const std::size_t index = double_precision ? class_of<double>(ta, tb, m, n, k) : class_of<float>(ta, tb, m, n, k);
+    const unsigned char known = choices[index].load(std::memory_order_acquire);
+    if (known == 0)
+    {
+        return std::nullopt;
+    }
+    return static_cast<gemm_backend>(known - 1);
+}
+
+const char* openblas_core()
+{
+    return backends::openblas_core();
 }
 }  // namespace xgrad::kernels

@@ -1,0 +1,32 @@
+// The GEMM backends behind kernels::gemm (internal to kernels/gemm*.cpp). Each computes the row-major
+// C = op(A) op(B) + beta C for sizes that kernels/gemm.cpp has already checked: every side at least 1
+// and at most INT_MAX, beta 0 or 1 (the door scales C itself for any other beta). Each library's header
+// stays in its own .cpp.
+#pragma once
+
+#include <cstddef>
+
+namespace xgrad::kernels::backends
+{
+struct product
+{
+    bool ta, tb;
+    int m, n, k, lda, ldb, ldc;
+};
+
+// OpenBLAS's CBLAS, single-threaded (kernels/gemm_openblas.cpp).
+void openblas(const product& p, const float* a, const float* b, float beta, float* c);
+void openblas(const product& p, const double* a, const double* b, double beta, double* c);
+const char* openblas_core();
+
+// oneDNN's dnnl_sgemm, on one thread (kernels/gemm_onednn.cpp). Float only.
+void onednn(const product& p, const float* a, const float* b, float beta, float* c);
+
+// LIBXSMM (kernels/gemm_libxsmm.cpp): one JIT kernel for the whole product (every side at most
+// libxsmm_whole_side), or JIT kernels over packed blocks of any size.
+constexpr int libxsmm_whole_side = 256;
+void libxsmm_whole(const product& p, const float* a, const float* b, float beta, float* c);
+void libxsmm_whole(const product& p, const double* a, const double* b, double beta, double* c);
+void libxsmm_tiled(const product& p, const float* a, const float* b, float beta, float* c);
+void libxsmm_tiled(const product& p, const double* a, const double* b, double beta, double* c);
+}  // namespace xgrad::kernels::backends

@@ -1,0 +1,216 @@
+// kernels::gemm and each of its backends against a plain triple loop: transposed operands, beta = 0, 1
+// and other values, odd sizes, k = 1, empty products, leading dimensions wider than the row, float and
+// double, and sizes on both sides of every shape-class boundary and of the tiled backend's blocks.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/gemm.hpp"
+
+namespace
+{
+using xgrad::kernels::gemm_backend;
+
+struct problem
+{
+    bool ta, tb;
+    std::size_t m, n, k;
+    std::size_t pad_a = 0, pad_b = 0, pad_c = 0;  // leading dimension = row length + pad
+};
+
+std::string describe(const problem& p, gemm_backend backend, const char* dtype, double beta)
+{
+    return std::string(dtype) + " " + xgrad::kernels::name(backend) + (p.ta ? " A^T" : " A") + (p.tb ? " B^T" : " B") +
+           " m=" + std::to_string(p.m) + " n=" + std::to_string(p.n) + " k=" + std::to_string(p.k) +
+           " pads=" + std::to_string(p.pad_a) + "," + std::to_string(p.pad_b) + "," + std::to_string(p.pad_c) +
+           " beta=" + std::to_string(beta);
+}
+
+template <class T>
+std::vector<T> random_vector(std::size_t n, unsigned seed)
+{
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<double> u(-1, 1);
+    std::vector<T> v(n);
+    for (auto& x : v)
+    {
+        x = static_cast<T>(u(rng));
+    }
+    return v;
+}
+
+// C = op(A) op(B) + beta C by the definition, summed in long double.
+template <class T>
+void reference(const problem& p, const std::vector<T>& a, std::size_t lda, const std::vector<T>& b, std::size_t ldb,
+               T beta, std::vector<T>& c, std::size_t ldc)
+{
+    for (std::size_t i = 0; i < p.m; ++i)
+    {
+        for (std::size_t j = 0; j < p.n; ++j)
+        {
+            long double acc = 0;
+            for (std::size_t q = 0; q < p.k; ++q)
+            {
+                const T av = p.ta ? a[q * lda + i] : a[i * lda + q];
+                const T bv = p.tb ? b[j * ldb + q] : b[q * ldb + j];
+                acc += static_cast<long double>(av) * bv;
+            }
+            T& out = c[i * ldc + j];
+            out = static_cast<T>(acc + (beta == T(0) ? 0.0L : static_cast<long double>(beta) * out));
+        }
+    }
+}
+
+// Runs one problem through `backend` (or the calibrated door when backend is null) and compares every
+// entry of C, padding included (a GEMM must not write outside its m x n block).
+template <class T>
+void check(const problem& p, const gemm_backend* backend, T beta, unsigned seed)
+{
+    const std::size_t a_rows = p.ta ? p.k : p.m, a_cols = p.ta ? p.m : p.k;
+    const std::size_t b_rows = p.tb ? p.n : p.k, b_cols = p.tb ? p.k : p.n;
+    const std::size_t lda = a_cols + p.pad_a, ldb = b_cols + p.pad_b, ldc = p.n + p.pad_c;
+    const auto a = random_vector<T>(std::max<std::size_t>(a_rows * lda, 1), seed);
+    const auto b = random_vector<T>(std::max<std::size_t>(b_rows * ldb, 1), seed + 1);
+    auto c = random_vector<T>(std::max<std::size_t>(p.m * ldc, 1), seed + 2);
+    if (beta == T(0))
+    {
+        // beta = 0 overwrites C: a NaN already there must not leak into the result.
+        for (std::size_t i = 0; i < p.m; ++i)
+        {
+            for (std::size_t j = 0; j < p.n; ++j)
+            {
+                c[i * ldc + j] = std::numeric_limits<T>::quiet_NaN();
+            }
+        }
+    }
+    auto expected = c;
+    reference(p, a, lda, b, ldb, beta, expected, ldc);
+    if (backend)
+    {
+        xgrad::kernels::gemm_with(*backend, p.ta, p.tb, p.m, p.n, p.k, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
+    }
+    else
+    {
+        xgrad::kernels::gemm(p.ta, p.tb, p.m, p.n, p.k, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
+    }
+    const double tolerance = (sizeof(T) == 4 ? 2e-6 : 1e-14) * (static_cast<double>(p.k) + 2);
+    double worst = 0;
+    bool padding_intact = true;
+    for (std::size_t i = 0; i < c.size(); ++i)
+    {
+        const bool inside = ldc > 0 && i / ldc < p.m && i % ldc < p.n;
+        if (!inside)
+        {
+            padding_intact = padding_intact && c[i] == expected[i];
+            continue;
+        }
+        const double err = std::abs(static_cast<double>(c[i]) - static_cast<double>(expected[i]));
+        worst = std::isnan(err) ? std::numeric_limits<double>::infinity() : std::max(worst, err);
+    }
+    const std::string what = describe(p, backend ? *backend : gemm_backend::openblas,
+                                      sizeof(T) == 4 ? "float32" : "float64", static_cast<double>(beta)) +
+                             (backend ? "" : " (calibrated door)");
+    CHECK_MESSAGE(worst <= tolerance, what << ": max error " << worst << " > " << tolerance);
+    CHECK_MESSAGE(padding_intact, what << ": wrote outside C's m x n block");
+}
+
+// Sizes around every bucket edge (16, 32, ..., 256) and the tiled backend's blocks (64 x 128 x 256),
+// odd sizes, k = 1 and empty sides.
+const std::vector<problem>& problems()
+{
+    static const std::vector<problem> list = [] {
+        std::vector<problem> out;
+        const std::size_t shapes[][3] = {{1, 1, 1},    {3, 5, 7},     {16, 16, 16},  {17, 33, 1},   {64, 64, 64},
+                                         {65, 129, 31}, {128, 128, 128}, {1, 300, 257}, {257, 3, 300}, {130, 260, 520},
+                                         {0, 5, 4},    {5, 0, 4},     {5, 4, 0},     {33, 65, 1}};
+        for (const auto& s : shapes)
+        {
+            for (int t = 0; t < 4; ++t)
+            {
+                out.push_back({(t & 1) != 0, (t & 2) != 0, s[0], s[1], s[2]});
+            }
+        }
+        out.push_back({false, false, 37, 41, 43, 3, 5, 7});  // wider leading dimensions
+        out.push_back({true, true, 37, 41, 43, 9, 1, 2});
+        out.push_back({true, false, 70, 140, 270, 1, 2, 3});
+        out.push_back({false, true, 70, 140, 270, 4, 0, 5});
+        return out;
+    }();
+    return list;
+}
+
+template <class T>
+void check_every_backend()
+{
+    unsigned seed = 1;
+    for (const problem& p : problems())
+    {
+        for (gemm_backend backend : xgrad::kernels::all_gemm_backends)
+        {
+            if (!xgrad::kernels::gemm_backend_supports(backend, sizeof(T) == 8, p.m, p.n, p.k))
+            {
+                continue;
+            }
+            for (T beta : {T(0), T(1), T(0.5)})
+            {
+                check<T>(p, &backend, beta, seed += 3);
+            }
+        }
+        for (T beta : {T(0), T(1)})
+        {
+            check<T>(p, nullptr, beta, seed += 3);
+        }
+    }
+}
+}  // namespace
+
+TEST_CASE("gemm: every backend agrees with the triple loop, float32")
+{
+    check_every_backend<float>();
+}
+
+TEST_CASE("gemm: every backend agrees with the triple loop, float64")
+{
+    check_every_backend<double>();
+}
+
+TEST_CASE("gemm: backends that cannot run a product refuse it by name")
+{
+    const double a = 1, b = 1;
+    double c = 0;
+    CHECK_FALSE(xgrad::kernels::gemm_backend_supports(gemm_backend::onednn, true, 4, 4, 4));
+    CHECK_THROWS_WITH_AS(xgrad::kernels::gemm_with(gemm_backend::onednn, false, false, 1, 1, 1, &a, 1, &b, 1, 0.0, &c, 1),
+                         doctest::Contains("onednn"), std::invalid_argument);
+    std::vector<float> big(300 * 300, 1.0f), out(300 * 300);
+    CHECK_FALSE(xgrad::kernels::gemm_backend_supports(gemm_backend::libxsmm, false, 300, 300, 300));
+    CHECK_THROWS_AS(xgrad::kernels::gemm_with(gemm_backend::libxsmm, false, false, 300, 300, 300, big.data(), 300,
+                                              big.data(), 300, 0.0f, out.data(), 300),
+                    std::invalid_argument);
+}
+
+TEST_CASE("gemm: the calibration reports every class it measured, with the backend it chose")
+{
+    std::vector<float> a(200 * 200, 0.5f), b(200 * 200, 0.25f), c(200 * 200);
+    xgrad::kernels::gemm(false, true, 200, 200, 200, a.data(), 200, b.data(), 200, 0.0f, c.data(), 200);
+    CHECK(c[0] == doctest::Approx(200 * 0.125));
+    bool found = false;
+    for (const auto& r : xgrad::kernels::gemm_calibration())
+    {
+        CHECK(!r.gflops.empty());
+        bool chosen_measured = false;
+        for (const auto& [backend, gflops] : r.gflops)
+        {
+            CHECK(gflops > 0);
+            chosen_measured = chosen_measured || backend == r.chosen;
+        }
+        CHECK(chosen_measured);
+        found = found || (r.dtype == "float32" && !r.transpose_a && r.transpose_b && r.m == "129-256" &&
+                          r.n == "129-256" && r.k == "129-256");
+    }
+    CHECK(found);
+}
