@@ -53,10 +53,43 @@ template <class T>
 std::unique_ptr<chain_case> make_xgrad_chain(std::size_t length, std::size_t width);
 std::uint64_t mha_multiply_adds(std::size_t B, std::size_t T, std::size_t d);  // eq. (20.5), forward
 void xgrad_threads(int n);                                                      // xgrad::set_num_threads
-// One C = A B of n x n x n through xgrad::kernels::gemm (the same BLAS door xgrad's matmul uses).
+// One C = A B of n x n x n through xgrad::kernels::gemm (the same GEMM door xgrad's matmul uses).
 template <class T>
 void xgrad_gemm(std::size_t n, const T* a, const T* b, T* c);
-std::string gemm_backend();
+std::string openblas_core();
+
+// One product shape of the GEMM backend table, timed through every backend that can run it and through
+// xgrad's calibrated door (thread CPU time, median of `reps` runs).
+struct gemm_shape
+{
+    std::string label;
+    bool ta, tb;
+    std::size_t m, n, k;
+};
+struct gemm_row
+{
+    gemm_shape shape;
+    std::string dtype;
+    std::string chosen;     // the backend xgrad::kernels::gemm uses for this shape's class
+    double door_gflops = 0;  // through xgrad::kernels::gemm
+    std::vector<std::pair<std::string, double>> backends;  // GFLOP/s per backend
+};
+template <class T>
+gemm_row xgrad_gemm_row(const gemm_shape& shape, int reps);
+
+// One shape class xgrad's GEMM door has calibrated in this process (kernels::gemm_calibration).
+struct gemm_class
+{
+    std::string dtype, op, m, n, k, probe, chosen;
+    std::vector<std::pair<std::string, double>> gflops;  // per candidate, as the calibration timed it
+};
+std::vector<gemm_class> xgrad_gemm_classes();
+
+// ---- the machine's FMA peak (fma_peak.cpp, always compiled with -march=native) ----
+// GFLOP/s (2 FLOP per FMA) of a loop of independent vector FMAs, summed over `threads` threads.
+template <class T>
+double fma_peak_gflops(int threads);
+std::string fma_isa();  // the vector ISA of that loop, e.g. "avx512bw, 16 floats / 8 doubles per register"
 
 // ---- LibTorch side (torch_side.cpp) ----
 // composed = the chapter's ops with autograd; otherwise torch::nn::MultiheadAttention (bias = false).

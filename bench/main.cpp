@@ -1,11 +1,14 @@
 // xgrad vs LibTorch, side by side in one process: MHA self-attention forward + backward (causal mask,
-// loss = sum(Y * G)) at five sizes, float32 and float64, one and two threads; plus the in-run GEMM peak
-// and the per-op overhead of a chain of tiny adds. The harness is our own: warm-up, then rounds that
+// loss = sum(Y * G)) at five sizes, float32 and float64, one and two threads; plus the machine's FMA peak
+// measured in the same run (every rate is reported as a share of it), the GEMM backend table, the
+// 512^3 GEMM through xgrad's door and the per-op overhead of a chain of tiny adds. The harness is our own: warm-up, then rounds that
 // interleave the implementations (rotating which goes first) so machine noise hits all of them, and
 // medians over the rounds. Prints one table per dtype and writes the same rows as JSON.
 //
 //   xgrad_bench [--json PATH] [--quick] [--sizes tiny,small,...] [--dtypes f32,f64] [--threads 1,2]
 //               [--budget SECONDS] [--min-reps N] [--max-reps N]
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -81,7 +84,7 @@ struct row
     std::string size, dtype;
     std::size_t B, T, d, H;
     int threads, reps;
-    double xgrad_ms, libtorch_ms, libtorch_nn_ms, ratio, gflops, libtorch_gflops, peak_gflops;
+    double xgrad_ms, libtorch_ms, libtorch_nn_ms, ratio, gflops, libtorch_gflops, peak_gflops, fma_peak_gflops;
     std::size_t tape_bytes, libtorch_bytes;
 };
 
@@ -89,8 +92,9 @@ struct peak_row
 {
     std::string dtype;
     int threads;
-    double gflops;  // from the median time: what the MHA rows are compared with
+    double gflops;  // 512^3 through xgrad::kernels::gemm, from the median time
     double best_gflops;
+    double fma_gflops;  // the FMA-loop peak at this thread count: what every rate is a share of
 };
 
 struct overhead_row
@@ -119,6 +123,21 @@ double time_ms(F&& f)
     const auto start = std::chrono::steady_clock::now();
     f();
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Like time_ms, in the calling thread's CPU time: what one-thread work costs regardless of other
+// processes on a shared machine.
+template <class F>
+double thread_ms(F&& f)
+{
+    auto now = [] {
+        timespec t{};
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+        return 1e3 * static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_nsec);
+    };
+    const double start = now();
+    f();
+    return now() - start;
 }
 
 std::string read_first_line(const char* path, const std::string& prefix = "")
@@ -233,17 +252,16 @@ std::pair<double, double> gemm_peak(const settings& opt, int threads)
             x = static_cast<T>(u(rng));
         }
     }
-    bench::blas_threads(threads);  // the peak of the machine at this thread count
+    (void)threads;  // xgrad's GEMM door runs on the calling thread alone
     std::vector<double> times;
     for (int r = 0; r < opt.gemm_reps + 2; ++r)
     {
-        const double ms = time_ms([&] { bench::xgrad_gemm<T>(n, a.data(), b.data(), c.data()); });
+        const double ms = thread_ms([&] { bench::xgrad_gemm<T>(n, a.data(), b.data(), c.data()); });
         if (r >= 2)
         {
             times.push_back(ms);
         }
     }
-    bench::blas_threads(1);
     const double flop = 2.0 * n * n * n;
     return {flop / (median(times) * 1e6), flop / (*std::min_element(times.begin(), times.end()) * 1e6)};
 }
@@ -291,7 +309,8 @@ overhead_row chain_overhead(const settings& opt, const std::string& dtype, int t
 }
 
 template <class T>
-row mha_row(const settings& opt, const size_spec& s, const std::string& dtype, int threads, double peak)
+row mha_row(const settings& opt, const size_spec& s, const std::string& dtype, int threads, double peak,
+            double fma_peak)
 {
     const mha_problem<T> p = make_problem<T>(s, 1234);
     struct impl
@@ -374,12 +393,51 @@ row mha_row(const settings& opt, const size_spec& s, const std::string& dtype, i
     out.gflops = flop / (out.xgrad_ms * 1e6);
     out.libtorch_gflops = flop / (std::min(out.libtorch_ms, out.libtorch_nn_ms) * 1e6);
     out.peak_gflops = peak;
+    out.fma_peak_gflops = fma_peak;
     out.tape_bytes = impls[0].bytes;
     out.libtorch_bytes = impls[1].bytes;
     std::cerr << "  " << dtype << " threads=" << threads << " " << s.name << ": " << reps << " rounds, xgrad "
               << fixed(out.xgrad_ms, 3) << " ms, LibTorch " << fixed(out.libtorch_ms, 3) << " / nn "
               << fixed(out.libtorch_nn_ms, 3) << " ms\n";
     return out;
+}
+
+// Products of the MHA step (projections, their gradients, per-head attention) at several sizes, and squares.
+const std::vector<bench::gemm_shape> gemm_shapes = {
+    {"square", false, false, 64, 64, 64},
+    {"square", false, false, 128, 128, 128},
+    {"square", false, false, 256, 256, 256},
+    {"square", false, false, 512, 512, 512},
+    {"square", false, false, 1024, 1024, 1024},
+    {"tiny X W", false, false, 16, 32, 32},
+    {"tiny Q K^T", false, true, 16, 16, 8},
+    {"small X W", false, false, 256, 128, 128},
+    {"small Q K^T", false, true, 64, 64, 32},
+    {"medium X W", false, false, 1024, 256, 256},
+    {"medium Q K^T", false, true, 128, 128, 32},
+    {"large X W", false, false, 2048, 512, 512},
+    {"large dX = G W^T", false, true, 2048, 512, 512},
+    {"large dW = X^T G", true, false, 512, 512, 2048},
+    {"large Q K^T", false, true, 256, 256, 64},
+    {"large P V", false, false, 256, 64, 256},
+    {"large dV = P^T dO", true, false, 256, 64, 256},
+    {"xl X W", false, false, 2048, 1024, 1024},
+    {"xl dW = X^T G", true, false, 1024, 1024, 2048},
+    {"xl Q K^T", false, true, 512, 512, 64},
+};
+
+std::vector<bench::gemm_row> gemm_table(const settings& opt)
+{
+    std::vector<bench::gemm_row> rows;
+    for (const auto& dtype : opt.dtypes)
+    {
+        for (const auto& shape : gemm_shapes)
+        {
+            rows.push_back(dtype == "f32" ? bench::xgrad_gemm_row<float>(shape, opt.gemm_reps)
+                                          : bench::xgrad_gemm_row<double>(shape, opt.gemm_reps));
+        }
+    }
+    return rows;
 }
 
 std::string pad(std::string s, std::size_t width, bool left = false)
@@ -400,9 +458,11 @@ void print_table(std::ostream& out, const std::string& dtype, const std::vector<
     {
         if (p.dtype == dtype)
         {
-            out << "in-run GEMM peak (xgrad::kernels::gemm, 512^3, OpenBLAS at " << p.threads
-                << (p.threads == 1 ? " thread" : " threads") << "): " << fixed(p.gflops, 1)
-                << " GFLOP/s median (best " << fixed(p.best_gflops, 1) << ")\n";
+            out << "in-run FMA peak (" << bench::fma_isa() << "), " << p.threads
+                << (p.threads == 1 ? " thread" : " threads") << ": " << fixed(p.fma_gflops, 1)
+                << " GFLOP/s; GEMM 512^3 through xgrad::kernels::gemm (one thread, thread CPU time): " << fixed(p.gflops, 1)
+                << " GFLOP/s median (best " << fixed(p.best_gflops, 1) << ") = "
+                << fixed(100.0 * p.gflops / (p.fma_gflops / p.threads), 1) << "% of one thread's FMA peak\n";
         }
     }
     for (const auto& o : overheads)
@@ -416,10 +476,10 @@ void print_table(std::ostream& out, const std::string& dtype, const std::vector<
         }
     }
     out << "GFLOP/s, FLOP = 2 x multiply-adds, fwd+bwd = 3 x fwd (eq. 20.5); ratio = xgrad / min(LibTorch "
-           "composed, nn); % peak = xgrad GFLOP/s / in-run GEMM peak at that thread count\n";
+           "composed, nn); % FMA = xgrad GFLOP/s / in-run FMA peak at that thread count\n";
     const std::vector<std::pair<std::string, std::size_t>> cols = {
         {"size", 7},        {"thr", 3},         {"(B,T,d,H)", 17},  {"xgrad ms", 10},   {"LibTorch ms", 11},
-        {"LT nn ms", 10},   {"ratio", 6},       {"GFLOP/s", 8},     {"LT GFLOP/s", 10}, {"% peak", 6},
+        {"LT nn ms", 10},   {"ratio", 6},       {"GFLOP/s", 8},     {"LT GFLOP/s", 10}, {"% FMA", 6},
         {"tape bytes", 11}, {"LT fwd bytes", 12}, {"reps", 4}};
     std::string header, rule;
     for (std::size_t i = 0; i < cols.size(); ++i)
@@ -446,7 +506,7 @@ void print_table(std::ostream& out, const std::string& dtype, const std::vector<
             fixed(r.ratio, 2),
             fixed(r.gflops, 2),
             fixed(r.libtorch_gflops, 2),
-            fixed(100.0 * r.gflops / r.peak_gflops, 1),
+            fixed(100.0 * r.gflops / r.fma_peak_gflops, 1),
             mib(r.tape_bytes),
             mib(r.libtorch_bytes),
             std::to_string(r.reps)};
@@ -462,6 +522,78 @@ void print_table(std::ostream& out, const std::string& dtype, const std::vector<
            "counted, as on the LibTorch side). LT fwd bytes = bytes LibTorch's\n"
            "CPU allocator handed out during the composed forward and still held before backward (saved tensors,\n"
            "Y and the loss; parameters and X are not counted, as they exist before the forward).\n";
+}
+
+// The fastest measured FMA peak of one thread for this dtype (the GEMM runs on one thread).
+double one_thread_fma(const std::vector<peak_row>& peaks, const std::string& dtype)
+{
+    for (const auto& p : peaks)
+    {
+        if (p.dtype == (dtype == "float32" ? "f32" : "f64") && p.threads == 1)
+        {
+            return p.fma_gflops;
+        }
+    }
+    for (const auto& p : peaks)
+    {
+        if (p.dtype == (dtype == "float32" ? "f32" : "f64"))
+        {
+            return p.fma_gflops / p.threads;
+        }
+    }
+    return 0;
+}
+
+void print_gemm_tables(std::ostream& out, const std::vector<bench::gemm_row>& rows,
+                       const std::vector<bench::gemm_class>& classes, const std::vector<peak_row>& peaks)
+{
+    out << "\n=== GEMM backends, one thread: GFLOP/s (thread CPU time, median) and share of the one-thread FMA "
+           "peak ===\n"
+        << "door = xgrad::kernels::gemm, which runs the backend its calibration chose for the product's class\n";
+    const std::vector<std::string> names = {"openblas", "onednn", "libxsmm", "libxsmm_tiled"};
+    out << pad("dtype", 7, true) << " | " << pad("product", 18, true) << " | " << pad("op", 7, true) << " | "
+        << pad("m x n x k", 16) << " | " << pad("door uses", 13, true) << " | " << pad("door", 6) << " | "
+        << pad("% FMA", 5);
+    for (const auto& n : names)
+    {
+        out << " | " << pad(n, 13);
+    }
+    out << "\n";
+    for (const auto& r : rows)
+    {
+        const double fma = one_thread_fma(peaks, r.dtype);
+        const std::string dims = std::to_string(r.shape.m) + "x" + std::to_string(r.shape.n) + "x" +
+                                 std::to_string(r.shape.k);
+        out << pad(r.dtype, 7, true) << " | " << pad(r.shape.label, 18, true) << " | "
+            << pad(std::string(r.shape.ta ? "A^T" : "A") + (r.shape.tb ? " B^T" : " B"), 7, true) << " | "
+            << pad(dims, 16) << " | " << pad(r.chosen, 13, true) << " | " << pad(fixed(r.door_gflops, 1), 6) << " | "
+            << pad(fixed(100.0 * r.door_gflops / fma, 1), 5);
+        for (const auto& n : names)
+        {
+            std::string cell = "-";
+            for (const auto& [backend, gflops] : r.backends)
+            {
+                if (backend == n)
+                {
+                    cell = fixed(gflops, 1) + " (" + fixed(100.0 * gflops / fma, 0) + "%)";
+                }
+            }
+            out << " | " << pad(cell, 13);
+        }
+        out << "\n";
+    }
+    out << "\n=== GEMM shape classes calibrated in this run (first product of each class, sides capped at 256; "
+           "GFLOP/s by thread CPU time) ===\n";
+    for (const auto& c : classes)
+    {
+        out << pad(c.dtype, 7, true) << " | " << pad(c.op, 7, true) << " | m " << pad(c.m, 7) << " n " << pad(c.n, 7)
+            << " k " << pad(c.k, 7) << " | probe " << pad(c.probe, 11) << " | -> " << pad(c.chosen, 13, true) << " |";
+        for (const auto& [backend, gflops] : c.gflops)
+        {
+            out << " " << backend << " " << fixed(gflops, 1);
+        }
+        out << "\n";
+    }
 }
 
 std::string json_escape(const std::string& s)
@@ -480,7 +612,8 @@ std::string json_escape(const std::string& s)
 
 void write_json(const std::string& path, const std::vector<std::pair<std::string, std::string>>& machine,
                 const std::vector<row>& rows, const std::vector<peak_row>& peaks,
-                const std::vector<overhead_row>& overheads, const settings& opt)
+                const std::vector<overhead_row>& overheads, const std::vector<bench::gemm_row>& gemms,
+                const std::vector<bench::gemm_class>& classes, const settings& opt)
 {
     std::ofstream out(path);
     if (!out)
@@ -507,6 +640,8 @@ void write_json(const std::string& path, const std::vector<std::pair<std::string
             << ", \"libtorch_ms\": " << fixed(r.libtorch_ms, 4) << ", \"libtorch_nn_ms\": "
             << fixed(r.libtorch_nn_ms, 4) << ", \"ratio\": " << fixed(r.ratio, 4) << ", \"gflops\": "
             << fixed(r.gflops, 3) << ", \"peak_gflops\": " << fixed(r.peak_gflops, 3)
+            << ", \"fma_peak_gflops\": " << fixed(r.fma_peak_gflops, 3)
+            << ", \"fma_share\": " << fixed(r.gflops / r.fma_peak_gflops, 4)
             << ", \"tape_bytes\": " << r.tape_bytes << ", \"libtorch_gflops\": " << fixed(r.libtorch_gflops, 3)
             << ", \"libtorch_forward_bytes\": " << r.libtorch_bytes << ", \"repeats\": " << r.reps << "}"
             << (i + 1 < rows.size() ? "," : "") << "\n";
@@ -517,6 +652,7 @@ void write_json(const std::string& path, const std::vector<std::pair<std::string
         out << (i ? ", " : "") << "{\"dtype\": \"" << (peaks[i].dtype == "f32" ? "float32" : "float64")
             << "\", \"threads\": " << peaks[i].threads << ", \"n\": " << opt.gemm_n
             << ", \"gflops\": " << fixed(peaks[i].gflops, 3) << ", \"best_gflops\": " << fixed(peaks[i].best_gflops, 3)
+            << ", \"fma_peak_gflops\": " << fixed(peaks[i].fma_gflops, 3)
             << "}";
     }
     out << "],\n  \"per_op_overhead\": [";
@@ -528,7 +664,36 @@ void write_json(const std::string& path, const std::vector<std::pair<std::string
             << ", \"width\": " << opt.chain_width << ", \"xgrad_us_per_op\": " << fixed(o.xgrad_us, 4)
             << ", \"libtorch_us_per_op\": " << fixed(o.libtorch_us, 4) << "}";
     }
-    out << "]\n}\n";
+    out << "],\n  \"gemm_backends\": [\n";
+    for (std::size_t i = 0; i < gemms.size(); ++i)
+    {
+        const auto& r = gemms[i];
+        const double fma = one_thread_fma(peaks, r.dtype);
+        out << "    {\"dtype\": \"" << r.dtype << "\", \"product\": \"" << json_escape(r.shape.label)
+            << "\", \"transpose_a\": " << (r.shape.ta ? "true" : "false") << ", \"transpose_b\": "
+            << (r.shape.tb ? "true" : "false") << ", \"m\": " << r.shape.m << ", \"n\": " << r.shape.n
+            << ", \"k\": " << r.shape.k << ", \"chosen\": \"" << r.chosen << "\", \"gflops\": "
+            << fixed(r.door_gflops, 3) << ", \"fma_peak_gflops\": " << fixed(fma, 3) << ", \"backends\": {";
+        for (std::size_t j = 0; j < r.backends.size(); ++j)
+        {
+            out << (j ? ", " : "") << "\"" << r.backends[j].first << "\": " << fixed(r.backends[j].second, 3);
+        }
+        out << "}}" << (i + 1 < gemms.size() ? "," : "") << "\n";
+    }
+    out << "  ],\n  \"gemm_classes\": [\n";
+    for (std::size_t i = 0; i < classes.size(); ++i)
+    {
+        const auto& c = classes[i];
+        out << "    {\"dtype\": \"" << c.dtype << "\", \"op\": \"" << c.op << "\", \"m\": \"" << c.m
+            << "\", \"n\": \"" << c.n << "\", \"k\": \"" << c.k << "\", \"probe\": \"" << c.probe
+            << "\", \"chosen\": \"" << c.chosen << "\", \"gflops\": {";
+        for (std::size_t j = 0; j < c.gflops.size(); ++j)
+        {
+            out << (j ? ", " : "") << "\"" << c.gflops[j].first << "\": " << fixed(c.gflops[j].second, 3);
+        }
+        out << "}}" << (i + 1 < classes.size() ? "," : "") << "\n";
+    }
+    out << "  ]\n}\n";
 }
 
 std::vector<std::string> split(const std::string& s)
@@ -604,7 +769,7 @@ int main(int argc, char** argv)
     const char* wait_policy = std::getenv("OMP_WAIT_POLICY");
     std::vector<std::pair<std::string, std::string>> machine = {
         {"cpu", read_first_line("/proc/cpuinfo", "model name")},
-        {"openblas_core", bench::gemm_backend()},
+        {"openblas_core", bench::openblas_core()},
         {"openblas_coretype_env", coretype ? coretype : "(unset)"},
         {"libtorch", bench::torch_version()},
         {"libtorch_config", bench::torch_blas_info()},
@@ -614,7 +779,7 @@ int main(int argc, char** argv)
     };
     std::cout << "xgrad vs LibTorch: MHA self-attention forward+backward (bench/)\n"
               << "CPU: " << machine[0].second << "\n"
-              << "OpenBLAS core (xgrad::kernels::gemm_backend(), shared with LibTorch): " << machine[1].second
+              << "OpenBLAS core (detected by OpenBLAS; LibTorch's GEMMs run on it): " << machine[1].second
               << "; OPENBLAS_CORETYPE=" << machine[2].second << "\n"
               << "LibTorch " << machine[3].second << ": " << machine[4].second
               << "; OMP_WAIT_POLICY=" << machine[6].second << "\n"
@@ -654,10 +819,13 @@ int main(int argc, char** argv)
         {
             const auto [peak, best] =
                 dtype == "f32" ? gemm_peak<float>(opt, threads) : gemm_peak<double>(opt, threads);
-            peaks.push_back({dtype, threads, peak, best});
+            const double fma = dtype == "f32" ? bench::fma_peak_gflops<float>(threads)
+                                              : bench::fma_peak_gflops<double>(threads);
+            peaks.push_back({dtype, threads, peak, best, fma});
             overheads.push_back(dtype == "f32" ? chain_overhead<float>(opt, dtype, threads)
                                                : chain_overhead<double>(opt, dtype, threads));
-            std::cerr << dtype << " threads=" << threads << ": GEMM peak " << fixed(peak, 1) << " GFLOP/s, add chain "
+            std::cerr << dtype << " threads=" << threads << ": FMA peak " << fixed(fma, 1) << " GFLOP/s, GEMM 512^3 "
+                      << fixed(peak, 1) << " GFLOP/s, add chain "
                       << fixed(overheads.back().xgrad_us, 2) << " vs " << fixed(overheads.back().libtorch_us, 2)
                       << " us/op\n";
             for (const auto& name : opt.sizes)
@@ -668,11 +836,13 @@ int main(int argc, char** argv)
                 {
                     die("unknown size " + name + " (tiny, small, medium, large, xl)");
                 }
-                rows.push_back(dtype == "f32" ? mha_row<float>(opt, *it, dtype, threads, peak)
-                                              : mha_row<double>(opt, *it, dtype, threads, peak));
+                rows.push_back(dtype == "f32" ? mha_row<float>(opt, *it, dtype, threads, peak, fma)
+                                              : mha_row<double>(opt, *it, dtype, threads, peak, fma));
             }
         }
     }
+    const std::vector<bench::gemm_row> gemms = gemm_table(opt);
+    const std::vector<bench::gemm_class> classes = bench::xgrad_gemm_classes();
     const double minutes =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 60.0;
     machine.push_back({"busy_cores_at_end", fixed(busy_cores(), 2)});
@@ -682,7 +852,8 @@ int main(int argc, char** argv)
     {
         print_table(std::cout, dtype, rows, peaks, overheads);
     }
-    write_json(opt.json_path, machine, rows, peaks, overheads, opt);
+    print_gemm_tables(std::cout, gemms, classes, peaks);
+    write_json(opt.json_path, machine, rows, peaks, overheads, gemms, classes, opt);
     std::cout << "\nload average at end: " << machine[machine.size() - 2].second << "; cores busy with other work: "
               << machine[machine.size() - 3].second << "  (wall " << fixed(minutes, 1)
               << " min)\nJSON: " << opt.json_path << "\n";

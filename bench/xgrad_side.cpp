@@ -1,7 +1,11 @@
 // The xgrad half of the benchmark: MHA self-attention forward + backward on a fresh tape per step,
 // exactly as a training loop would write it, the tiny-add chain, and the raw GEMM for the peak.
 // No LibTorch header is included here.
+#include <time.h>
+
+#include <algorithm>
 #include <numeric>
+#include <random>
 
 #include "bench/bench.hpp"
 #include "models/mha.hpp"
@@ -143,9 +147,105 @@ void xgrad_gemm(std::size_t n, const T* a, const T* b, T* c)
     xgrad::kernels::gemm(false, false, n, n, n, a, n, b, n, T(0), c, n);
 }
 
-std::string gemm_backend()
+std::string openblas_core()
 {
-    return xgrad::kernels::gemm_backend();
+    return xgrad::kernels::openblas_core();
+}
+
+namespace
+{
+double thread_seconds()
+{
+    timespec t{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// GFLOP/s of `product`, the median of `reps` timed runs after one untimed run; a run repeats the
+// product until it has taken ~2 ms.
+template <class F>
+double gflops_of(double flop, int reps, F&& product)
+{
+    double start = thread_seconds();
+    product();
+    const double once = std::max(thread_seconds() - start, 1e-9);
+    if (once > 0.1)
+    {
+        return flop / once * 1e-9;  // a backend this slow here is not worth more runs
+    }
+    const int repeats = static_cast<int>(std::clamp(2e-3 / once, 1.0, 1000.0));
+    std::vector<double> rates;
+    for (int r = 0; r < reps; ++r)
+    {
+        start = thread_seconds();
+        for (int i = 0; i < repeats; ++i)
+        {
+            product();
+        }
+        rates.push_back(flop * repeats / (thread_seconds() - start) * 1e-9);
+    }
+    std::sort(rates.begin(), rates.end());
+    return rates[rates.size() / 2];
+}
+}  // namespace
+
+std::vector<gemm_class> xgrad_gemm_classes()
+{
+    std::vector<gemm_class> out;
+    for (const auto& r : xgrad::kernels::gemm_calibration())
+    {
+        gemm_class c;
+        c.dtype = r.dtype;
+        c.op = std::string(r.transpose_a ? "A^T" : "A") + (r.transpose_b ? " B^T" : " B");
+        c.m = r.m;
+        c.n = r.n;
+        c.k = r.k;
+        c.probe = std::to_string(r.probe_m) + "x" + std::to_string(r.probe_n) + "x" + std::to_string(r.probe_k);
+        c.chosen = xgrad::kernels::name(r.chosen);
+        for (const auto& [backend, gflops] : r.gflops)
+        {
+            c.gflops.emplace_back(xgrad::kernels::name(backend), gflops);
+        }
+        out.push_back(c);
+    }
+    return out;
+}
+
+template <class T>
+gemm_row xgrad_gemm_row(const gemm_shape& s, int reps)
+{
+    namespace k = xgrad::kernels;
+    const std::size_t lda = s.ta ? s.m : s.k, ldb = s.tb ? s.k : s.n;
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<double> u(-1, 1);
+    std::vector<T> a(s.m * s.k), b(s.k * s.n), c(s.m * s.n);
+    for (auto* v : {&a, &b})
+    {
+        for (auto& x : *v)
+        {
+            x = static_cast<T>(u(rng));
+        }
+    }
+    const double flop = 2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k);
+    gemm_row row;
+    row.shape = s;
+    row.dtype = sizeof(T) == 4 ? "float32" : "float64";
+    row.door_gflops = gflops_of(flop, reps, [&] {
+        k::gemm(s.ta, s.tb, s.m, s.n, s.k, a.data(), lda, b.data(), ldb, T(0), c.data(), s.n);
+    });
+    const auto chosen = k::gemm_choice(sizeof(T) == 8, s.ta, s.tb, s.m, s.n, s.k);
+    row.chosen = chosen ? k::name(*chosen) : "?";
+    for (k::gemm_backend backend : k::all_gemm_backends)
+    {
+        if (!k::gemm_backend_supports(backend, sizeof(T) == 8, s.m, s.n, s.k))
+        {
+            continue;
+        }
+        row.backends.emplace_back(k::name(backend), gflops_of(flop, reps, [&] {
+            k::gemm_with(backend, s.ta, s.tb, s.m, s.n, s.k, a.data(), lda, b.data(), ldb, T(0), c.data(), s.n);
+        }));
+    }
+    return row;
 }
 
 template std::unique_ptr<mha_case> make_xgrad_mha(const mha_problem<float>&);
@@ -154,4 +254,6 @@ template std::unique_ptr<chain_case> make_xgrad_chain<float>(std::size_t, std::s
 template std::unique_ptr<chain_case> make_xgrad_chain<double>(std::size_t, std::size_t);
 template void xgrad_gemm(std::size_t, const float*, const float*, float*);
 template void xgrad_gemm(std::size_t, const double*, const double*, double*);
+template gemm_row xgrad_gemm_row<float>(const gemm_shape&, int);
+template gemm_row xgrad_gemm_row<double>(const gemm_shape&, int);
 }  // namespace bench
