@@ -8,6 +8,13 @@
 #include <limits>
 #include <xsimd/xsimd.hpp>
 
+// GCC 12 flags its own AVX-512 intrinsics (_mm512_undefined_* inside xsimd's hadd, nearbyint, ...) as
+// using uninitialised values once they are inlined here; a known false positive of those headers.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 namespace xgrad::kernels::simd
 {
 template <class T>

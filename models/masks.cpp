@@ -28,8 +28,8 @@ mask_t padding_mask(const std::vector<std::size_t>& lengths, std::size_t tk)
     return m;
 }
 
-std::optional<mask_t> combined_mask(const char* op, const mask_t* user_mask, bool causal, std::size_t batch,
-                                    std::size_t heads, std::size_t tq, std::size_t tk)
+void check_mask(const char* op, const mask_t* user_mask, std::size_t batch, std::size_t heads, std::size_t tq,
+                std::size_t tk)
 {
     const shape_t scores{batch, heads, tq, tk};
     if (user_mask && !broadcasts_to(to_shape(user_mask->shape()), scores))
@@ -37,6 +37,12 @@ std::optional<mask_t> combined_mask(const char* op, const mask_t* user_mask, boo
         fail(op, "mask of shape " + shape_str(to_shape(user_mask->shape())) +
                      " does not broadcast to the attention scores (B, H, Tq, Tk) = " + shape_str(scores));
     }
+}
+
+std::optional<mask_t> combined_mask(const char* op, const mask_t* user_mask, bool causal, std::size_t batch,
+                                    std::size_t heads, std::size_t tq, std::size_t tk)
+{
+    check_mask(op, user_mask, batch, heads, tq, tk);
     if (!causal)
     {
         return user_mask ? std::optional<mask_t>(*user_mask) : std::nullopt;

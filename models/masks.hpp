@@ -17,6 +17,10 @@ mask_t padding_mask(const std::vector<std::size_t>& lengths, std::size_t tk);
 // What MHA applies to its scores of shape (B, H, Tq, Tk): the user's mask (if any) AND the causal mask
 // (if asked). Returns nothing when neither is given. Throws std::invalid_argument naming `op` when the
 // user's mask does not broadcast to (B, H, Tq, Tk).
+// Throws std::invalid_argument naming `op` when `user_mask` (if any) does not broadcast to (B, H, Tq, Tk).
+void check_mask(const char* op, const mask_t* user_mask, std::size_t batch, std::size_t heads, std::size_t tq,
+                std::size_t tk);
+
 std::optional<mask_t> combined_mask(const char* op, const mask_t* user_mask, bool causal, std::size_t batch,
                                     std::size_t heads, std::size_t tq, std::size_t tk);
 }  // namespace xgrad::models

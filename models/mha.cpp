@@ -163,7 +163,15 @@ mha_result<T> multi_head_attention(const var<T>& xq, const var<T>& xk, const var
     check_mha_shapes(op, config, xq.shape(), xk.shape(), xv.shape(), w.W_Q.shape(), w.W_K.shape(), w.W_V.shape(),
                      w.W_O.shape());
     const std::size_t batch = xq.shape()[0], tq = xq.shape()[1], tk = xk.shape()[1];
-    const auto mask = combined_mask(op, options.mask, options.causal, batch, config.heads, tq, tk);
+    std::optional<mask_t> mask;
+    if (options.fused)
+    {
+        check_mask(op, options.mask, batch, config.heads, tq, tk);  // ops::attention applies mask and causal
+    }
+    else
+    {
+        mask = combined_mask(op, options.mask, options.causal, batch, config.heads, tq, tk);
+    }
 
     // (20.1) projections: (B, T, d) @ (d, d_out)
     var<T> q_linear = ops::matmul(xq, w.W_Q).named("Q_linear");
@@ -173,6 +181,12 @@ mha_result<T> multi_head_attention(const var<T>& xq, const var<T>& xk, const var
     var<T> q = split_heads(q_linear, config.heads).named("Q");
     var<T> k = split_heads(k_linear, config.kv_head_count()).named("K");
     var<T> v = split_heads(v_linear, config.kv_head_count()).named("V");
+    if (options.fused)
+    {
+        var<T> heads = ops::attention(q, k, v, options.mask, options.causal).named("head_output");
+        var<T> joined = combine_heads(heads).named("joined");
+        return {ops::matmul(joined, w.W_O).named("output"), var<T>()};
+    }
     // Chapter 19 per head, all heads in one batched product
     auto [heads, weights] = attention(q, k, v, mask ? &*mask : nullptr);
     var<T> joined = combine_heads(heads).named("joined");

@@ -49,13 +49,17 @@ struct mha_options
 {
     const mask_t* mask = nullptr;  // broadcast to (B, H, Tq, Tk); true = attend
     bool causal = false;           // bottom-right aligned; ANDed with mask
+    // Attention as the one fused op ops::attention (online softmax, tile by tile, saving O(B H Tq) numbers
+    // instead of the (B, H, Tq, Tk) weights) in place of the composed graph of matmul and masked_softmax,
+    // which stays the default: it is the chapter's computation. Fused, mha_result::attention is empty.
+    bool fused = false;
 };
 
 template <class T>
 struct mha_result
 {
     var<T> output;     // (B, Tq, d)
-    var<T> attention;  // (B, H, Tq, Tk): the softmax weights
+    var<T> attention;  // (B, H, Tq, Tk): the softmax weights (an empty handle with options.fused)
 };
 
 // Throws std::invalid_argument naming `op` (d % H, H % G, and each shape that does not fit) unless

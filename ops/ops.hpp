@@ -63,6 +63,16 @@ var<T> matmul(const var<T>& a, const var<T>& b, bool transpose_a = false, bool t
 template <class T> var<T> masked_softmax(const var<T>& x, const mask_t& mask, T scale = T(1));
 template <class T> var<T> softmax(const var<T>& x, T scale = T(1));
 
+// Fused scaled dot-product attention, softmax(Q K^T / sqrt(dh), mask) V, computed tile by tile with an
+// online softmax (ops/attention.cpp, kernels/attention.cpp): it saves only the per-row log-sum-exp
+// (O(B H Tq) numbers, not the (B, H, Tq, Tk) weights), skips the key tiles a causal mask removes, and
+// its backward recomputes the weights tile by tile. q (B, H, Tq, dh); k, v (B, G, Tk, dh), H % G == 0,
+// query head h reading key/value head h / (H / G). mask: nullptr or broadcast to (B, H, Tq, Tk), true =
+// attend; causal bottom-right aligned, ANDed with the mask. A row with no visible key gives 0 and no
+// gradient. Returns (B, H, Tq, dh). The mask gets no gradient and is copied into the op.
+template <class T>
+var<T> attention(const var<T>& q, const var<T>& k, const var<T>& v, const mask_t* mask = nullptr, bool causal = false);
+
 // Neural-network ops, fused, each with a hand-derived rule (ops/nn.cpp).
 // log softmax over the last axis.
 template <class T> var<T> log_softmax(const var<T>& x);

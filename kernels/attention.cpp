@@ -1,0 +1,305 @@
+// Fused attention, tile by tile (see kernels/attention.hpp). For one query tile Q_t and the key/value
+// tiles K_u, V_u it may see:
+//
+//   forward   S = Q_t K_u^T                    (GEMM)
+//             m' = max(m, scale max_j S_ij)     over visible keys only
+//             P = exp(scale S - m')             masked entries are -inf before the exp, so exactly 0
+//             l = l exp(m - m') + sum_j P_ij,   O = O exp(m - m') + P V_u   (GEMM)
+//   at the end O /= l and lse = m + log l: softmax(scale S) V without ever holding a whole row of S.
+//
+//   backward  D_i = sum_c dO_ic O_ic            (the softmax backward's row sum, from O instead of P)
+//             P = exp(scale S - lse)            recomputed, exactly the forward's probabilities
+//             dV_u += P^T dO_t,  dP = dO_t V_u^T,  dS = scale P (dP - D)
+//             dQ_t += dS K_u,    dK_u += dS^T Q_t
+//
+// With a causal mask, key tiles wholly after a query tile's last visible key are never touched, forward
+// or backward (about half the work when Tq = Tk). A row with no visible key never enters the sums:
+// output 0, lse -inf, and no gradient. The forward splits (batch, head, query tile) across threads; the
+// backward splits (batch, key/value head), so each thread owns the dK and dV it accumulates into.
+#include "kernels/attention.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "autodiff/instantiate.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/parallel.hpp"
+#include "kernels/simd.hpp"
+
+namespace xgrad::kernels
+{
+namespace
+{
+constexpr std::size_t tile_q = 64, tile_k = 64;
+// Below this many multiply-adds, waking threads costs more than it saves.
+constexpr std::uint64_t parallel_threshold = 1 << 21;
+
+// Which keys each query may see: the causal limit and the (broadcast) mask.
+struct visibility
+{
+    std::size_t B, H, G, Tq, Tk, dh;
+    bool causal;
+    const bool* mask = nullptr;
+    std::size_t stride_b = 0, stride_h = 0, stride_i = 0, stride_j = 0;  // 0 where the mask broadcasts
+
+    visibility(const shape_t& qs, const shape_t& ks, const mask_t* m, bool c)
+        : B(qs[0]), H(qs[1]), G(ks[1]), Tq(qs[2]), Tk(ks[2]), dh(qs[3]), causal(c)
+    {
+        if (m)
+        {
+            const auto strides = broadcast_strides(to_shape(m->shape()), 4);
+            mask = m->data();
+            stride_b = strides[0];
+            stride_h = strides[1];
+            stride_i = strides[2];
+            stride_j = strides[3];
+        }
+    }
+
+    // Keys [0, key_end(i)) may be visible to query i: j <= i + (Tk - Tq) when causal.
+    std::size_t key_end(std::size_t i) const
+    {
+        if (!causal)
+        {
+            return Tk;
+        }
+        return i + Tk + 1 <= Tq ? 0 : std::min(Tk, i + Tk + 1 - Tq);
+    }
+
+    const bool* mask_row(std::size_t b, std::size_t h, std::size_t i) const
+    {
+        return mask ? mask + b * stride_b + h * stride_h + i * stride_i : nullptr;
+    }
+
+    // Sets the invisible entries of s[0, cols) (keys j0 .. j0 + cols of query i) to -inf; returns whether
+    // any entry is visible.
+    template <class T>
+    bool hide_invisible(T* s, std::size_t cols, std::size_t j0, std::size_t i, const bool* row) const
+    {
+        const T minus_inf = -std::numeric_limits<T>::infinity();
+        const std::size_t end = std::min(cols, key_end(i) > j0 ? key_end(i) - j0 : 0);
+        std::fill(s + end, s + cols, minus_inf);
+        if (!row)
+        {
+            return end > 0;
+        }
+        bool any = false;
+        for (std::size_t c = 0; c < end; ++c)
+        {
+            const bool keep = row[(j0 + c) * stride_j];
+            s[c] = keep ? s[c] : minus_inf;
+            any = any || keep;
+        }
+        return any;
+    }
+
+    std::size_t query_tiles() const { return (Tq + tile_q - 1) / tile_q; }
+    // Keys a query tile starting at i0 with `rows` rows visits: [0, tile_key_end).
+    std::size_t tile_key_end(std::size_t i0, std::size_t rows) const { return key_end(i0 + rows - 1); }
+};
+
+template <class T>
+T* grown(std::vector<T>& buffer, std::size_t size)
+{
+    if (buffer.size() < size)
+    {
+        buffer.resize(size);
+    }
+    return buffer.data();
+}
+
+template <class T>
+void forward_tile(const visibility& vis, const T* q, const T* k, const T* v, T* out, T* lse, std::size_t item)
+{
+    const std::size_t tiles = vis.query_tiles();
+    const std::size_t bh = item / tiles, i0 = (item % tiles) * tile_q;
+    const std::size_t b = bh / vis.H, h = bh % vis.H, g = h / (vis.H / vis.G), dh = vis.dh;
+    const std::size_t rows = std::min(tile_q, vis.Tq - i0);
+    const T scale = T(1) / std::sqrt(static_cast<T>(dh));
+    const T* q_tile = q + (bh * vis.Tq + i0) * dh;
+    const T* k_head = k + (b * vis.G + g) * vis.Tk * dh;
+    const T* v_head = v + (b * vis.G + g) * vis.Tk * dh;
+    T* o_tile = out + (bh * vis.Tq + i0) * dh;
+
+    thread_local std::vector<T> s_buffer, stats;
+    T* s = grown(s_buffer, tile_q * tile_k);
+    T* m = grown(stats, 2 * tile_q);  // running maximum (scaled), then running sum
+    T* l = m + tile_q;
+    std::fill(m, m + rows, -std::numeric_limits<T>::infinity());
+    std::fill(l, l + rows, T(0));
+    std::fill(o_tile, o_tile + rows * dh, T(0));
+    std::vector<char> seen(rows, 0);  // the row has had a visible key
+
+    const std::size_t key_end = vis.tile_key_end(i0, rows);
+    for (std::size_t j0 = 0; j0 < key_end; j0 += tile_k)
+    {
+        const std::size_t cols = std::min(tile_k, key_end - j0);
+        gemm(false, true, rows, cols, dh, q_tile, dh, k_head + j0 * dh, dh, T(0), s, tile_k);  // S = Q K^T
+        for (std::size_t r = 0; r < rows; ++r)
+        {
+            T* row = s + r * tile_k;
+            const std::size_t i = i0 + r;
+            if (!vis.hide_invisible(row, cols, j0, i, vis.mask_row(b, h, i)))
+            {
+                std::fill(row, row + cols, T(0));  // nothing visible here: P = 0, the row's state unchanged
+                continue;
+            }
+            seen[r] = 1;
+            const T new_max = std::max(m[r], scale * simd::max_of(row, cols));
+            const T shrink = std::exp(m[r] - new_max);  // 0 on the row's first visible tile
+            const T sum = simd::exp_sum(row, cols, scale, new_max);
+            l[r] = l[r] * shrink + sum;
+            m[r] = new_max;
+            if (shrink != T(1))
+            {
+                simd::scale_in_place(o_tile + r * dh, dh, shrink);
+            }
+        }
+        gemm(false, false, rows, dh, cols, s, tile_k, v_head + j0 * dh, dh, T(1), o_tile, dh);  // O += P V
+    }
+    for (std::size_t r = 0; r < rows; ++r)
+    {
+        T& row_lse = lse[bh * vis.Tq + i0 + r];
+        if (!seen[r])
+        {
+            std::fill(o_tile + r * dh, o_tile + (r + 1) * dh, T(0));
+            row_lse = -std::numeric_limits<T>::infinity();
+            continue;
+        }
+        simd::scale_in_place(o_tile + r * dh, dh, T(1) / l[r]);
+        row_lse = m[r] + std::log(l[r]);
+    }
+}
+
+// The backward of every query head of one (batch, key/value head) pair.
+template <class T>
+void backward_group(const visibility& vis, const T* q, const T* k, const T* v, const T* out, const T* lse,
+                    const T* grad_out, T* dq, T* dk, T* dv, std::size_t item)
+{
+    const std::size_t b = item / vis.G, g = item % vis.G, dh = vis.dh, per_group = vis.H / vis.G;
+    const T scale = T(1) / std::sqrt(static_cast<T>(dh));
+    const T* k_head = k + item * vis.Tk * dh;
+    const T* v_head = v + item * vis.Tk * dh;
+    T* dk_head = dk + item * vis.Tk * dh;
+    T* dv_head = dv + item * vis.Tk * dh;
+
+    thread_local std::vector<T> p_buffer, dp_buffer, d_buffer;
+    T* p = grown(p_buffer, tile_q * tile_k);
+    T* dp = grown(dp_buffer, tile_q * tile_k);
+    T* d = grown(d_buffer, tile_q);
+    for (std::size_t h = g * per_group; h < (g + 1) * per_group; ++h)
+    {
+        const std::size_t bh = b * vis.H + h;
+        for (std::size_t i0 = 0; i0 < vis.Tq; i0 += tile_q)
+        {
+            const std::size_t rows = std::min(tile_q, vis.Tq - i0);
+            const std::size_t offset = (bh * vis.Tq + i0) * dh;
+            const T* q_tile = q + offset;
+            const T* do_tile = grad_out + offset;
+            T* dq_tile = dq + offset;
+            for (std::size_t r = 0; r < rows; ++r)
+            {
+                d[r] = simd::dot(do_tile + r * dh, out + offset + r * dh, dh);  // D_i = dO_i . O_i
+            }
+            const std::size_t key_end = vis.tile_key_end(i0, rows);
+            for (std::size_t j0 = 0; j0 < key_end; j0 += tile_k)
+            {
+                const std::size_t cols = std::min(tile_k, key_end - j0);
+                gemm(false, true, rows, cols, dh, q_tile, dh, k_head + j0 * dh, dh, T(0), p, tile_k);  // S = Q K^T
+                gemm(false, true, rows, cols, dh, do_tile, dh, v_head + j0 * dh, dh, T(0), dp, tile_k);  // dP = dO V^T
+                for (std::size_t r = 0; r < rows; ++r)
+                {
+                    T* p_row = p + r * tile_k;
+                    T* ds_row = dp + r * tile_k;
+                    const std::size_t i = i0 + r;
+                    if (!vis.hide_invisible(p_row, cols, j0, i, vis.mask_row(b, h, i)))
+                    {
+                        std::fill(p_row, p_row + cols, T(0));
+                        std::fill(ds_row, ds_row + cols, T(0));
+                        continue;
+                    }
+                    simd::exp_sum(p_row, cols, scale, lse[bh * vis.Tq + i]);  // P = exp(scale S - lse)
+                    for (std::size_t c = 0; c < cols; ++c)
+                    {
+                        ds_row[c] = scale * p_row[c] * (ds_row[c] - d[r]);  // dS = scale P (dP - D)
+                    }
+                }
+                gemm(true, false, cols, dh, rows, p, tile_k, do_tile, dh, T(1), dv_head + j0 * dh, dh);  // dV += P^T dO
+                gemm(false, false, rows, dh, cols, dp, tile_k, k_head + j0 * dh, dh, T(1), dq_tile, dh);  // dQ += dS K
+                gemm(true, false, cols, dh, rows, dp, tile_k, q_tile, dh, T(1), dk_head + j0 * dh, dh);  // dK += dS^T Q
+            }
+        }
+    }
+}
+
+std::uint64_t visited_multiply_adds(const visibility& vis)
+{
+    std::uint64_t keys = 0;  // sum over query tiles of rows x visited keys
+    for (std::size_t i0 = 0; i0 < vis.Tq; i0 += tile_q)
+    {
+        const std::size_t rows = std::min(tile_q, vis.Tq - i0);
+        keys += static_cast<std::uint64_t>(rows) * vis.tile_key_end(i0, rows);
+    }
+    return 2 * keys * vis.dh * vis.B * vis.H;  // S = Q K^T and P V
+}
+
+void run_items(std::size_t count, std::uint64_t work, const std::function<void(std::size_t)>& body)
+{
+    if (work < parallel_threshold || num_threads() == 1)
+    {
+        for (std::size_t i = 0; i < count; ++i)
+        {
+            body(i);
+        }
+        return;
+    }
+    parallel_for(count, body);
+}
+}  // namespace
+
+template <class T>
+attention_forward_result<T> attention_forward(const array<T>& q, const array<T>& k, const array<T>& v,
+                                              const mask_t* mask, bool causal)
+{
+    const shape_t qs = to_shape(q.shape()), ks = to_shape(k.shape());
+    const visibility vis(qs, ks, mask, causal);
+    attention_forward_result<T> result;
+    result.output = array<T>::from_shape(qs);
+    result.log_sum_exp = array<T>::from_shape({vis.B, vis.H, vis.Tq});
+    result.multiply_adds = visited_multiply_adds(vis);
+    T* out = result.output.data();
+    T* lse = result.log_sum_exp.data();
+    run_items(vis.B * vis.H * vis.query_tiles(), result.multiply_adds, [&](std::size_t item) {
+        forward_tile(vis, q.data(), k.data(), v.data(), out, lse, item);
+    });
+    return result;
+}
+
+template <class T>
+attention_gradients<T> attention_backward(const array<T>& q, const array<T>& k, const array<T>& v,
+                                          const array<T>& output, const array<T>& log_sum_exp,
+                                          const array<T>& grad_output, const mask_t* mask, bool causal)
+{
+    const shape_t qs = to_shape(q.shape()), ks = to_shape(k.shape());
+    const visibility vis(qs, ks, mask, causal);
+    attention_gradients<T> grads;
+    grads.q = xt::zeros<T>(qs);
+    grads.k = xt::zeros<T>(ks);
+    grads.v = xt::zeros<T>(ks);
+    run_items(vis.B * vis.G, 2 * visited_multiply_adds(vis), [&](std::size_t item) {
+        backward_group(vis, q.data(), k.data(), v.data(), output.data(), log_sum_exp.data(), grad_output.data(),
+                       grads.q.data(), grads.k.data(), grads.v.data(), item);
+    });
+    return grads;
+}
+
+#define XGRAD_ATTENTION_KERNELS(T)                                                                            \
+    template attention_forward_result<T> attention_forward(const array<T>&, const array<T>&, const array<T>&, \
+                                                           const mask_t*, bool);                              \
+    template attention_gradients<T> attention_backward(const array<T>&, const array<T>&, const array<T>&,     \
+                                                       const array<T>&, const array<T>&, const array<T>&,     \
+                                                       const mask_t*, bool);
+XGRAD_INSTANTIATE_FOR_FLOAT_TYPES(XGRAD_ATTENTION_KERNELS)
+}  // namespace xgrad::kernels
