@@ -10,7 +10,6 @@
 #endif
 
 #include <cmath>
-#include <cstring>
 #include <sstream>
 
 #include "autodiff/instantiate.hpp"
@@ -63,18 +62,59 @@ void check_has_last_axis(const char* op, const shape_t& shape)
     }
 }
 
-// sum_j e^{x_j - shift}, vectorised.
+// ---- vectorised row loops (xsimd): each walks one contiguous row of n entries ----------------------
+template <class T>
+using batch = kernels::simd::batch<T>;
+template <class T>
+constexpr std::size_t width = batch<T>::size;
+
+// sum_j x_j
+template <class T>
+T sum_of(const T* x, std::size_t n)
+{
+    batch<T> acc(T(0));
+    std::size_t j = 0;
+    for (; j + width<T> <= n; j += width<T>)
+    {
+        acc += batch<T>::load_unaligned(x + j);
+    }
+    T total = xsimd::hadd(acc);
+    for (; j < n; ++j)
+    {
+        total += x[j];
+    }
+    return total;
+}
+
+// sum_j (a_j - shift_a) (b_j - shift_b): centred before multiplying, so a large mean costs no digits.
+template <class T>
+T centred_dot(const T* a, T shift_a, const T* b, T shift_b, std::size_t n)
+{
+    const batch<T> va(shift_a), vb(shift_b);
+    batch<T> acc(T(0));
+    std::size_t j = 0;
+    for (; j + width<T> <= n; j += width<T>)
+    {
+        acc = xsimd::fma(batch<T>::load_unaligned(a + j) - va, batch<T>::load_unaligned(b + j) - vb, acc);
+    }
+    T total = xsimd::hadd(acc);
+    for (; j < n; ++j)
+    {
+        total += (a[j] - shift_a) * (b[j] - shift_b);
+    }
+    return total;
+}
+
+// sum_j e^{x_j - shift}
 template <class T>
 T sum_exp_shifted(const T* x, std::size_t n, T shift)
 {
-    using batch = kernels::simd::batch<T>;
-    constexpr std::size_t w = batch::size;
-    const batch vshift(shift);
-    batch acc(T(0));
+    const batch<T> vshift(shift);
+    batch<T> acc(T(0));
     std::size_t j = 0;
-    for (; j + w <= n; j += w)
+    for (; j + width<T> <= n; j += width<T>)
     {
-        acc += xsimd::exp(batch::load_unaligned(x + j) - vshift);
+        acc += xsimd::exp(batch<T>::load_unaligned(x + j) - vshift);
     }
     T total = xsimd::hadd(acc);
     for (; j < n; ++j)
@@ -82,6 +122,39 @@ T sum_exp_shifted(const T* x, std::size_t n, T shift)
         total += std::exp(x[j] - shift);
     }
     return total;
+}
+
+// out_j = factor e^{x_j - shift}
+template <class T>
+void scaled_exp_shifted(T* out, const T* x, std::size_t n, T factor, T shift)
+{
+    const batch<T> vfactor(factor), vshift(shift);
+    std::size_t j = 0;
+    for (; j + width<T> <= n; j += width<T>)
+    {
+        (vfactor * xsimd::exp(batch<T>::load_unaligned(x + j) - vshift)).store_unaligned(out + j);
+    }
+    for (; j < n; ++j)
+    {
+        out[j] = factor * std::exp(x[j] - shift);
+    }
+}
+
+// g_j -= e^{y_j} s in place: the log_softmax backward of one row, s = sum_j g_j.
+template <class T>
+void subtract_exp_times(T* g, const T* y, std::size_t n, T s)
+{
+    const batch<T> vs(s);
+    std::size_t j = 0;
+    for (; j + width<T> <= n; j += width<T>)
+    {
+        const batch<T> gj = batch<T>::load_unaligned(g + j);
+        xsimd::fnma(xsimd::exp(batch<T>::load_unaligned(y + j)), vs, gj).store_unaligned(g + j);
+    }
+    for (; j < n; ++j)
+    {
+        g[j] -= std::exp(y[j]) * s;
+    }
 }
 
 // log sum_j e^{x_j}, stable: max + log sum e^{x_j - max}, so logits of 1e4 stay finite. A NaN in the row
@@ -176,15 +249,7 @@ var<T> log_softmax(const var<T>& x)
         for_rows(rows.count, rows.length, [&](std::size_t r) {
             T* dr = dx.data() + r * rows.length;
             const T* yr = y + r * rows.length;
-            T g_sum = 0;
-            for (std::size_t j = 0; j < rows.length; ++j)
-            {
-                g_sum += dr[j];
-            }
-            for (std::size_t j = 0; j < rows.length; ++j)
-            {
-                dr[j] -= std::exp(yr[j]) * g_sum;
-            }
+            subtract_exp_times(dr, yr, rows.length, sum_of(dr, rows.length));
         });
         ctx.accumulate(0, std::move(dx));
     };
@@ -242,10 +307,7 @@ var<T> cross_entropy(const var<T>& logits, const ids_t& targets)
                 }
                 const T* xr = x + r * rows.length;
                 T* dr = dx.data() + r * rows.length;
-                for (std::size_t j = 0; j < rows.length; ++j)
-                {
-                    dr[j] = per_row * std::exp(xr[j] - lse[r]);
-                }
+                scaled_exp_shifted(dr, xr, rows.length, per_row, lse[r]);  // softmax / n
                 dr[t] -= per_row;
             });
         }
@@ -277,17 +339,8 @@ var<T> layer_norm(const var<T>& x, const var<T>& weight, const var<T>& bias, T e
     for_rows(rows.count, d, [&](std::size_t r) {
         const T* xr = in + r * d;
         T* yr = y.data() + r * d;
-        T sum = 0;
-        for (std::size_t j = 0; j < d; ++j)
-        {
-            sum += xr[j];
-        }
-        const T mu = sum / static_cast<T>(d);
-        T squares = 0;  // two passes: no cancellation when |mean| >> std
-        for (std::size_t j = 0; j < d; ++j)
-        {
-            squares += (xr[j] - mu) * (xr[j] - mu);
-        }
+        const T mu = sum_of(xr, d) / static_cast<T>(d);
+        const T squares = centred_dot(xr, mu, xr, mu, d);  // a second pass: no cancellation when |mean| >> std
         const T r_std = T(1) / std::sqrt(squares / static_cast<T>(d) + eps);
         for (std::size_t j = 0; j < d; ++j)
         {
@@ -308,18 +361,17 @@ var<T> layer_norm(const var<T>& x, const var<T>& weight, const var<T>& bias, T e
             array<T> dx = array<T>::from_shape(ctx.input(0).shape());
             for_rows(rows.count, d, [&](std::size_t r) {
                 const T* gr = g + r * d;
-                T* dr = dx.data() + r * d;
-                T dxhat_sum = 0, dxhat_xhat_sum = 0;
+                T* dxhat = dx.data() + r * d;  // dxhat = g w, then turned into dx in place
                 for (std::size_t j = 0; j < d; ++j)
                 {
-                    dxhat_sum += gr[j] * w[j];
-                    dxhat_xhat_sum += gr[j] * w[j] * xhat(r, j);
+                    dxhat[j] = gr[j] * w[j];
                 }
-                const T dxhat_mean = dxhat_sum / static_cast<T>(d);
-                const T dxhat_xhat_mean = dxhat_xhat_sum / static_cast<T>(d);
+                const T dxhat_mean = sum_of(dxhat, d) / static_cast<T>(d);
+                // mean(dxhat xhat) = rstd mean(dxhat (x - mu))
+                const T dxhat_xhat_mean = rstd[r] * centred_dot(dxhat, T(0), x + r * d, mean[r], d) / static_cast<T>(d);
                 for (std::size_t j = 0; j < d; ++j)
                 {
-                    dr[j] = rstd[r] * (gr[j] * w[j] - dxhat_mean - xhat(r, j) * dxhat_xhat_mean);
+                    dxhat[j] = rstd[r] * (dxhat[j] - dxhat_mean - xhat(r, j) * dxhat_xhat_mean);
                 }
             });
             ctx.accumulate(0, std::move(dx));
