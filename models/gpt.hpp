@@ -65,7 +65,7 @@ struct gpt_parameters
 
 struct gpt_options
 {
-    bool fused = true;  // fused layer_norm / gelu / cross_entropy ops; false: composed from primitives
+    bool fused = true;  // fused layer_norm / gelu / attention / cross_entropy ops; false: composed from primitives
 };
 
 // The forward pass recorded on a tape. `activations` lists the named intermediate values in forward

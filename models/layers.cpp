@@ -51,7 +51,7 @@ block_result<T> transformer_block(const var<T>& x, const block_weights<T>& w, co
 {
     block_result<T> r;
     r.ln_1 = layer_norm(x, w.ln_1.weight, w.ln_1.bias, fused);
-    r.attn = self_attention(r.ln_1, w.attn, config, {nullptr, /*causal=*/true}).output;
+    r.attn = self_attention(r.ln_1, w.attn, config, {nullptr, /*causal=*/true, /*fused=*/fused}).output;
     r.res_1 = ops::add(x, r.attn);
     r.ln_2 = layer_norm(r.res_1, w.ln_2.weight, w.ln_2.bias, fused);
     r.mlp = mlp(r.ln_2, w.mlp, fused);

@@ -75,6 +75,7 @@ struct block_result
 
 // The pre-LN transformer block, causal self-attention:
 //   x = x + MHA(LN(x; ln_1));  x = x + MLP(LN(x; ln_2)).
+// fused: the fused layer_norm, gelu and attention ops (ops::attention); false: composed from primitives.
 template <class T>
 block_result<T> transformer_block(const var<T>& x, const block_weights<T>& w, const mha_config& config,
                                   bool fused = true);
