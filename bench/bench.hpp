@@ -91,6 +91,40 @@ template <class T>
 double fma_peak_gflops(int threads);
 std::string fma_isa();  // the vector ISA of that loop, e.g. "avx512bw, 16 floats / 8 doubles per register"
 
+// ---- the GPT training step: forward, cross-entropy loss, backward, AdamW (float32) ----
+struct gpt_spec
+{
+    std::string name;
+    std::size_t V, L, d, H, T, B;
+};
+struct gpt_tensor
+{
+    std::string name;  // SPEC's parameter name, e.g. "blocks.0.attn.W_Q"
+    std::vector<std::int64_t> shape;
+    std::vector<float> values;
+};
+// One model and one batch, shared by both libraries: the parameters as xgrad initialises them (GPT-2
+// init, seeded), random tokens and targets, AdamW's hyperparameters.
+struct gpt_problem
+{
+    gpt_spec spec;
+    std::vector<gpt_tensor> params;
+    std::vector<std::int64_t> tokens, targets;  // (B, T)
+    double lr = 3e-4, weight_decay = 0.1;
+};
+class gpt_case
+{
+public:
+    virtual ~gpt_case() = default;
+    // One training step: gradients reset, forward, loss, backward, AdamW update. Returns the loss.
+    virtual double step() = 0;
+};
+gpt_problem make_gpt_problem(const gpt_spec& spec, unsigned seed);  // xgrad_side.cpp
+std::unique_ptr<gpt_case> make_xgrad_gpt(const gpt_problem& p);     // xgrad_side.cpp
+std::unique_ptr<gpt_case> make_torch_gpt(const gpt_problem& p);     // torch_side.cpp
+// Forward multiply-adds of the GPT on one batch (models::gpt_forward_multiply_adds().total()).
+std::uint64_t gpt_forward_multiply_adds(const gpt_spec& spec);
+
 // ---- LibTorch side (torch_side.cpp) ----
 // composed = the chapter's ops with autograd; otherwise torch::nn::MultiheadAttention (bias = false).
 template <class T>

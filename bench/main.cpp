@@ -77,6 +77,22 @@ struct settings
     int chain_reps = 41;
     int gemm_n = 512;
     int gemm_reps = 11;
+    std::vector<std::string> gpt_configs{"nano", "char", "shake"};
+};
+
+// SPEC's small GPT at three sizes (V, L, d, H, T, B), trained with AdamW, float32.
+const std::vector<bench::gpt_spec> all_gpt_configs = {
+    {"nano", 65, 2, 64, 4, 64, 16},
+    {"char", 65, 4, 128, 4, 128, 16},
+    {"shake", 65, 6, 384, 6, 256, 8},
+};
+
+struct gpt_row
+{
+    bench::gpt_spec spec;
+    int threads, reps;
+    double xgrad_ms, libtorch_ms, ratio, tokens_per_s, gflops, fma_peak_gflops;
+    double loss_first, loss_second;  // xgrad's losses of the two untimed steps (LibTorch's agreed)
 };
 
 struct row
@@ -440,6 +456,81 @@ std::vector<bench::gemm_row> gemm_table(const settings& opt)
     return rows;
 }
 
+// One GPT training step (forward, loss, backward, AdamW) of xgrad and of LibTorch from the same
+// parameters and batch: two untimed steps whose losses must agree (the second after one AdamW update),
+// then interleaved timed rounds. Both keep training across rounds.
+gpt_row gpt_step_row(const settings& opt, const bench::gpt_spec& spec, int threads, double fma_peak)
+{
+    const bench::gpt_problem problem = bench::make_gpt_problem(spec, 1234);
+    auto mine = bench::make_xgrad_gpt(problem);
+    auto theirs = bench::make_torch_gpt(problem);
+    double losses[2][2];
+    for (int s = 0; s < 2; ++s)
+    {
+        losses[0][s] = mine->step();
+        bench::blas_threads(threads);
+        losses[1][s] = theirs->step();
+        bench::blas_threads(1);
+        const double error = std::abs(losses[0][s] - losses[1][s]) / std::abs(losses[1][s]);
+        if (!(error < 1e-4))
+        {
+            die("MISMATCH in the GPT " + spec.name + " step " + std::to_string(s + 1) + ": loss xgrad " +
+                fixed(losses[0][s], 7) + " vs LibTorch " + fixed(losses[1][s], 7) + ". Timings would be meaningless.");
+        }
+    }
+    std::vector<double> tx, tt;
+    auto round = [&](int r, bool keep) {
+        double total = 0;
+        for (int k = 0; k < 2; ++k)
+        {
+            if ((k == 0) == (r % 2 == 0))
+            {
+                const double ms = time_ms([&] { mine->step(); });
+                total += ms;
+                if (keep)
+                {
+                    tx.push_back(ms);
+                }
+            }
+            else
+            {
+                bench::blas_threads(threads);
+                const double ms = time_ms([&] { theirs->step(); });
+                bench::blas_threads(1);
+                total += ms;
+                if (keep)
+                {
+                    tt.push_back(ms);
+                }
+            }
+        }
+        return total;
+    };
+    const double warm = round(0, false);
+    const int reps = std::clamp(static_cast<int>(std::ceil(opt.budget_s * 1000.0 / std::max(warm, 1e-3))),
+                                std::min(opt.min_reps_slow, opt.max_reps), opt.max_reps);
+    for (int r = 0; r < reps; ++r)
+    {
+        round(r, true);
+    }
+    gpt_row row{};
+    row.spec = spec;
+    row.threads = threads;
+    row.reps = reps;
+    row.xgrad_ms = median(tx);
+    row.libtorch_ms = median(tt);
+    row.ratio = row.xgrad_ms / row.libtorch_ms;
+    row.tokens_per_s = static_cast<double>(spec.B * spec.T) / (row.xgrad_ms * 1e-3);
+    // FLOP = 2 x multiply-adds; forward + backward = 3 x forward (the optimiser's few per parameter are left out)
+    row.gflops = 2.0 * 3.0 * static_cast<double>(bench::gpt_forward_multiply_adds(spec)) / (row.xgrad_ms * 1e6);
+    row.fma_peak_gflops = fma_peak;
+    row.loss_first = losses[0][0];
+    row.loss_second = losses[0][1];
+    std::cerr << "  gpt " << spec.name << " threads=" << threads << ": " << reps << " rounds, xgrad "
+              << fixed(row.xgrad_ms, 2) << " ms, LibTorch " << fixed(row.libtorch_ms, 2) << " ms\n";
+    return row;
+}
+
 std::string pad(std::string s, std::size_t width, bool left = false)
 {
     if (s.size() >= width)
@@ -596,6 +687,34 @@ void print_gemm_tables(std::ostream& out, const std::vector<bench::gemm_row>& ro
     }
 }
 
+void print_gpt_table(std::ostream& out, const std::vector<gpt_row>& rows)
+{
+    if (rows.empty())
+    {
+        return;
+    }
+    out << "\n=== float32 — GPT training step (forward + cross-entropy + backward + AdamW), same model, batch "
+           "and optimiser in LibTorch; medians ===\n"
+        << "ratio = xgrad / LibTorch; GFLOP/s = 2 x 3 x forward multiply-adds / xgrad time; % FMA = of the "
+           "in-run FMA peak at that thread count\n";
+    out << "config | thr | (V,L,d,H,T,B)          |  xgrad ms | LibTorch ms | ratio | tokens/s | GFLOP/s | % FMA | "
+           "loss 1, 2        | reps\n";
+    out << "-------|-----|------------------------|-----------|-------------|-------|----------|---------|-------|-"
+           "-----------------|-----\n";
+    for (const auto& r : rows)
+    {
+        const auto& s = r.spec;
+        const std::string shape = "(" + std::to_string(s.V) + "," + std::to_string(s.L) + "," + std::to_string(s.d) +
+                                  "," + std::to_string(s.H) + "," + std::to_string(s.T) + "," + std::to_string(s.B) +
+                                  ")";
+        out << pad(s.name, 6, true) << " | " << pad(std::to_string(r.threads), 3) << " | " << pad(shape, 22, true)
+            << " | " << pad(fixed(r.xgrad_ms, 2), 9) << " | " << pad(fixed(r.libtorch_ms, 2), 11) << " | "
+            << pad(fixed(r.ratio, 2), 5) << " | " << pad(fixed(r.tokens_per_s, 0), 8) << " | "
+            << pad(fixed(r.gflops, 1), 7) << " | " << pad(fixed(100.0 * r.gflops / r.fma_peak_gflops, 1), 5) << " | "
+            << pad(fixed(r.loss_first, 4) + ", " + fixed(r.loss_second, 4), 16, true) << " | " << r.reps << "\n";
+    }
+}
+
 std::string json_escape(const std::string& s)
 {
     std::string out;
@@ -613,7 +732,8 @@ std::string json_escape(const std::string& s)
 void write_json(const std::string& path, const std::vector<std::pair<std::string, std::string>>& machine,
                 const std::vector<row>& rows, const std::vector<peak_row>& peaks,
                 const std::vector<overhead_row>& overheads, const std::vector<bench::gemm_row>& gemms,
-                const std::vector<bench::gemm_class>& classes, const settings& opt)
+                const std::vector<bench::gemm_class>& classes, const std::vector<gpt_row>& gpt_rows,
+                const settings& opt)
 {
     std::ofstream out(path);
     if (!out)
@@ -634,7 +754,7 @@ void write_json(const std::string& path, const std::vector<std::pair<std::string
     for (std::size_t i = 0; i < rows.size(); ++i)
     {
         const row& r = rows[i];
-        out << "    {\"size\": \"" << r.size << "\", \"B\": " << r.B << ", \"T\": " << r.T << ", \"d\": " << r.d
+        out << "    {\"model\": \"mha\", \"size\": \"" << r.size << "\", \"B\": " << r.B << ", \"T\": " << r.T << ", \"d\": " << r.d
             << ", \"H\": " << r.H << ", \"dtype\": \"" << (r.dtype == "f32" ? "float32" : "float64")
             << "\", \"threads\": " << r.threads << ", \"xgrad_ms\": " << fixed(r.xgrad_ms, 4)
             << ", \"libtorch_ms\": " << fixed(r.libtorch_ms, 4) << ", \"libtorch_nn_ms\": "
@@ -644,7 +764,21 @@ void write_json(const std::string& path, const std::vector<std::pair<std::string
             << ", \"fma_share\": " << fixed(r.gflops / r.fma_peak_gflops, 4)
             << ", \"tape_bytes\": " << r.tape_bytes << ", \"libtorch_gflops\": " << fixed(r.libtorch_gflops, 3)
             << ", \"libtorch_forward_bytes\": " << r.libtorch_bytes << ", \"repeats\": " << r.reps << "}"
-            << (i + 1 < rows.size() ? "," : "") << "\n";
+            << (i + 1 < rows.size() || !gpt_rows.empty() ? "," : "") << "\n";
+    }
+    for (std::size_t i = 0; i < gpt_rows.size(); ++i)
+    {
+        const gpt_row& r = gpt_rows[i];
+        const auto& s = r.spec;
+        out << "    {\"model\": \"gpt\", \"config\": \"" << s.name << "\", \"V\": " << s.V << ", \"L\": " << s.L
+            << ", \"d\": " << s.d << ", \"H\": " << s.H << ", \"T\": " << s.T << ", \"B\": " << s.B
+            << ", \"threads\": " << r.threads << ", \"dtype\": \"float32\", \"xgrad_ms\": " << fixed(r.xgrad_ms, 4)
+            << ", \"libtorch_ms\": " << fixed(r.libtorch_ms, 4) << ", \"ratio\": " << fixed(r.ratio, 4)
+            << ", \"tokens_per_s\": " << fixed(r.tokens_per_s, 1) << ", \"gflops\": " << fixed(r.gflops, 3)
+            << ", \"fma_peak_gflops\": " << fixed(r.fma_peak_gflops, 3) << ", \"fma_share\": "
+            << fixed(r.gflops / r.fma_peak_gflops, 4) << ", \"loss_step1\": " << fixed(r.loss_first, 6)
+            << ", \"loss_step2\": " << fixed(r.loss_second, 6) << ", \"repeats\": " << r.reps << "}"
+            << (i + 1 < gpt_rows.size() ? "," : "") << "\n";
     }
     out << "  ],\n  \"gemm_peak\": [";
     for (std::size_t i = 0; i < peaks.size(); ++i)
@@ -733,6 +867,8 @@ settings parse(int argc, char** argv)
             for (const auto& t : split(next()))
                 opt.threads.push_back(std::stoi(t));
         }
+        else if (a == "--gpt")
+            opt.gpt_configs = next() == "none" ? std::vector<std::string>{} : split(argv[i]);
         else if (a == "--budget")
             opt.budget_s = std::stod(next());
         else if (a == "--min-reps")
@@ -749,7 +885,7 @@ settings parse(int argc, char** argv)
         }
         else
             die("unknown argument " + a +
-                " (use --json PATH --sizes a,b --dtypes f32,f64 --threads 1,2 --budget S --min-reps N "
+                " (use --json PATH --sizes a,b --dtypes f32,f64 --threads 1,2 --gpt nano,char,shake|none --budget S --min-reps N "
                 "--max-reps N --quick)");
     }
     return opt;
@@ -795,6 +931,7 @@ int main(int argc, char** argv)
     std::vector<row> rows;
     std::vector<peak_row> peaks;
     std::vector<overhead_row> overheads;
+    std::vector<gpt_row> gpt_rows;
     const auto start = std::chrono::steady_clock::now();
     for (const auto& dtype : opt.dtypes)
     {
@@ -839,6 +976,20 @@ int main(int argc, char** argv)
                 rows.push_back(dtype == "f32" ? mha_row<float>(opt, *it, dtype, threads, peak, fma)
                                               : mha_row<double>(opt, *it, dtype, threads, peak, fma));
             }
+            if (dtype != "f32")
+            {
+                continue;
+            }
+            for (const auto& name : opt.gpt_configs)
+            {
+                auto it = std::find_if(all_gpt_configs.begin(), all_gpt_configs.end(),
+                                       [&](const bench::gpt_spec& s) { return s.name == name; });
+                if (it == all_gpt_configs.end())
+                {
+                    die("unknown GPT config " + name + " (nano, char, shake or none)");
+                }
+                gpt_rows.push_back(gpt_step_row(opt, *it, threads, fma));
+            }
         }
     }
     const std::vector<bench::gemm_row> gemms = gemm_table(opt);
@@ -852,8 +1003,9 @@ int main(int argc, char** argv)
     {
         print_table(std::cout, dtype, rows, peaks, overheads);
     }
+    print_gpt_table(std::cout, gpt_rows);
     print_gemm_tables(std::cout, gemms, classes, peaks);
-    write_json(opt.json_path, machine, rows, peaks, overheads, gemms, classes, opt);
+    write_json(opt.json_path, machine, rows, peaks, overheads, gemms, classes, gpt_rows, opt);
     std::cout << "\nload average at end: " << machine[machine.size() - 2].second << "; cores busy with other work: "
               << machine[machine.size() - 3].second << "  (wall " << fixed(minutes, 1)
               << " min)\nJSON: " << opt.json_path << "\n";

@@ -5,13 +5,16 @@
 #include <ATen/Version.h>
 #include <c10/core/CPUAllocator.h>
 #include <torch/autograd.h>
+#include <torch/nn/functional/loss.h>
 #include <torch/nn/modules/activation.h>
+#include <torch/optim/adamw.h>
 #include <torch/version.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <sstream>
 
 #include "bench/bench.hpp"
@@ -227,7 +230,85 @@ private:
     torch::Tensor x_, c_;
     double result_ = 0;
 };
+// The same GPT as models::gpt_forward (SPEC's "small GPT": pre-LN, learned positions, head tied to
+// wte, causal attention composed as in the MHA case, tanh GELU) and torch.optim.AdamW with nanoGPT's two
+// parameter groups (weight decay on tensors of rank >= 2 only, as xgrad's optimiser).
+class torch_gpt final : public gpt_case
+{
+public:
+    explicit torch_gpt(const gpt_problem& p) : s_(p.spec)
+    {
+        std::vector<torch::Tensor> decay, no_decay;
+        for (const auto& t : p.params)
+        {
+            torch::Tensor tensor = torch::from_blob(const_cast<float*>(t.values.data()), t.shape, torch::kFloat)
+                                       .clone()
+                                       .requires_grad_(true);
+            params_[t.name] = tensor;
+            (t.shape.size() >= 2 ? decay : no_decay).push_back(tensor);
+        }
+        const auto B = static_cast<std::int64_t>(s_.B), T = static_cast<std::int64_t>(s_.T);
+        tokens_ = torch::from_blob(const_cast<std::int64_t*>(p.tokens.data()), {B, T}, torch::kLong).clone();
+        targets_ = torch::from_blob(const_cast<std::int64_t*>(p.targets.data()), {B * T}, torch::kLong).clone();
+        masked_ = torch::ones({T, T}, torch::kBool).tril().logical_not();
+        std::vector<torch::optim::OptimizerParamGroup> groups;
+        groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(
+                                       torch::optim::AdamWOptions(p.lr).weight_decay(p.weight_decay)));
+        groups.emplace_back(no_decay,
+                            std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(p.lr).weight_decay(0)));
+        optimiser_ = std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(p.lr));
+    }
+
+    double step() override
+    {
+        optimiser_->zero_grad();
+        torch::Tensor loss = forward();
+        loss.backward();
+        optimiser_->step();
+        return loss.item<double>();
+    }
+
+private:
+    const torch::Tensor& w(const std::string& name) { return params_.at(name); }
+
+    torch::Tensor forward()
+    {
+        const auto B = static_cast<std::int64_t>(s_.B), T = static_cast<std::int64_t>(s_.T),
+                   d = static_cast<std::int64_t>(s_.d), H = static_cast<std::int64_t>(s_.H), dh = d / H,
+                   V = static_cast<std::int64_t>(s_.V);
+        torch::Tensor x = w("wte").index_select(0, tokens_.view({-1})).view({B, T, d}) + w("wpe").slice(0, 0, T);
+        for (std::size_t i = 0; i < s_.L; ++i)
+        {
+            const std::string b = "blocks." + std::to_string(i) + ".";
+            auto h = torch::layer_norm(x, {d}, w(b + "ln_1.weight"), w(b + "ln_1.bias"), 1e-5);
+            auto q = h.matmul(w(b + "attn.W_Q")).view({B, T, H, dh}).transpose(1, 2);
+            auto k = h.matmul(w(b + "attn.W_K")).view({B, T, H, dh}).transpose(1, 2);
+            auto v = h.matmul(w(b + "attn.W_V")).view({B, T, H, dh}).transpose(1, 2);
+            auto scores = q.matmul(k.transpose(-2, -1)) / std::sqrt(static_cast<double>(dh));
+            scores = scores.masked_fill(masked_, -std::numeric_limits<double>::infinity());
+            auto heads = torch::softmax(scores, -1).matmul(v).transpose(1, 2).reshape({B, T, d});
+            x = x + heads.matmul(w(b + "attn.W_O"));
+            auto h2 = torch::layer_norm(x, {d}, w(b + "ln_2.weight"), w(b + "ln_2.bias"), 1e-5);
+            auto hidden = torch::gelu(h2.matmul(w(b + "mlp.W_fc")) + w(b + "mlp.b_fc"), "tanh");
+            x = x + hidden.matmul(w(b + "mlp.W_proj")) + w(b + "mlp.b_proj");
+        }
+        x = torch::layer_norm(x, {d}, w("ln_f.weight"), w("ln_f.bias"), 1e-5);
+        auto logits = x.matmul(w("wte").t()).view({B * T, V});
+        return torch::nn::functional::cross_entropy(
+            logits, targets_, torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-1));
+    }
+
+    gpt_spec s_;
+    std::map<std::string, torch::Tensor> params_;
+    torch::Tensor tokens_, targets_, masked_;
+    std::unique_ptr<torch::optim::AdamW> optimiser_;
+};
 }  // namespace
+
+std::unique_ptr<gpt_case> make_torch_gpt(const gpt_problem& p)
+{
+    return std::make_unique<torch_gpt>(p);
+}
 
 template <class T>
 std::unique_ptr<mha_case> make_torch_mha(const mha_problem<T>& p, bool composed)

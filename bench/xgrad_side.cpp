@@ -8,7 +8,9 @@
 #include <random>
 
 #include "bench/bench.hpp"
+#include "models/gpt.hpp"
 #include "models/mha.hpp"
+#include "optim/optim.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/parallel.hpp"
 
@@ -117,7 +119,94 @@ private:
     xgrad::array<T> x_, c_;
     double result_ = 0;
 };
+xgrad::models::gpt_config gpt_config_of(const gpt_spec& s)
+{
+    xgrad::models::gpt_config c;
+    c.vocab_size = s.V;
+    c.block_size = s.T;
+    c.layers = s.L;
+    c.d_model = s.d;
+    c.heads = s.H;
+    return c;
+}
+
+xgrad::ids_t ids_of(const std::vector<std::int64_t>& v, std::size_t B, std::size_t T)
+{
+    xgrad::ids_t ids = xgrad::ids_t::from_shape({B, T});
+    std::copy(v.begin(), v.end(), ids.begin());
+    return ids;
+}
+
+// What a training loop writes: fresh tape, forward with the loss, backward, AdamW, gradients reset.
+class xgrad_gpt final : public gpt_case
+{
+public:
+    explicit xgrad_gpt(const gpt_problem& p)
+        : params_(xgrad::models::gpt_parameters<float>::init(gpt_config_of(p.spec), 1)),
+          tokens_(ids_of(p.tokens, p.spec.B, p.spec.T)), targets_(ids_of(p.targets, p.spec.B, p.spec.T)),
+          named_(params_.named_parameters()),
+          optimiser_(named_, xgrad::optim::adamw_options(p.lr, p.weight_decay))
+    {
+        for (std::size_t i = 0; i < named_.size(); ++i)
+        {
+            auto& value = named_[i].value();
+            std::copy(p.params[i].values.begin(), p.params[i].values.end(), value.begin());
+        }
+    }
+
+    double step() override
+    {
+        params_.zero_grad();
+        xgrad::tape<float> t;
+        const auto r = xgrad::models::gpt_forward(t, params_, tokens_, &targets_);
+        t.backward(r.loss);
+        optimiser_.step();
+        return r.loss.value()();
+    }
+
+private:
+    xgrad::models::gpt_parameters<float> params_;
+    xgrad::ids_t tokens_, targets_;
+    std::vector<xgrad::parameter<float>> named_;
+    xgrad::optim::adam<float> optimiser_;
+};
 }  // namespace
+
+gpt_problem make_gpt_problem(const gpt_spec& spec, unsigned seed)
+{
+    gpt_problem p;
+    p.spec = spec;
+    const auto params = xgrad::models::gpt_parameters<float>::init(gpt_config_of(spec), seed);
+    for (const auto& param : params.named_parameters())
+    {
+        gpt_tensor t;
+        t.name = param.name();
+        for (auto n : param.value().shape())
+        {
+            t.shape.push_back(static_cast<std::int64_t>(n));
+        }
+        t.values.assign(param.value().begin(), param.value().end());
+        p.params.push_back(std::move(t));
+    }
+    std::mt19937 rng(seed + 1);
+    std::uniform_int_distribution<std::int64_t> id(0, static_cast<std::int64_t>(spec.V) - 1);
+    for (std::size_t i = 0; i < spec.B * spec.T; ++i)
+    {
+        p.tokens.push_back(id(rng));
+        p.targets.push_back(id(rng));
+    }
+    return p;
+}
+
+std::unique_ptr<gpt_case> make_xgrad_gpt(const gpt_problem& p)
+{
+    return std::make_unique<xgrad_gpt>(p);
+}
+
+std::uint64_t gpt_forward_multiply_adds(const gpt_spec& spec)
+{
+    return xgrad::models::gpt_forward_multiply_adds(gpt_config_of(spec), spec.B, spec.T).total();
+}
 
 template <class T>
 std::unique_ptr<mha_case> make_xgrad_mha(const mha_problem<T>& p)
