@@ -47,8 +47,9 @@ public:
 };
 
 // ---- xgrad side (xgrad_side.cpp) ----
+// fused: attention through the fused op (mha_options::fused) instead of the composed graph.
 template <class T>
-std::unique_ptr<mha_case> make_xgrad_mha(const mha_problem<T>& p);
+std::unique_ptr<mha_case> make_xgrad_mha(const mha_problem<T>& p, bool fused);
 template <class T>
 std::unique_ptr<chain_case> make_xgrad_chain(std::size_t length, std::size_t width);
 std::uint64_t mha_multiply_adds(std::size_t B, std::size_t T, std::size_t d);  // eq. (20.5), forward

@@ -101,7 +101,8 @@ struct row
     std::size_t B, T, d, H;
     int threads, reps;
     double xgrad_ms, libtorch_ms, libtorch_nn_ms, ratio, gflops, libtorch_gflops, peak_gflops, fma_peak_gflops;
-    std::size_t tape_bytes, libtorch_bytes;
+    double fused_ms, fused_ratio, fused_gflops;  // xgrad with the fused attention op
+    std::size_t tape_bytes, libtorch_bytes, fused_tape_bytes;
 };
 
 struct peak_row
@@ -341,7 +342,8 @@ row mha_row(const settings& opt, const size_spec& s, const std::string& dtype, i
     // GEMMs go to the same OpenBLAS, whose thread count at::set_num_threads does not reach, so it is
     // set to `threads` around every LibTorch step.
     std::vector<impl> impls;
-    impls.push_back({"xgrad", bench::make_xgrad_mha(p), 1, {}});
+    impls.push_back({"xgrad", bench::make_xgrad_mha(p, false), 1, {}});
+    impls.push_back({"xgrad fused", bench::make_xgrad_mha(p, true), 1, {}});
     impls.push_back({"LibTorch composed", bench::make_torch_mha(p, true), threads, {}});
     impls.push_back({"LibTorch nn.MultiheadAttention", bench::make_torch_mha(p, false), threads, {}});
 
@@ -401,8 +403,9 @@ row mha_row(const settings& opt, const size_spec& s, const std::string& dtype, i
     out.threads = threads;
     out.reps = reps;
     out.xgrad_ms = median(impls[0].times);
-    out.libtorch_ms = median(impls[1].times);
-    out.libtorch_nn_ms = median(impls[2].times);
+    out.fused_ms = median(impls[1].times);
+    out.libtorch_ms = median(impls[2].times);
+    out.libtorch_nn_ms = median(impls[3].times);
     out.ratio = out.xgrad_ms / std::min(out.libtorch_ms, out.libtorch_nn_ms);
     // FLOP = 2 x multiply-adds; forward + backward = 3 x forward.
     const double flop = 2.0 * 3.0 * static_cast<double>(bench::mha_multiply_adds(s.B, s.T, s.d));
@@ -411,9 +414,12 @@ row mha_row(const settings& opt, const size_spec& s, const std::string& dtype, i
     out.peak_gflops = peak;
     out.fma_peak_gflops = fma_peak;
     out.tape_bytes = impls[0].bytes;
-    out.libtorch_bytes = impls[1].bytes;
+    out.fused_tape_bytes = impls[1].bytes;
+    out.libtorch_bytes = impls[2].bytes;
+    out.fused_ratio = out.fused_ms / std::min(out.libtorch_ms, out.libtorch_nn_ms);
+    out.fused_gflops = flop / (out.fused_ms * 1e6);
     std::cerr << "  " << dtype << " threads=" << threads << " " << s.name << ": " << reps << " rounds, xgrad "
-              << fixed(out.xgrad_ms, 3) << " ms, LibTorch " << fixed(out.libtorch_ms, 3) << " / nn "
+              << fixed(out.xgrad_ms, 3) << " ms, fused " << fixed(out.fused_ms, 3) << " ms, LibTorch " << fixed(out.libtorch_ms, 3) << " / nn "
               << fixed(out.libtorch_nn_ms, 3) << " ms\n";
     return out;
 }
@@ -567,11 +573,14 @@ void print_table(std::ostream& out, const std::string& dtype, const std::vector<
         }
     }
     out << "GFLOP/s, FLOP = 2 x multiply-adds, fwd+bwd = 3 x fwd (eq. 20.5); ratio = xgrad / min(LibTorch "
-           "composed, nn); % FMA = xgrad GFLOP/s / in-run FMA peak at that thread count\n";
+           "composed, nn); % FMA = xgrad GFLOP/s / in-run FMA peak at that thread count;\n"
+           "xgrad = the composed graph (the default), fused = mha_options::fused (ops::attention); f ratio, f GFLOP/s, "
+           "f % FMA and fused bytes are the fused path's\n";
     const std::vector<std::pair<std::string, std::size_t>> cols = {
-        {"size", 7},        {"thr", 3},         {"(B,T,d,H)", 17},  {"xgrad ms", 10},   {"LibTorch ms", 11},
-        {"LT nn ms", 10},   {"ratio", 6},       {"GFLOP/s", 8},     {"LT GFLOP/s", 10}, {"% FMA", 6},
-        {"tape bytes", 11}, {"LT fwd bytes", 12}, {"reps", 4}};
+        {"size", 7},       {"thr", 3},         {"(B,T,d,H)", 17},    {"xgrad ms", 10},  {"fused ms", 10},
+        {"LibTorch ms", 11}, {"LT nn ms", 10},  {"ratio", 6},        {"f ratio", 7},    {"GFLOP/s", 8},
+        {"% FMA", 6},      {"f GFLOP/s", 9},   {"f % FMA", 7},       {"LT GFLOP/s", 10}, {"tape bytes", 11},
+        {"fused bytes", 11}, {"LT fwd bytes", 12}, {"reps", 4}};
     std::string header, rule;
     for (std::size_t i = 0; i < cols.size(); ++i)
     {
@@ -587,20 +596,24 @@ void print_table(std::ostream& out, const std::string& dtype, const std::vector<
         }
         const std::string shape = "(" + std::to_string(r.B) + "," + std::to_string(r.T) + "," + std::to_string(r.d) +
                                   "," + std::to_string(r.H) + ")";
-        const std::vector<std::string> cells = {
-            r.size,
-            std::to_string(r.threads),
-            shape,
-            fixed(r.xgrad_ms, 3),
-            fixed(r.libtorch_ms, 3),
-            fixed(r.libtorch_nn_ms, 3),
-            fixed(r.ratio, 2),
-            fixed(r.gflops, 2),
-            fixed(r.libtorch_gflops, 2),
-            fixed(100.0 * r.gflops / r.fma_peak_gflops, 1),
-            mib(r.tape_bytes),
-            mib(r.libtorch_bytes),
-            std::to_string(r.reps)};
+        const std::vector<std::string> cells = {r.size,
+                                                fixed(r.threads, 0),
+                                                shape,
+                                                fixed(r.xgrad_ms, 3),
+                                                fixed(r.fused_ms, 3),
+                                                fixed(r.libtorch_ms, 3),
+                                                fixed(r.libtorch_nn_ms, 3),
+                                                fixed(r.ratio, 2),
+                                                fixed(r.fused_ratio, 2),
+                                                fixed(r.gflops, 2),
+                                                fixed(100.0 * r.gflops / r.fma_peak_gflops, 1),
+                                                fixed(r.fused_gflops, 2),
+                                                fixed(100.0 * r.fused_gflops / r.fma_peak_gflops, 1),
+                                                fixed(r.libtorch_gflops, 2),
+                                                mib(r.tape_bytes),
+                                                mib(r.fused_tape_bytes),
+                                                mib(r.libtorch_bytes),
+                                                std::to_string(r.reps)};
         std::string line;
         for (std::size_t i = 0; i < cols.size(); ++i)
         {
@@ -762,6 +775,10 @@ void write_json(const std::string& path, const std::vector<std::pair<std::string
             << fixed(r.gflops, 3) << ", \"peak_gflops\": " << fixed(r.peak_gflops, 3)
             << ", \"fma_peak_gflops\": " << fixed(r.fma_peak_gflops, 3)
             << ", \"fma_share\": " << fixed(r.gflops / r.fma_peak_gflops, 4)
+            << ", \"xgrad_fused_ms\": " << fixed(r.fused_ms, 4) << ", \"fused_ratio\": " << fixed(r.fused_ratio, 4)
+            << ", \"fused_gflops\": " << fixed(r.fused_gflops, 3)
+            << ", \"fused_fma_share\": " << fixed(r.fused_gflops / r.fma_peak_gflops, 4)
+            << ", \"fused_tape_bytes\": " << r.fused_tape_bytes
             << ", \"tape_bytes\": " << r.tape_bytes << ", \"libtorch_gflops\": " << fixed(r.libtorch_gflops, 3)
             << ", \"libtorch_forward_bytes\": " << r.libtorch_bytes << ", \"repeats\": " << r.reps << "}"
             << (i + 1 < rows.size() || !gpt_rows.empty() ? "," : "") << "\n";

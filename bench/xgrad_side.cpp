@@ -36,7 +36,7 @@ template <class T>
 class xgrad_mha final : public mha_case
 {
 public:
-    explicit xgrad_mha(const mha_problem<T>& p)
+    xgrad_mha(const mha_problem<T>& p, bool fused)
         : x_(to_array(p.X, {p.B, p.T, p.d})), g_(to_array(p.G, {p.B, p.T, p.d}))
     {
         config_.d_model = p.d;
@@ -47,6 +47,7 @@ public:
         params_.W_V = xgrad::parameter<T>(to_array(p.W_V, {p.d, p.d}), "W_V");
         params_.W_O = xgrad::parameter<T>(to_array(p.W_O, {p.d, p.d}), "W_O");
         options_.causal = true;
+        options_.fused = fused;
     }
 
     void step() override { run(nullptr, nullptr); }
@@ -209,9 +210,9 @@ std::uint64_t gpt_forward_multiply_adds(const gpt_spec& spec)
 }
 
 template <class T>
-std::unique_ptr<mha_case> make_xgrad_mha(const mha_problem<T>& p)
+std::unique_ptr<mha_case> make_xgrad_mha(const mha_problem<T>& p, bool fused)
 {
-    return std::make_unique<xgrad_mha<T>>(p);
+    return std::make_unique<xgrad_mha<T>>(p, fused);
 }
 
 template <class T>
@@ -337,8 +338,8 @@ gemm_row xgrad_gemm_row(const gemm_shape& s, int reps)
     return row;
 }
 
-template std::unique_ptr<mha_case> make_xgrad_mha(const mha_problem<float>&);
-template std::unique_ptr<mha_case> make_xgrad_mha(const mha_problem<double>&);
+template std::unique_ptr<mha_case> make_xgrad_mha(const mha_problem<float>&, bool);
+template std::unique_ptr<mha_case> make_xgrad_mha(const mha_problem<double>&, bool);
 template std::unique_ptr<chain_case> make_xgrad_chain<float>(std::size_t, std::size_t);
 template std::unique_ptr<chain_case> make_xgrad_chain<double>(std::size_t, std::size_t);
 template void xgrad_gemm(std::size_t, const float*, const float*, float*);
