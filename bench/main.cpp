@@ -93,6 +93,7 @@ struct gpt_row
     int threads, reps;
     double xgrad_ms, libtorch_ms, ratio, tokens_per_s, gflops, fma_peak_gflops;
     double loss_first, loss_second;  // xgrad's losses of the two untimed steps (LibTorch's agreed)
+    double xgrad_cpu_ms, libtorch_cpu_ms;  // the calling thread's CPU time (all the work at one thread)
 };
 
 struct row
@@ -102,6 +103,9 @@ struct row
     int threads, reps;
     double xgrad_ms, libtorch_ms, libtorch_nn_ms, ratio, gflops, libtorch_gflops, peak_gflops, fma_peak_gflops;
     double fused_ms, fused_ratio, fused_gflops;  // xgrad with the fused attention op
+    // Medians of the calling thread's CPU time: at one thread all of a step's work, untouched by other
+    // processes taking turns on a shared machine (LibTorch: the faster of its two paths).
+    double xgrad_cpu_ms, fused_cpu_ms, libtorch_cpu_ms;
     std::size_t tape_bytes, libtorch_bytes, fused_tape_bytes;
 };
 
@@ -335,7 +339,7 @@ row mha_row(const settings& opt, const size_spec& s, const std::string& dtype, i
         const char* name;
         std::unique_ptr<mha_case> c;
         int blas;
-        std::vector<double> times;
+        std::vector<double> times, cpu_times;  // wall clock; the calling thread's CPU time
         std::size_t bytes = 0;
     };
     // xgrad runs its BLAS single-threaded by design (it parallelises over matrices itself); LibTorch's
@@ -374,11 +378,13 @@ row mha_row(const settings& opt, const size_spec& s, const std::string& dtype, i
         {
             auto& im = impls[(first + k) % impls.size()];
             bench::blas_threads(im.blas);
-            const double ms = time_ms([&] { im.c->step(); });
+            double cpu = 0;
+            const double ms = time_ms([&] { cpu = thread_ms([&] { im.c->step(); }); });
             total += ms;
             if (keep)
             {
                 im.times.push_back(ms);
+                im.cpu_times.push_back(cpu);
             }
         }
         bench::blas_threads(1);
@@ -404,6 +410,9 @@ row mha_row(const settings& opt, const size_spec& s, const std::string& dtype, i
     out.reps = reps;
     out.xgrad_ms = median(impls[0].times);
     out.fused_ms = median(impls[1].times);
+    out.xgrad_cpu_ms = median(impls[0].cpu_times);
+    out.fused_cpu_ms = median(impls[1].cpu_times);
+    out.libtorch_cpu_ms = std::min(median(impls[2].cpu_times), median(impls[3].cpu_times));
     out.libtorch_ms = median(impls[2].times);
     out.libtorch_nn_ms = median(impls[3].times);
     out.ratio = out.xgrad_ms / std::min(out.libtorch_ms, out.libtorch_nn_ms);
@@ -484,29 +493,33 @@ gpt_row gpt_step_row(const settings& opt, const bench::gpt_spec& spec, int threa
                 fixed(losses[0][s], 7) + " vs LibTorch " + fixed(losses[1][s], 7) + ". Timings would be meaningless.");
         }
     }
-    std::vector<double> tx, tt;
+    std::vector<double> tx, tt, cx, ct;  // wall clock; the calling thread's CPU time
     auto round = [&](int r, bool keep) {
         double total = 0;
         for (int k = 0; k < 2; ++k)
         {
             if ((k == 0) == (r % 2 == 0))
             {
-                const double ms = time_ms([&] { mine->step(); });
+                double cpu = 0;
+                const double ms = time_ms([&] { cpu = thread_ms([&] { mine->step(); }); });
                 total += ms;
                 if (keep)
                 {
                     tx.push_back(ms);
+                    cx.push_back(cpu);
                 }
             }
             else
             {
                 bench::blas_threads(threads);
-                const double ms = time_ms([&] { theirs->step(); });
+                double cpu = 0;
+                const double ms = time_ms([&] { cpu = thread_ms([&] { theirs->step(); }); });
                 bench::blas_threads(1);
                 total += ms;
                 if (keep)
                 {
                     tt.push_back(ms);
+                    ct.push_back(cpu);
                 }
             }
         }
@@ -525,6 +538,8 @@ gpt_row gpt_step_row(const settings& opt, const bench::gpt_spec& spec, int threa
     row.reps = reps;
     row.xgrad_ms = median(tx);
     row.libtorch_ms = median(tt);
+    row.xgrad_cpu_ms = median(cx);
+    row.libtorch_cpu_ms = median(ct);
     row.ratio = row.xgrad_ms / row.libtorch_ms;
     row.tokens_per_s = static_cast<double>(spec.B * spec.T) / (row.xgrad_ms * 1e-3);
     // FLOP = 2 x multiply-adds; forward + backward = 3 x forward (the optimiser's few per parameter are left out)
@@ -621,6 +636,24 @@ void print_table(std::ostream& out, const std::string& dtype, const std::vector<
         }
         out << line << "\n";
     }
+    out << "one thread, medians of the calling thread's CPU time (all of a one-thread step's work; other processes "
+           "on a shared machine do not stretch it):\n"
+        << "size    |  xgrad cpu ms |  fused cpu ms | LibTorch cpu ms | ratio | f ratio | % FMA | f % FMA\n"
+        << "--------|---------------|---------------|-----------------|-------|---------|-------|--------\n";
+    for (const auto& r : rows)
+    {
+        if (r.dtype != dtype || r.threads != 1)
+        {
+            continue;
+        }
+        const double flop = r.gflops * r.xgrad_ms * 1e6;
+        out << pad(r.size, 7, true) << " | " << pad(fixed(r.xgrad_cpu_ms, 3), 13) << " | "
+            << pad(fixed(r.fused_cpu_ms, 3), 13) << " | " << pad(fixed(r.libtorch_cpu_ms, 3), 15) << " | "
+            << pad(fixed(r.xgrad_cpu_ms / r.libtorch_cpu_ms, 2), 5) << " | "
+            << pad(fixed(r.fused_cpu_ms / r.libtorch_cpu_ms, 2), 7) << " | "
+            << pad(fixed(100.0 * flop / (r.xgrad_cpu_ms * 1e6) / r.fma_peak_gflops, 1), 5) << " | "
+            << pad(fixed(100.0 * flop / (r.fused_cpu_ms * 1e6) / r.fma_peak_gflops, 1), 7) << "\n";
+    }
     out << "tape bytes = xgrad tape.bytes_saved_for_backward(false) after the forward: the intermediate values a\n"
            "backward rule will read (the leaves X, G and the parameters exist before the forward and are not\n"
            "counted, as on the LibTorch side). LT fwd bytes = bytes LibTorch's\n"
@@ -711,9 +744,9 @@ void print_gpt_table(std::ostream& out, const std::vector<gpt_row>& rows)
         << "ratio = xgrad / LibTorch; GFLOP/s = 2 x 3 x forward multiply-adds / xgrad time; % FMA = of the "
            "in-run FMA peak at that thread count\n";
     out << "config | thr | (V,L,d,H,T,B)          |  xgrad ms | LibTorch ms | ratio | tokens/s | GFLOP/s | % FMA | "
-           "loss 1, 2        | reps\n";
+           "cpu: xgrad ms | LibTorch ms | ratio | % FMA | loss 1, 2        | reps\n";
     out << "-------|-----|------------------------|-----------|-------------|-------|----------|---------|-------|-"
-           "-----------------|-----\n";
+           "--------------|-------------|-------|-------|------------------|-----\n";
     for (const auto& r : rows)
     {
         const auto& s = r.spec;
@@ -723,8 +756,19 @@ void print_gpt_table(std::ostream& out, const std::vector<gpt_row>& rows)
         out << pad(s.name, 6, true) << " | " << pad(std::to_string(r.threads), 3) << " | " << pad(shape, 22, true)
             << " | " << pad(fixed(r.xgrad_ms, 2), 9) << " | " << pad(fixed(r.libtorch_ms, 2), 11) << " | "
             << pad(fixed(r.ratio, 2), 5) << " | " << pad(fixed(r.tokens_per_s, 0), 8) << " | "
-            << pad(fixed(r.gflops, 1), 7) << " | " << pad(fixed(100.0 * r.gflops / r.fma_peak_gflops, 1), 5) << " | "
-            << pad(fixed(r.loss_first, 4) + ", " + fixed(r.loss_second, 4), 16, true) << " | " << r.reps << "\n";
+            << pad(fixed(r.gflops, 1), 7) << " | " << pad(fixed(100.0 * r.gflops / r.fma_peak_gflops, 1), 5) << " | ";
+        if (r.threads == 1)
+        {
+            const double cpu_gflops = r.gflops * r.xgrad_ms / r.xgrad_cpu_ms;
+            out << pad(fixed(r.xgrad_cpu_ms, 2), 13) << " | " << pad(fixed(r.libtorch_cpu_ms, 2), 11) << " | "
+                << pad(fixed(r.xgrad_cpu_ms / r.libtorch_cpu_ms, 2), 5) << " | "
+                << pad(fixed(100.0 * cpu_gflops / r.fma_peak_gflops, 1), 5) << " | ";
+        }
+        else
+        {
+            out << pad("-", 13) << " | " << pad("-", 11) << " | " << pad("-", 5) << " | " << pad("-", 5) << " | ";
+        }
+        out << pad(fixed(r.loss_first, 4) + ", " + fixed(r.loss_second, 4), 16, true) << " | " << r.reps << "\n";
     }
 }
 
@@ -778,7 +822,13 @@ void write_json(const std::string& path, const std::vector<std::pair<std::string
             << ", \"xgrad_fused_ms\": " << fixed(r.fused_ms, 4) << ", \"fused_ratio\": " << fixed(r.fused_ratio, 4)
             << ", \"fused_gflops\": " << fixed(r.fused_gflops, 3)
             << ", \"fused_fma_share\": " << fixed(r.fused_gflops / r.fma_peak_gflops, 4)
-            << ", \"fused_tape_bytes\": " << r.fused_tape_bytes
+            << ", \"fused_tape_bytes\": " << r.fused_tape_bytes;
+        if (r.threads == 1)
+        {
+            out << ", \"xgrad_cpu_ms\": " << fixed(r.xgrad_cpu_ms, 4) << ", \"xgrad_fused_cpu_ms\": "
+                << fixed(r.fused_cpu_ms, 4) << ", \"libtorch_cpu_ms\": " << fixed(r.libtorch_cpu_ms, 4);
+        }
+        out
             << ", \"tape_bytes\": " << r.tape_bytes << ", \"libtorch_gflops\": " << fixed(r.libtorch_gflops, 3)
             << ", \"libtorch_forward_bytes\": " << r.libtorch_bytes << ", \"repeats\": " << r.reps << "}"
             << (i + 1 < rows.size() || !gpt_rows.empty() ? "," : "") << "\n";
@@ -794,7 +844,13 @@ void write_json(const std::string& path, const std::vector<std::pair<std::string
             << ", \"tokens_per_s\": " << fixed(r.tokens_per_s, 1) << ", \"gflops\": " << fixed(r.gflops, 3)
             << ", \"fma_peak_gflops\": " << fixed(r.fma_peak_gflops, 3) << ", \"fma_share\": "
             << fixed(r.gflops / r.fma_peak_gflops, 4) << ", \"loss_step1\": " << fixed(r.loss_first, 6)
-            << ", \"loss_step2\": " << fixed(r.loss_second, 6) << ", \"repeats\": " << r.reps << "}"
+            << ", \"loss_step2\": " << fixed(r.loss_second, 6) << ", \"repeats\": " << r.reps;
+        if (r.threads == 1)
+        {
+            out << ", \"xgrad_cpu_ms\": " << fixed(r.xgrad_cpu_ms, 4) << ", \"libtorch_cpu_ms\": "
+                << fixed(r.libtorch_cpu_ms, 4);
+        }
+        out << "}"
             << (i + 1 < gpt_rows.size() ? "," : "") << "\n";
     }
     out << "  ],\n  \"gemm_peak\": [";

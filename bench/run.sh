@@ -3,8 +3,8 @@
 # libtorch-dev) and runs it. The tables go to stdout and to bench/results/mha_bench-<time>.txt, the same
 # rows as JSON to bench/results/mha_bench-<time>.json. Extra arguments go to the benchmark, e.g.
 #   bench/run.sh --quick --sizes tiny,small      (a smoke run of a few seconds)
-# The full run (5 sizes x float32/float64 x 1/2 threads) takes about 3 minutes on a 2-core Zen 3; run
-# it on an otherwise idle machine, since both libraries are timed on the same cores.
+# The full run (5 MHA sizes x float32/float64 x 1/2 threads, 3 GPT sizes) takes about 15 minutes on 2
+# cores; run it on an otherwise idle machine, since both libraries are timed on the same cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,8 +16,9 @@ if [ ! -x build-bench/bench/xgrad_bench ]; then
     exit 1
 fi
 
-# OpenBLAS (shared by xgrad and LibTorch) detects this CPU's core itself (the header prints it: "Zen"
-# on AMD Zen 3), so OPENBLAS_CORETYPE is left alone; set it only if the header shows a generic core.
+# OpenBLAS detects this CPU's core itself (the header prints it: "Zen" on AMD Zen 3, "Prescott" on a
+# Xeon newer than Debian's OpenBLAS 0.3.21). OPENBLAS_CORETYPE is left alone: xgrad measures its GEMM
+# backends instead (kernels/gemm.cpp), and LibTorch runs on whatever OpenBLAS picked.
 # Debian's LibTorch runs its intra-op threads on libgomp and its GEMMs on OpenBLAS's own pthreads. With
 # libgomp's default spin-waiting, its idle workers compete with OpenBLAS's threads (and with xgrad's in
 # the interleaved rounds) for the 2 cores: LibTorch's 2-thread medium step measured 2-5x slower, and

@@ -12,8 +12,9 @@
 // 128, 256, or more). The probe is the class's first product itself, each side capped at 256 (a larger
 // product is timed on its leading 256 x 256 x 256 block), written into a scratch C. Time is the calling
 // thread's CPU time (CLOCK_THREAD_CPUTIME_ID), so a machine shared with other processes does not skew
-// it; each backend gets one untimed run (JIT code generation) and the best of two timed ones, and a
-// backend three times slower than the best so far is not timed again. An MHA training step meets 10-20
+// it; each backend gets one untimed run (JIT code generation), then three rounds of timed runs with the
+// backends interleaved (the best of its runs counts), and a backend three times slower than the best
+// after the first round is not timed again. An MHA training step meets 10-20
 // classes; calibrating them all took ~50-150 ms in total on the project's machine.
 #include "kernels/gemm.hpp"
 
@@ -114,31 +115,17 @@ std::size_t class_of(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t
     return ((index * bucket_count + bucket(m)) * bucket_count + bucket(n)) * bucket_count + bucket(k);
 }
 
-// Seconds per product of `backend` on p, best of two timed runs after an untimed one; each run repeats
-// the product until it has taken ~20 us, so the clock's resolution does not matter.
+// Seconds per product of `backend` on p for one timed run that repeats the product `repeats` times.
 template <class T>
-double time_backend(gemm_backend backend, const backends::product& p, const T* a, const T* b, T beta, T* c,
-                    double give_up_after)
+double seconds_per_product(gemm_backend backend, const backends::product& p, const T* a, const T* b, T beta, T* c,
+                           int repeats)
 {
-    double start = thread_seconds();
-    run(backend, p, a, b, beta, c);  // JIT code generation, caches
-    const double first = thread_seconds() - start;
-    const int repeats = static_cast<int>(std::clamp(20e-6 / std::max(first, 1e-9), 1.0, 200.0));
-    double best = std::numeric_limits<double>::infinity();
-    for (int round = 0; round < 2; ++round)
+    const double start = thread_seconds();
+    for (int r = 0; r < repeats; ++r)
     {
-        start = thread_seconds();
-        for (int r = 0; r < repeats; ++r)
-        {
-            run(backend, p, a, b, beta, c);
-        }
-        best = std::min(best, (thread_seconds() - start) / repeats);
-        if (best > give_up_after)
-        {
-            break;  // clearly slower than the best so far: one timed run is enough
-        }
+        run(backend, p, a, b, beta, c);
     }
-    return best;
+    return (thread_seconds() - start) / repeats;
 }
 
 template <class T>
@@ -156,6 +143,42 @@ gemm_backend calibrate(std::size_t index, const backends::product& p, const T* a
     probe.k = std::min(p.k, probe_side);
     probe.ldc = probe.n;
     std::vector<T> scratch(static_cast<std::size_t>(probe.m) * probe.n, T(0));
+
+    struct candidate
+    {
+        gemm_backend backend;
+        int repeats;
+        double best;
+    };
+    std::vector<candidate> candidates;
+    for (gemm_backend backend : all_gemm_backends)
+    {
+        if (gemm_backend_supports(backend, std::is_same_v<T, double>, p.m, p.n, p.k))
+        {
+            // An untimed run first (JIT code generation, caches); its time sets the repeats of a timed run
+            // (~20 us, so the clock's resolution does not matter).
+            const double first = seconds_per_product(backend, probe, a, b, beta, scratch.data(), 1);
+            const int repeats = static_cast<int>(std::clamp(20e-6 / std::max(first, 1e-9), 1.0, 200.0));
+            candidates.push_back({backend, repeats, std::numeric_limits<double>::infinity()});
+        }
+    }
+    // Three rounds, the candidates interleaved within each, so that a burst of other work on a shared
+    // machine does not land on one backend's runs only; a backend three times slower than the best after
+    // the first round is not timed again.
+    double best = std::numeric_limits<double>::infinity();
+    for (int round = 0; round < 3; ++round)
+    {
+        for (candidate& c : candidates)
+        {
+            if (round > 0 && c.best > 3 * best)
+            {
+                continue;
+            }
+            c.best = std::min(c.best, seconds_per_product(c.backend, probe, a, b, beta, scratch.data(), c.repeats));
+            best = std::min(best, c.best);
+        }
+    }
+
     gemm_class_report report;
     report.dtype = std::is_same_v<T, double> ? "float64" : "float32";
     report.transpose_a = p.ta;
@@ -166,22 +189,13 @@ gemm_backend calibrate(std::size_t index, const backends::product& p, const T* a
     report.probe_m = probe.m;
     report.probe_n = probe.n;
     report.probe_k = probe.k;
-    double best = std::numeric_limits<double>::infinity();
     const double flop = 2.0 * probe.m * probe.n * probe.k;
-    // Likely-fast backends first, so that a slow one is cut short after a single timed run.
-    for (gemm_backend backend : {gemm_backend::libxsmm, gemm_backend::onednn, gemm_backend::libxsmm_tiled,
-                                 gemm_backend::openblas})
+    for (const candidate& c : candidates)
     {
-        if (!gemm_backend_supports(backend, std::is_same_v<T, double>, p.m, p.n, p.k))
+        report.gflops.emplace_back(c.backend, flop / c.best * 1e-9);
+        if (c.best == best)
         {
-            continue;
-        }
-        const double seconds = time_backend(backend, probe, a, b, beta, scratch.data(), 3 * best);
-        report.gflops.emplace_back(backend, flop / seconds * 1e-9);
-        if (seconds < best)
-        {
-            best = seconds;
-            report.chosen = backend;
+            report.chosen = c.backend;
         }
     }
     reports.push_back(report);
