@@ -123,6 +123,7 @@ struct overhead_row
     std::string dtype;
     int threads;
     double xgrad_us, libtorch_us;
+    double xgrad_cpu_us, libtorch_cpu_us;  // the calling thread's CPU time (the chain runs on it)
 };
 
 [[noreturn]] void die(const std::string& what)
@@ -292,7 +293,7 @@ overhead_row chain_overhead(const settings& opt, const std::string& dtype, int t
 {
     auto mine = bench::make_xgrad_chain<T>(opt.chain_length, opt.chain_width);
     auto theirs = bench::make_torch_chain<T>(opt.chain_length, opt.chain_width);
-    std::vector<double> tx, tt;
+    std::vector<double> tx, tt, cx, ct;
     for (int r = 0; r < opt.chain_reps + 3; ++r)
     {
         const bool keep = r >= 3;  // three warm-up rounds
@@ -301,20 +302,24 @@ overhead_row chain_overhead(const settings& opt, const std::string& dtype, int t
         {
             if ((k == 0) == xgrad_first)
             {
-                const double ms = time_ms([&] { mine->step(); });
+                double cpu = 0;
+                const double ms = time_ms([&] { cpu = thread_ms([&] { mine->step(); }); });
                 if (keep)
                 {
                     tx.push_back(ms);
+                    cx.push_back(cpu);
                 }
             }
             else
             {
                 bench::blas_threads(threads);
-                const double ms = time_ms([&] { theirs->step(); });
+                double cpu = 0;
+                const double ms = time_ms([&] { cpu = thread_ms([&] { theirs->step(); }); });
                 bench::blas_threads(1);
                 if (keep)
                 {
                     tt.push_back(ms);
+                    ct.push_back(cpu);
                 }
             }
         }
@@ -326,7 +331,7 @@ overhead_row chain_overhead(const settings& opt, const std::string& dtype, int t
             fixed(mine->result(), 6) + ", LibTorch gave " + fixed(theirs->result(), 6));
     }
     const double per_op = 1000.0 / opt.chain_length;  // ms per chain -> us per op
-    return {dtype, threads, median(tx) * per_op, median(tt) * per_op};
+    return {dtype, threads, median(tx) * per_op, median(tt) * per_op, median(cx) * per_op, median(ct) * per_op};
 }
 
 template <class T>
@@ -584,7 +589,8 @@ void print_table(std::ostream& out, const std::string& dtype, const std::vector<
             out << "per-op overhead, chain of 1000 tiny adds fwd+bwd, " << o.threads
                 << (o.threads == 1 ? " thread" : " threads") << ": xgrad " << fixed(o.xgrad_us, 2)
                 << " us/op, LibTorch " << fixed(o.libtorch_us, 2) << " us/op (ratio "
-                << fixed(o.xgrad_us / o.libtorch_us, 2) << ")\n";
+                << fixed(o.xgrad_us / o.libtorch_us, 2) << "); thread CPU time: xgrad " << fixed(o.xgrad_cpu_us, 2)
+                << " us/op, LibTorch " << fixed(o.libtorch_cpu_us, 2) << " us/op\n";
         }
     }
     out << "GFLOP/s, FLOP = 2 x multiply-adds, fwd+bwd = 3 x fwd (eq. 20.5); ratio = xgrad / min(LibTorch "
@@ -869,6 +875,8 @@ void write_json(const std::string& path, const std::vector<std::pair<std::string
         out << (i ? ", " : "") << "{\"dtype\": \"" << (o.dtype == "f32" ? "float32" : "float64")
             << "\", \"threads\": " << o.threads << ", \"chain_length\": " << opt.chain_length
             << ", \"width\": " << opt.chain_width << ", \"xgrad_us_per_op\": " << fixed(o.xgrad_us, 4)
+            << ", \"xgrad_cpu_us_per_op\": " << fixed(o.xgrad_cpu_us, 4)
+            << ", \"libtorch_cpu_us_per_op\": " << fixed(o.libtorch_cpu_us, 4)
             << ", \"libtorch_us_per_op\": " << fixed(o.libtorch_us, 4) << "}";
     }
     out << "],\n  \"gemm_backends\": [\n";
