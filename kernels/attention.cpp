@@ -124,13 +124,15 @@ void forward_tile(const visibility& vis, const T* q, const T* k, const T* v, T* 
     T* o_tile = out + (bh * vis.Tq + i0) * dh;
 
     thread_local std::vector<T> s_buffer, stats;
+    thread_local std::vector<char> seen_buffer;
     T* s = grown(s_buffer, tile_q * tile_k);
     T* m = grown(stats, 2 * tile_q);  // running maximum (scaled), then running sum
     T* l = m + tile_q;
+    char* seen = grown(seen_buffer, tile_q);  // the row has had a visible key
     std::fill(m, m + rows, -std::numeric_limits<T>::infinity());
     std::fill(l, l + rows, T(0));
+    std::fill(seen, seen + rows, char(0));
     std::fill(o_tile, o_tile + rows * dh, T(0));
-    std::vector<char> seen(rows, 0);  // the row has had a visible key
 
     const std::size_t key_end = vis.tile_key_end(i0, rows);
     for (std::size_t j0 = 0; j0 < key_end; j0 += tile_k)
