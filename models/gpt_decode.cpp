@@ -19,7 +19,7 @@ var<T> layer_norm(tape<T>& t, const var<T>& x, const parameter<T>& weight, const
 // x (B, Tn, d) -> attention output (B, Tn, d), appending this layer's new keys and values to the cache.
 template <class T>
 var<T> cached_attention(tape<T>& t, const var<T>& x, const gpt_block_parameters<T>& p, const gpt_config& c,
-                        array<T>& keys, array<T>& values)
+                        array<T>& keys, array<T>& values, std::vector<array<T>>* weights_out)
 {
     var<T> q = split_heads(ops::matmul(x, t.param(p.W_Q)), c.heads);
     var<T> k = split_heads(ops::matmul(x, t.param(p.W_K)), c.kv_head_count());
@@ -33,7 +33,11 @@ var<T> cached_attention(tape<T>& t, const var<T>& x, const gpt_block_parameters<
     values = v.value();
     const std::size_t tq = q.shape()[2], tk = k.shape()[2];
     const mask_t causal = causal_mask(tq, tk);  // bottom-right: query i sees keys j <= i + (tk - tq)
-    var<T> heads = attention(q, k, v, tq > 1 ? &causal : nullptr).first;
+    auto [heads, weights] = attention(q, k, v, tq > 1 ? &causal : nullptr);
+    if (weights_out)
+    {
+        weights_out->push_back(weights.value());
+    }
     return ops::matmul(combine_heads(heads), t.param(p.W_O));
 }
 
@@ -66,13 +70,18 @@ void check_decode(const gpt_parameters<T>& params, const ids_t& tokens, const kv
 }  // namespace
 
 template <class T>
-array<T> gpt_decode(const gpt_parameters<T>& params, const ids_t& tokens, kv_cache<T>& cache)
+array<T> gpt_decode(const gpt_parameters<T>& params, const ids_t& tokens, kv_cache<T>& cache,
+                    std::vector<array<T>>* attention)
 {
     check_decode(params, tokens, cache);
     const gpt_config& c = params.config;
     const std::size_t start = cache.length(), tn = tokens.shape()[1];
     cache.keys.resize(c.layers);
     cache.values.resize(c.layers);
+    if (attention)
+    {
+        attention->clear();
+    }
     tape<T> t;
     auto guard = t.no_grad();
     // x = wte[tokens] + wpe[start .. start + Tn - 1]
@@ -80,7 +89,8 @@ array<T> gpt_decode(const gpt_parameters<T>& params, const ids_t& tokens, kv_cac
     for (std::size_t i = 0; i < c.layers; ++i)
     {
         const auto& p = params.blocks[i];
-        x = x + cached_attention(t, layer_norm(t, x, p.ln_1_weight, p.ln_1_bias), p, c, cache.keys[i], cache.values[i]);
+        x = x + cached_attention(t, layer_norm(t, x, p.ln_1_weight, p.ln_1_bias), p, c, cache.keys[i], cache.values[i],
+                                     attention);
         x = x + mlp(t, layer_norm(t, x, p.ln_2_weight, p.ln_2_bias), p);
     }
     var<T> h = layer_norm(t, x, params.ln_f_weight, params.ln_f_bias);
@@ -170,7 +180,7 @@ std::vector<std::int32_t> sample(const gpt_parameters<T>& params, const std::vec
 }
 
 #define XGRAD_GPT_DECODE(T)                                                                    \
-    template array<T> gpt_decode(const gpt_parameters<T>&, const ids_t&, kv_cache<T>&);      \
+    template array<T> gpt_decode(const gpt_parameters<T>&, const ids_t&, kv_cache<T>&, std::vector<array<T>>*); \
     template std::vector<std::int32_t> sample(const gpt_parameters<T>&, const std::vector<std::int32_t>&, \
                                               const sampling_options&);
 XGRAD_INSTANTIATE_FOR_FLOAT_TYPES(XGRAD_GPT_DECODE)

@@ -26,10 +26,13 @@ struct kv_cache
 };
 
 // Logits (B, Tn, V) for `tokens` (B, Tn) at positions length() .. length() + Tn - 1, extending the cache.
-// Records no backward (values only). Throws std::invalid_argument naming "gpt_decode" when the positions
-// would pass block_size, an id is outside [0, V), or B differs from the cache's.
+// Records no backward (values only). With `attention`, also returns each layer's attention weights
+// (B, H, Tn, length() + Tn): what the attention maps show. Throws std::invalid_argument naming
+// "gpt_decode" when the positions would pass block_size, an id is outside [0, V), or B differs from the
+// cache's.
 template <class T>
-array<T> gpt_decode(const gpt_parameters<T>& params, const ids_t& tokens, kv_cache<T>& cache);
+array<T> gpt_decode(const gpt_parameters<T>& params, const ids_t& tokens, kv_cache<T>& cache,
+                    std::vector<array<T>>* attention = nullptr);
 
 struct sampling_options
 {
