@@ -50,6 +50,7 @@ public:
     const array<T>& value() const { return s_->value; }
     array<T>& value() { return s_->value; }  // for optimiser updates
     const array<T>& grad() const { return s_->grad; }
+    array<T>& grad() { return s_->grad; }  // for gradient clipping
     const std::string& name() const { return s_->name; }
     void zero_grad();
 
