@@ -31,6 +31,10 @@ struct safetensors_file
     std::map<std::string, stored_tensor> tensors;      // by name
 };
 
+// `s` quoted for a message: one line, at most `limit` bytes shown, every byte outside printable ASCII
+// (and the quote and backslash) escaped as \xNN.
+std::string printable(const std::string& s, std::size_t limit = 80);
+
 // Throws format_error naming the file and what is wrong (header longer than the file, JSON that does
 // not parse, a dtype other than F32/F64, offsets outside the buffer, overlapping or of the wrong length,
 // a shape that does not match its bytes, a metadata value that is not a string, ...).
