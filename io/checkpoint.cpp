@@ -52,21 +52,21 @@ std::vector<expected_tensor> spec_tensors(const models::gpt_config& c)
     for (std::size_t i = 0; i < c.layers; ++i)
     {
         const std::string b = "blocks." + std::to_string(i) + ".";
-        t.push_back({b + "ln_1.weight", {d}, "(d,)"});
-        t.push_back({b + "ln_1.bias", {d}, "(d,)"});
+        t.push_back({b + "ln_1.weight", {d}, "(d)"});
+        t.push_back({b + "ln_1.bias", {d}, "(d)"});
         t.push_back({b + "attn.W_Q", {d, d}, "(d, d)"});
         t.push_back({b + "attn.W_K", {d, kv}, "(d, G*dh)"});
         t.push_back({b + "attn.W_V", {d, kv}, "(d, G*dh)"});
         t.push_back({b + "attn.W_O", {d, d}, "(d, d)"});
-        t.push_back({b + "ln_2.weight", {d}, "(d,)"});
-        t.push_back({b + "ln_2.bias", {d}, "(d,)"});
+        t.push_back({b + "ln_2.weight", {d}, "(d)"});
+        t.push_back({b + "ln_2.bias", {d}, "(d)"});
         t.push_back({b + "mlp.W_fc", {d, wide}, "(d, 4d)"});
-        t.push_back({b + "mlp.b_fc", {wide}, "(4d,)"});
+        t.push_back({b + "mlp.b_fc", {wide}, "(4d)"});
         t.push_back({b + "mlp.W_proj", {wide, d}, "(4d, d)"});
-        t.push_back({b + "mlp.b_proj", {d}, "(d,)"});
+        t.push_back({b + "mlp.b_proj", {d}, "(d)"});
     }
-    t.push_back({"ln_f.weight", {d}, "(d,)"});
-    t.push_back({"ln_f.bias", {d}, "(d,)"});
+    t.push_back({"ln_f.weight", {d}, "(d)"});
+    t.push_back({"ln_f.bias", {d}, "(d)"});
     return t;
 }
 

@@ -42,6 +42,28 @@ constexpr int max_json_depth = 16;            // a valid header nests 3 deep
     throw format_error(path + ": " + problem);
 }
 
+// At most `limit` bytes of `s` on one line, every byte outside printable ASCII (and, when asked, the
+// quote and the backslash) as \xNN.
+std::string escaped(const std::string& s, std::size_t limit, bool escape_quotes)
+{
+    std::string out;
+    for (std::size_t i = 0; i < s.size() && i < limit; ++i)
+    {
+        const unsigned char c = static_cast<unsigned char>(s[i]);
+        if (c >= 0x20 && c < 0x7f && !(escape_quotes && (c == '\\' || c == '\'')))
+        {
+            out += static_cast<char>(c);
+        }
+        else
+        {
+            char buf[8];
+            std::snprintf(buf, sizeof buf, "\\x%02x", c);
+            out += buf;
+        }
+    }
+    return out + (s.size() > limit ? "..." : "");
+}
+
 std::string list_str(std::uint64_t a, std::uint64_t b)
 {
     return "[" + std::to_string(a) + ", " + std::to_string(b) + "]";
@@ -105,7 +127,7 @@ json parse_header(const std::string& path, const std::string& text)
         {
             what = what.substr(tag_end + 2);
         }
-        fail(path, "header is not valid JSON (" + printable(what, 200) + ")");
+        fail(path, "header is not valid JSON (" + escaped(what, 200, false) + ")");
     }
 }
 
@@ -462,22 +484,7 @@ std::string header_for(const std::string& path, const safetensors_file& file)
 
 std::string printable(const std::string& s, std::size_t limit)
 {
-    std::string out = "'";
-    for (std::size_t i = 0; i < s.size() && i < limit; ++i)
-    {
-        const unsigned char c = static_cast<unsigned char>(s[i]);
-        if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'')
-        {
-            out += static_cast<char>(c);
-        }
-        else
-        {
-            char buf[8];
-            std::snprintf(buf, sizeof buf, "\\x%02x", c);
-            out += buf;
-        }
-    }
-    return out + (s.size() > limit ? "...'" : "'");
+    return "'" + escaped(s, limit, true) + "'";
 }
 
 safetensors_file read_safetensors(const std::string& path)
