@@ -13,7 +13,7 @@
 
 namespace xgrad::io
 {
-const char* const size_keys[6] = {"vocab_size", "block_size", "layers", "d_model", "heads", "kv_heads"};
+const char* const size_keys[6] = { "vocab_size", "block_size", "layers", "d_model", "heads", "kv_heads" };
 
 namespace
 {
@@ -47,26 +47,26 @@ struct expected_tensor
 std::vector<expected_tensor> spec_tensors(const models::gpt_config& c)
 {
     const std::size_t d = c.d_model, kv = c.kv_head_count() * (c.d_model / c.heads), wide = 4 * c.d_model;
-    std::vector<expected_tensor> t{{"wte", {c.vocab_size, d}, "(V, d)"},
-                                   {"wpe", {c.block_size, d}, "(block_size, d)"}};
+    std::vector<expected_tensor> t{ { "wte", { c.vocab_size, d }, "(V, d)" },
+                                    { "wpe", { c.block_size, d }, "(block_size, d)" } };
     for (std::size_t i = 0; i < c.layers; ++i)
     {
         const std::string b = "blocks." + std::to_string(i) + ".";
-        t.push_back({b + "ln_1.weight", {d}, "(d)"});
-        t.push_back({b + "ln_1.bias", {d}, "(d)"});
-        t.push_back({b + "attn.W_Q", {d, d}, "(d, d)"});
-        t.push_back({b + "attn.W_K", {d, kv}, "(d, G*dh)"});
-        t.push_back({b + "attn.W_V", {d, kv}, "(d, G*dh)"});
-        t.push_back({b + "attn.W_O", {d, d}, "(d, d)"});
-        t.push_back({b + "ln_2.weight", {d}, "(d)"});
-        t.push_back({b + "ln_2.bias", {d}, "(d)"});
-        t.push_back({b + "mlp.W_fc", {d, wide}, "(d, 4d)"});
-        t.push_back({b + "mlp.b_fc", {wide}, "(4d)"});
-        t.push_back({b + "mlp.W_proj", {wide, d}, "(4d, d)"});
-        t.push_back({b + "mlp.b_proj", {d}, "(d)"});
+        t.push_back({ b + "ln_1.weight", { d }, "(d)" });
+        t.push_back({ b + "ln_1.bias", { d }, "(d)" });
+        t.push_back({ b + "attn.W_Q", { d, d }, "(d, d)" });
+        t.push_back({ b + "attn.W_K", { d, kv }, "(d, G*dh)" });
+        t.push_back({ b + "attn.W_V", { d, kv }, "(d, G*dh)" });
+        t.push_back({ b + "attn.W_O", { d, d }, "(d, d)" });
+        t.push_back({ b + "ln_2.weight", { d }, "(d)" });
+        t.push_back({ b + "ln_2.bias", { d }, "(d)" });
+        t.push_back({ b + "mlp.W_fc", { d, wide }, "(d, 4d)" });
+        t.push_back({ b + "mlp.b_fc", { wide }, "(4d)" });
+        t.push_back({ b + "mlp.W_proj", { wide, d }, "(4d, d)" });
+        t.push_back({ b + "mlp.b_proj", { d }, "(d)" });
     }
-    t.push_back({"ln_f.weight", {d}, "(d)"});
-    t.push_back({"ln_f.bias", {d}, "(d)"});
+    t.push_back({ "ln_f.weight", { d }, "(d)" });
+    t.push_back({ "ln_f.bias", { d }, "(d)" });
     return t;
 }
 
@@ -134,22 +134,23 @@ void check_tensors(const std::string& path, const safetensors_file& file, const 
         if (got != e.shape)
         {
             fail(path, "tensor '" + e.name + "' has shape " + shape_str(got) + ", expected " + e.formula +
-                           " = " + shape_str(e.shape) + " (the metadata's sizes: " + sizes_str(c) + ")");
+                         " = " + shape_str(e.shape) + " (the metadata's sizes: " + sizes_str(c) + ")");
         }
     }
     for (const auto& [name, t] : file.tensors)
     {
         if (!names.count(name) && !is_optimiser_state(name))
         {
-            fail(path, "unknown tensor " + printable(name) + " with shape " + shape_str(to_shape(t.values.shape())) +
-                           " (not a parameter of a model with " + sizes_str(c) +
-                           "; optimiser state must be named 'optim.*')");
+            fail(path, "unknown tensor " + printable(name) + " with shape " +
+                         shape_str(to_shape(t.values.shape())) + " (not a parameter of a model with " +
+                         sizes_str(c) + "; optimiser state must be named 'optim.*')");
         }
     }
 }
 }  // namespace
 
-models::gpt_config config_from_metadata(const std::string& path, const std::map<std::string, std::string>& metadata)
+models::gpt_config config_from_metadata(const std::string& path,
+                                        const std::map<std::string, std::string>& metadata)
 {
     std::size_t sizes[6];
     for (std::size_t k = 0; k < 6; ++k)
@@ -158,7 +159,7 @@ models::gpt_config config_from_metadata(const std::string& path, const std::map<
         if (found == metadata.end())
         {
             fail(path, std::string("metadata has no '") + size_keys[k] +
-                           "' (a checkpoint stores vocab_size, block_size, layers, d_model, heads, kv_heads)");
+                         "' (a checkpoint stores vocab_size, block_size, layers, d_model, heads, kv_heads)");
         }
         sizes[k] = parse_size(path, size_keys[k], found->second);
     }
@@ -194,9 +195,9 @@ void save_checkpoint(const std::string& path, const models::gpt_parameters<T>& p
 {
     const models::gpt_config& c = params.config;
     safetensors_file file;
-    const std::string sizes[6] = {std::to_string(c.vocab_size), std::to_string(c.block_size),
-                                  std::to_string(c.layers),     std::to_string(c.d_model),
-                                  std::to_string(c.heads),      std::to_string(c.kv_head_count())};
+    const std::string sizes[6] = { std::to_string(c.vocab_size), std::to_string(c.block_size),
+                                   std::to_string(c.layers),     std::to_string(c.d_model),
+                                   std::to_string(c.heads),      std::to_string(c.kv_head_count()) };
     file.metadata = extras.metadata;
     for (std::size_t k = 0; k < 6; ++k)
     {
@@ -225,7 +226,7 @@ void save_checkpoint(const std::string& path, const models::gpt_parameters<T>& p
                                         named[k].name() + "' " + shape_str(shape) + ", expected '" +
                                         expected[k].name + "' " + shape_str(expected[k].shape));
         }
-        file.tensors.emplace(named[k].name(), stored_tensor{dtype_name<T>(), widened(named[k].value())});
+        file.tensors.emplace(named[k].name(), stored_tensor{ dtype_name<T>(), widened(named[k].value()) });
     }
     for (const auto& [name, t] : extras.tensors)
     {
@@ -247,11 +248,12 @@ checkpoint<T> load_checkpoint(const std::string& path)
     const std::vector<expected_tensor> expected = spec_tensors(c);
     check_tensors(path, file, c, expected);
 
-    checkpoint<T> out{models::gpt_parameters<T>::init(c, 0), std::move(file.metadata), {}};
+    checkpoint<T> out{ models::gpt_parameters<T>::init(c, 0), std::move(file.metadata), {} };
     for (parameter<T>& p : out.params.named_parameters())
     {
         const auto found = file.tensors.find(p.name());
-        if (found == file.tensors.end() || to_shape(found->second.values.shape()) != to_shape(p.value().shape()))
+        if (found == file.tensors.end() ||
+            to_shape(found->second.values.shape()) != to_shape(p.value().shape()))
         {
             throw std::logic_error("load_checkpoint: models::gpt_parameters::init made '" + p.name() +
                                    "' unlike SPEC's table");

@@ -22,8 +22,8 @@ struct checkpoint_extras
 template <class T>
 struct checkpoint
 {
-    models::gpt_parameters<T> params;             // converted to T, gradients zero
-    std::map<std::string, std::string> metadata;  // all of it, the six sizes included
+    models::gpt_parameters<T> params;                // converted to T, gradients zero
+    std::map<std::string, std::string> metadata;     // all of it, the six sizes included
     std::map<std::string, stored_tensor> optimiser;  // the "optim.*" tensors as stored
 };
 
@@ -46,5 +46,6 @@ template <class T>
 checkpoint<T> load_checkpoint(const std::string& path);
 
 // The sizes a checkpoint's metadata declares, checked as load_checkpoint checks them.
-models::gpt_config config_from_metadata(const std::string& path, const std::map<std::string, std::string>& metadata);
+models::gpt_config config_from_metadata(const std::string& path,
+                                        const std::map<std::string, std::string>& metadata);
 }  // namespace xgrad::io

@@ -22,7 +22,8 @@
 #include <nlohmann/json.hpp>
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "io/safetensors.cpp reads and writes little-endian data in place; port it before using a big-endian host"
+#error                                                                                                       \
+  "io/safetensors.cpp reads and writes little-endian data in place; port it before using a big-endian host"
 #endif
 
 namespace xgrad::io
@@ -35,7 +36,7 @@ constexpr std::size_t length_field_bytes = 8;
 // The reference implementation refuses larger headers; so does this reader, before allocating any.
 constexpr std::uint64_t max_header_bytes = 100'000'000;
 constexpr std::size_t header_alignment = 8;  // the data buffer starts on an 8-byte boundary
-constexpr int max_json_depth = 16;            // a valid header nests 3 deep
+constexpr int max_json_depth = 16;           // a valid header nests 3 deep
 
 [[noreturn]] void fail(const std::string& path, const std::string& problem)
 {
@@ -96,7 +97,8 @@ struct entry
 json parse_header(const std::string& path, const std::string& text)
 {
     std::vector<std::set<std::string>> open_objects;
-    auto check = [&](int depth, json::parse_event_t event, json& parsed) {
+    auto check = [&](int depth, json::parse_event_t event, json& parsed)
+    {
         if (depth > max_json_depth)
         {
             fail(path, "header JSON is nested more than " + std::to_string(max_json_depth) + " levels deep");
@@ -109,9 +111,11 @@ json parse_header(const std::string& path, const std::string& text)
         {
             open_objects.pop_back();
         }
-        else if (event == json::parse_event_t::key && !open_objects.back().insert(parsed.get<std::string>()).second)
+        else if (event == json::parse_event_t::key &&
+                 !open_objects.back().insert(parsed.get<std::string>()).second)
         {
-            fail(path, "header JSON has the key " + printable(parsed.get<std::string>()) + " twice in one object");
+            fail(path,
+                 "header JSON has the key " + printable(parsed.get<std::string>()) + " twice in one object");
         }
         return true;
     };
@@ -167,7 +171,7 @@ std::uint64_t non_negative_integer(const std::string& path, const std::string& w
     if (!v.is_number_unsigned())
     {
         fail(path, where + " must hold non-negative integers, found " + json_kind(v) + " " +
-                       printable(v.dump(), 40));
+                     printable(v.dump(), 40));
     }
     return v.get<std::uint64_t>();
 }
@@ -184,10 +188,10 @@ entry read_entry(const std::string& path, const std::string& name, const json& v
         if (key != "dtype" && key != "shape" && key != "data_offsets")
         {
             fail(path, tensor + " has an unknown field " + printable(key) +
-                           " (expected dtype, shape and data_offsets)");
+                         " (expected dtype, shape and data_offsets)");
         }
     }
-    for (const char* key : {"dtype", "shape", "data_offsets"})
+    for (const char* key : { "dtype", "shape", "data_offsets" })
     {
         if (!v.contains(key))
         {
@@ -231,7 +235,8 @@ entry read_entry(const std::string& path, const std::string& name, const json& v
     const json& offsets = v.at("data_offsets");
     if (!offsets.is_array() || offsets.size() != 2)
     {
-        fail(path, tensor + ": data_offsets must be a list [begin, end], it is " + printable(offsets.dump(), 40));
+        fail(path,
+             tensor + ": data_offsets must be a list [begin, end], it is " + printable(offsets.dump(), 40));
     }
     e.begin = non_negative_integer(path, tensor + ": data_offsets", offsets[0]);
     e.end = non_negative_integer(path, tensor + ": data_offsets", offsets[1]);
@@ -243,12 +248,12 @@ entry read_entry(const std::string& path, const std::string& name, const json& v
     if (e.end > buffer_size)
     {
         fail(path, tensor + " has " + range + " outside the data buffer (" + std::to_string(buffer_size) +
-                       " bytes)");
+                     " bytes)");
     }
     if (e.end - e.begin != bytes)
     {
         fail(path, tensor + " has " + range + " (" + std::to_string(e.end - e.begin) + " bytes) but shape " +
-                       shape_str(e.shape) + " of " + e.dtype + " needs " + std::to_string(bytes) + " bytes");
+                     shape_str(e.shape) + " of " + e.dtype + " needs " + std::to_string(bytes) + " bytes");
     }
     return e;
 }
@@ -256,9 +261,9 @@ entry read_entry(const std::string& path, const std::string& name, const json& v
 // The byte ranges, in order, must tile [0, buffer_size): each starts where the previous one ended.
 void check_coverage(const std::string& path, std::vector<entry> entries, std::uint64_t buffer_size)
 {
-    std::sort(entries.begin(), entries.end(), [](const entry& a, const entry& b) {
-        return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-    });
+    std::sort(entries.begin(), entries.end(),
+              [](const entry& a, const entry& b)
+              { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
     std::uint64_t covered = 0;
     const entry* previous = nullptr;
     for (const entry& e : entries)
@@ -266,13 +271,13 @@ void check_coverage(const std::string& path, std::vector<entry> entries, std::ui
         if (e.begin < covered)
         {
             fail(path, "tensor " + printable(e.name) + " data_offsets " + list_str(e.begin, e.end) +
-                           " overlap tensor " + printable(previous->name) + " " +
-                           list_str(previous->begin, previous->end));
+                         " overlap tensor " + printable(previous->name) + " " +
+                         list_str(previous->begin, previous->end));
         }
         if (e.begin > covered)
         {
             fail(path, "bytes " + list_str(covered, e.begin) + " of the data buffer belong to no tensor (" +
-                           "a hole before tensor " + printable(e.name) + "; the format allows none)");
+                         "a hole before tensor " + printable(e.name) + "; the format allows none)");
         }
         covered = e.end;
         previous = &e;
@@ -280,7 +285,7 @@ void check_coverage(const std::string& path, std::vector<entry> entries, std::ui
     if (covered != buffer_size)
     {
         fail(path, "the data buffer has " + std::to_string(buffer_size) + " bytes but the tensors cover " +
-                       std::to_string(covered) + " (trailing bytes; the format allows none)");
+                     std::to_string(covered) + " (trailing bytes; the format allows none)");
     }
 }
 
@@ -296,7 +301,8 @@ void read_values(const std::string& path, std::FILE* f, const entry& e, double* 
         const std::size_t n = std::min(chunk, count - done);
         if (std::fread(buf.data(), sizeof(S), n, f) != n)
         {
-            fail(path, "cannot read the data of tensor " + printable(e.name) + " (file changed while reading?)");
+            fail(path,
+                 "cannot read the data of tensor " + printable(e.name) + " (file changed while reading?)");
         }
         std::copy(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(n), dst + done);
         done += n;
@@ -305,7 +311,7 @@ void read_values(const std::string& path, std::FILE* f, const entry& e, double* 
 
 stored_tensor read_tensor(const std::string& path, std::FILE* f, std::uint64_t data_start, const entry& e)
 {
-    stored_tensor t{e.dtype, array<double>::from_shape(e.shape)};
+    stored_tensor t{ e.dtype, array<double>::from_shape(e.shape) };
     const std::uint64_t at = data_start + e.begin;
     if (at > static_cast<std::uint64_t>(std::numeric_limits<off_t>::max()) ||
         fseeko(f, static_cast<off_t>(at), SEEK_SET) != 0)
@@ -453,7 +459,8 @@ std::string header_for(const std::string& path, const safetensors_file& file)
     {
         if (name == "__metadata__")
         {
-            throw std::invalid_argument("write_safetensors: " + path + ": '__metadata__' cannot name a tensor");
+            throw std::invalid_argument("write_safetensors: " + path +
+                                        ": '__metadata__' cannot name a tensor");
         }
         const std::size_t item = dtype_bytes(t.dtype);
         if (item == 0)
@@ -462,9 +469,10 @@ std::string header_for(const std::string& path, const safetensors_file& file)
                                         " has dtype " + printable(t.dtype) + " (F32 or F64 are written)");
         }
         const std::uint64_t bytes = t.values.size() * item;
-        header[name] = {{"dtype", t.dtype},
-                        {"shape", std::vector<std::size_t>(t.values.shape().begin(), t.values.shape().end())},
-                        {"data_offsets", {offset, offset + bytes}}};
+        header[name] = { { "dtype", t.dtype },
+                         { "shape",
+                           std::vector<std::size_t>(t.values.shape().begin(), t.values.shape().end()) },
+                         { "data_offsets", { offset, offset + bytes } } };
         offset += bytes;
     }
     std::string text;
@@ -511,7 +519,7 @@ safetensors_file read_safetensors(const std::string& path)
     if (file_size < length_field_bytes)
     {
         fail(path, "not a safetensors file (" + std::to_string(file_size) +
-                       " bytes, too short for the 8-byte header length)");
+                     " bytes, too short for the 8-byte header length)");
     }
 
     unsigned char length_field[length_field_bytes];
@@ -527,12 +535,12 @@ safetensors_file read_safetensors(const std::string& path)
     if (header_length > file_size - length_field_bytes)
     {
         fail(path, "header length " + std::to_string(header_length) + " runs past the end of the file (" +
-                       std::to_string(file_size) + " bytes)");
+                     std::to_string(file_size) + " bytes)");
     }
     if (header_length > max_header_bytes)
     {
         fail(path, "header length " + std::to_string(header_length) + " is over the limit of " +
-                       std::to_string(max_header_bytes) + " bytes");
+                     std::to_string(max_header_bytes) + " bytes");
     }
     std::string text(static_cast<std::size_t>(header_length), '\0');
     if (header_length > 0 && std::fread(text.data(), 1, text.size(), f.get()) != text.size())
@@ -575,7 +583,8 @@ void write_safetensors(const std::string& path, const safetensors_file& file)
     unsigned char length_field[length_field_bytes];
     for (std::size_t k = 0; k < length_field_bytes; ++k)
     {
-        length_field[k] = static_cast<unsigned char>((static_cast<std::uint64_t>(header.size()) >> (8 * k)) & 0xff);
+        length_field[k] =
+          static_cast<unsigned char>((static_cast<std::uint64_t>(header.size()) >> (8 * k)) & 0xff);
     }
     out.write(length_field, sizeof length_field);
     out.write(header.data(), header.size());

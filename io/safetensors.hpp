@@ -27,8 +27,8 @@ struct stored_tensor
 
 struct safetensors_file
 {
-    std::map<std::string, std::string> metadata;       // "__metadata__"
-    std::map<std::string, stored_tensor> tensors;      // by name
+    std::map<std::string, std::string> metadata;   // "__metadata__"
+    std::map<std::string, stored_tensor> tensors;  // by name
 };
 
 // `s` quoted for a message: one line, at most `limit` bytes shown, every byte outside printable ASCII

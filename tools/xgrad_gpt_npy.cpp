@@ -31,7 +31,8 @@ namespace
 {
 const char* const program = "xgrad-gpt-npy";
 
-const char* const description = R"(usage: xgrad-gpt-npy --checkpoint FILE --in DIR --out DIR [--grad tape|manual] [--dtype float64|float32]
+const char* const description =
+  R"(usage: xgrad-gpt-npy --checkpoint FILE --in DIR --out DIR [--grad tape|manual] [--dtype float64|float32]
 
 Runs the small GPT of a safetensors checkpoint on token ids stored as NumPy .npy files: the
 logits, and with targets the mean cross-entropy loss and its gradient for every parameter.)";
@@ -112,8 +113,8 @@ ids_t load_tokens(const std::string& file, const models::gpt_config& c)
         const std::int64_t id = tokens.data()[k];
         if (id < 0 || static_cast<std::uint64_t>(id) >= c.vocab_size)
         {
-            throw input_error(file + ": token " + std::to_string(id) + " at (" + std::to_string(k / s[1]) + ", " +
-                              std::to_string(k % s[1]) + ") is outside [0, V) with V = " +
+            throw input_error(file + ": token " + std::to_string(id) + " at (" + std::to_string(k / s[1]) +
+                              ", " + std::to_string(k % s[1]) + ") is outside [0, V) with V = " +
                               std::to_string(c.vocab_size) + " (the checkpoint's vocab_size)");
         }
     }
@@ -151,9 +152,10 @@ problem<T> load_problem(const options& o)
     std::error_code ec;
     if (!fs::is_directory(in, ec))
     {
-        throw input_error("--in " + o.in + ": " + (entry_exists(in) ? "not a directory" : "no such directory"));
+        throw input_error("--in " + o.in + ": " +
+                          (entry_exists(in) ? "not a directory" : "no such directory"));
     }
-    problem<T> p{io::load_checkpoint<T>(o.checkpoint), {}, {}};
+    problem<T> p{ io::load_checkpoint<T>(o.checkpoint), {}, {} };
     const std::string tokens_file = (in / "tokens.npy").string();
     p.tokens = load_tokens(tokens_file, p.model.params.config);
     if (entry_exists(in / "targets.npy"))
@@ -170,9 +172,9 @@ problem<T> load_problem(const options& o)
 template <class T>
 struct results
 {
-    array<T> logits;                                        // (B, T, V)
-    std::optional<array<T>> loss;                           // () with targets
-    std::vector<std::pair<std::string, array<T>>> grads;    // with targets, by parameter name
+    array<T> logits;                                      // (B, T, V)
+    std::optional<array<T>> loss;                         // () with targets
+    std::vector<std::pair<std::string, array<T>>> grads;  // with targets, by parameter name
 };
 
 template <class T>
@@ -181,7 +183,7 @@ results<T> run_tape(const problem<T>& p)
     tape<T> t;
     const ids_t* targets = p.targets ? &*p.targets : nullptr;
     const models::gpt_result<T> r = models::gpt_forward(t, p.model.params, p.tokens, targets);
-    results<T> out{r.logits.value(), {}, {}};
+    results<T> out{ r.logits.value(), {}, {} };
     if (targets)
     {
         out.loss = r.loss.value();
@@ -209,21 +211,24 @@ using output_file = std::pair<std::string, std::function<void(const std::string&
 template <class T>
 std::vector<output_file> output_files(const results<T>& r, const std::map<std::string, std::string>& metadata)
 {
-    std::vector<output_file> files{{"logits.npy", [&](const std::string& f) { npy::save(f, r.logits); }}};
+    std::vector<output_file> files{ { "logits.npy", [&](const std::string& f) { npy::save(f, r.logits); } } };
     if (r.loss)
     {
         files.emplace_back("loss.npy", [&](const std::string& f) { npy::save(f, *r.loss); });
-        files.emplace_back("grads.safetensors", [&](const std::string& f) {
-            io::safetensors_file grads{metadata, {}};
-            for (const auto& [name, g] : r.grads)
-            {
-                array<double> wide = array<double>::from_shape(to_shape(g.shape()));
-                std::copy(g.begin(), g.end(), wide.begin());
-                grads.tensors.emplace(name, io::stored_tensor{std::is_same<T, float>::value ? "F32" : "F64",
-                                                              std::move(wide)});
-            }
-            io::write_safetensors(f, grads);
-        });
+        files.emplace_back("grads.safetensors",
+                           [&](const std::string& f)
+                           {
+                               io::safetensors_file grads{ metadata, {} };
+                               for (const auto& [name, g] : r.grads)
+                               {
+                                   array<double> wide = array<double>::from_shape(to_shape(g.shape()));
+                                   std::copy(g.begin(), g.end(), wide.begin());
+                                   grads.tensors.emplace(
+                                     name, io::stored_tensor{ std::is_same<T, float>::value ? "F32" : "F64",
+                                                              std::move(wide) });
+                               }
+                               io::write_safetensors(f, grads);
+                           });
     }
     return files;
 }
@@ -280,7 +285,8 @@ void write_all(const fs::path& out, const std::vector<output_file>& files)
         {
             const std::string reason = std::strerror(errno);
             temp.clear();
-            throw output_error("--out " + out.string() + ": cannot create a temporary directory (" + reason + ")");
+            throw output_error("--out " + out.string() + ": cannot create a temporary directory (" + reason +
+                               ")");
         }
         for (const auto& [name, write] : files)
         {
@@ -365,7 +371,8 @@ std::string run(const options& o)
                           " G=" + std::to_string(c.kv_head_count()) + ", " + o.dtype;
     if (r.loss)
     {
-        summary += ", " + o.grad + " backward, loss " + std::to_string(static_cast<double>(r.loss->data()[0]));
+        summary +=
+          ", " + o.grad + " backward, loss " + std::to_string(static_cast<double>(r.loss->data()[0]));
     }
     return summary + ": wrote " + std::to_string(files.size()) + " files to " + o.out;
 }
@@ -396,24 +403,42 @@ int fail_with(int status, const std::string& message)
 void add_options(CLI::App& app, options& o)
 {
     app.set_help_flag("-h,--help", "print this text and exit");
-    // Required options are checked after parsing (require_options), so that an unknown flag is reported
-    // as such rather than as a missing option.
-    app.add_option("--checkpoint", o.checkpoint, "the model: a safetensors file (required)")->type_name("FILE");
+    // Unknown arguments and missing options are checked after parsing (refuse_extras, require_options),
+    // so that an unknown flag is reported as such, by its name, rather than as a missing option.
+    app.allow_extras();
+    app.add_option("--checkpoint", o.checkpoint, "the model: a safetensors file (required)")
+      ->type_name("FILE");
     app.add_option("--in", o.in, "directory holding tokens.npy and, optionally, targets.npy (required)")
-        ->type_name("DIR");
+      ->type_name("DIR");
     app.add_option("--out", o.out, "directory for the outputs (required)")->type_name("DIR");
     app.add_option("--grad", o.grad, "backward by the autodiff tape (default) or the hand-derived backward")
-        ->check(CLI::IsMember({"tape", "manual"}).description(""))
-        ->type_name("tape|manual");
+      ->check(CLI::IsMember({ "tape", "manual" }).description(""))
+      ->type_name("tape|manual");
     app.add_option("--dtype", o.dtype, "compute and output dtype (default float64)")
-        ->check(CLI::IsMember({"float64", "float32"}).description(""))
-        ->type_name("float64|float32");
+      ->check(CLI::IsMember({ "float64", "float32" }).description(""))
+      ->type_name("float64|float32");
     app.footer(files_text);
+}
+
+// Arguments CLI11 did not recognise (it keeps them, in order, with allow_extras).
+void refuse_extras(const CLI::App& app)
+{
+    for (const std::string& arg : app.remaining())
+    {
+        if (arg.rfind("-", 0) == 0)
+        {
+            throw input_error("unknown option '" + arg.substr(0, arg.find('=')) + "' (see --help)");
+        }
+    }
+    if (!app.remaining().empty())
+    {
+        throw input_error("unexpected argument '" + app.remaining().front() + "' (see --help)");
+    }
 }
 
 void require_options(const CLI::App& app)
 {
-    for (const char* name : {"--checkpoint", "--in", "--out"})
+    for (const char* name : { "--checkpoint", "--in", "--out" })
     {
         if (app.get_option(name)->count() == 0)
         {
@@ -444,6 +469,7 @@ int main(int argc, char** argv)
         {
             throw input_error(std::string(e.what()) + " (see --help)");
         }
+        refuse_extras(app);
         require_options(app);
         check_output_directory(o.out);
         const std::string summary = o.dtype == "float32" ? run<float>(o) : run<double>(o);
