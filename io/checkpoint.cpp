@@ -13,7 +13,7 @@
 
 namespace xgrad::io
 {
-const char* const size_keys[6] = { "vocab_size", "block_size", "layers", "d_model", "heads", "kv_heads" };
+const char* const size_keys[6] = {"vocab_size", "block_size", "layers", "d_model", "heads", "kv_heads"};
 
 namespace
 {
@@ -47,26 +47,26 @@ struct expected_tensor
 std::vector<expected_tensor> spec_tensors(const models::gpt_config& c)
 {
     const std::size_t d = c.d_model, kv = c.kv_head_count() * (c.d_model / c.heads), wide = 4 * c.d_model;
-    std::vector<expected_tensor> t{ { "wte", { c.vocab_size, d }, "(V, d)" },
-                                    { "wpe", { c.block_size, d }, "(block_size, d)" } };
+    std::vector<expected_tensor> t{{"wte", {c.vocab_size, d}, "(V, d)"},
+                                   {"wpe", {c.block_size, d}, "(block_size, d)"}};
     for (std::size_t i = 0; i < c.layers; ++i)
     {
         const std::string b = "blocks." + std::to_string(i) + ".";
-        t.push_back({ b + "ln_1.weight", { d }, "(d)" });
-        t.push_back({ b + "ln_1.bias", { d }, "(d)" });
-        t.push_back({ b + "attn.W_Q", { d, d }, "(d, d)" });
-        t.push_back({ b + "attn.W_K", { d, kv }, "(d, G*dh)" });
-        t.push_back({ b + "attn.W_V", { d, kv }, "(d, G*dh)" });
-        t.push_back({ b + "attn.W_O", { d, d }, "(d, d)" });
-        t.push_back({ b + "ln_2.weight", { d }, "(d)" });
-        t.push_back({ b + "ln_2.bias", { d }, "(d)" });
-        t.push_back({ b + "mlp.W_fc", { d, wide }, "(d, 4d)" });
-        t.push_back({ b + "mlp.b_fc", { wide }, "(4d)" });
-        t.push_back({ b + "mlp.W_proj", { wide, d }, "(4d, d)" });
-        t.push_back({ b + "mlp.b_proj", { d }, "(d)" });
+        t.push_back({b + "ln_1.weight", {d}, "(d)"});
+        t.push_back({b + "ln_1.bias", {d}, "(d)"});
+        t.push_back({b + "attn.W_Q", {d, d}, "(d, d)"});
+        t.push_back({b + "attn.W_K", {d, kv}, "(d, G*dh)"});
+        t.push_back({b + "attn.W_V", {d, kv}, "(d, G*dh)"});
+        t.push_back({b + "attn.W_O", {d, d}, "(d, d)"});
+        t.push_back({b + "ln_2.weight", {d}, "(d)"});
+        t.push_back({b + "ln_2.bias", {d}, "(d)"});
+        t.push_back({b + "mlp.W_fc", {d, wide}, "(d, 4d)"});
+        t.push_back({b + "mlp.b_fc", {wide}, "(4d)"});
+        t.push_back({b + "mlp.W_proj", {wide, d}, "(4d, d)"});
+        t.push_back({b + "mlp.b_proj", {d}, "(d)"});
     }
-    t.push_back({ "ln_f.weight", { d }, "(d)" });
-    t.push_back({ "ln_f.bias", { d }, "(d)" });
+    t.push_back({"ln_f.weight", {d}, "(d)"});
+    t.push_back({"ln_f.bias", {d}, "(d)"});
     return t;
 }
 
@@ -195,9 +195,9 @@ void save_checkpoint(const std::string& path, const models::gpt_parameters<T>& p
 {
     const models::gpt_config& c = params.config;
     safetensors_file file;
-    const std::string sizes[6] = { std::to_string(c.vocab_size), std::to_string(c.block_size),
-                                   std::to_string(c.layers),     std::to_string(c.d_model),
-                                   std::to_string(c.heads),      std::to_string(c.kv_head_count()) };
+    const std::string sizes[6] = {std::to_string(c.vocab_size), std::to_string(c.block_size),
+                                  std::to_string(c.layers),     std::to_string(c.d_model),
+                                  std::to_string(c.heads),      std::to_string(c.kv_head_count())};
     file.metadata = extras.metadata;
     for (std::size_t k = 0; k < 6; ++k)
     {
@@ -226,7 +226,7 @@ void save_checkpoint(const std::string& path, const models::gpt_parameters<T>& p
                                         named[k].name() + "' " + shape_str(shape) + ", expected '" +
                                         expected[k].name + "' " + shape_str(expected[k].shape));
         }
-        file.tensors.emplace(named[k].name(), stored_tensor{ dtype_name<T>(), widened(named[k].value()) });
+        file.tensors.emplace(named[k].name(), stored_tensor{dtype_name<T>(), widened(named[k].value())});
     }
     for (const auto& [name, t] : extras.tensors)
     {
@@ -248,7 +248,7 @@ checkpoint<T> load_checkpoint(const std::string& path)
     const std::vector<expected_tensor> expected = spec_tensors(c);
     check_tensors(path, file, c, expected);
 
-    checkpoint<T> out{ models::gpt_parameters<T>::init(c, 0), std::move(file.metadata), {} };
+    checkpoint<T> out{models::gpt_parameters<T>::init(c, 0), std::move(file.metadata), {}};
     for (parameter<T>& p : out.params.named_parameters())
     {
         const auto found = file.tensors.find(p.name());

@@ -191,7 +191,7 @@ entry read_entry(const std::string& path, const std::string& name, const json& v
                          " (expected dtype, shape and data_offsets)");
         }
     }
-    for (const char* key : { "dtype", "shape", "data_offsets" })
+    for (const char* key : {"dtype", "shape", "data_offsets"})
     {
         if (!v.contains(key))
         {
@@ -311,7 +311,7 @@ void read_values(const std::string& path, std::FILE* f, const entry& e, double* 
 
 stored_tensor read_tensor(const std::string& path, std::FILE* f, std::uint64_t data_start, const entry& e)
 {
-    stored_tensor t{ e.dtype, array<double>::from_shape(e.shape) };
+    stored_tensor t{e.dtype, array<double>::from_shape(e.shape)};
     const std::uint64_t at = data_start + e.begin;
     if (at > static_cast<std::uint64_t>(std::numeric_limits<off_t>::max()) ||
         fseeko(f, static_cast<off_t>(at), SEEK_SET) != 0)
@@ -469,10 +469,9 @@ std::string header_for(const std::string& path, const safetensors_file& file)
                                         " has dtype " + printable(t.dtype) + " (F32 or F64 are written)");
         }
         const std::uint64_t bytes = t.values.size() * item;
-        header[name] = { { "dtype", t.dtype },
-                         { "shape",
-                           std::vector<std::size_t>(t.values.shape().begin(), t.values.shape().end()) },
-                         { "data_offsets", { offset, offset + bytes } } };
+        header[name] = {{"dtype", t.dtype},
+                        {"shape", std::vector<std::size_t>(t.values.shape().begin(), t.values.shape().end())},
+                        {"data_offsets", {offset, offset + bytes}}};
         offset += bytes;
     }
     std::string text;

@@ -295,7 +295,7 @@ gpt_case make_case(const temp_dir& scratch, const sizes& s, std::size_t batch, s
     c.heads = s.H;
     c.kv_heads = s.G;
     auto params = models::gpt_parameters<double>::init(c, seed);
-    gpt_case g{ s, {}, (scratch.path / ("model" + std::to_string(seed) + ".safetensors")).string(), {}, {} };
+    gpt_case g{s, {}, (scratch.path / ("model" + std::to_string(seed) + ".safetensors")).string(), {}, {}};
     unsigned k = seed * 100;
     for (parameter<double>& p : params.named_parameters())
     {
@@ -308,13 +308,13 @@ gpt_case make_case(const temp_dir& scratch, const sizes& s, std::size_t batch, s
         g.w[p.name()] = std::vector<double>(p.value().begin(), p.value().end());
     }
     io::checkpoint_extras extras;
-    extras.metadata = { { "vocab", "[97, 98, 99]" }, { "step", "12" } };
-    extras.tensors["optim.m.wte"] = { "F64", test::random_array({ s.V, s.d }, 1) };
+    extras.metadata = {{"vocab", "[97, 98, 99]"}, {"step", "12"}};
+    extras.tensors["optim.m.wte"] = {"F64", test::random_array({s.V, s.d}, 1)};
     io::save_checkpoint(g.checkpoint, params, extras);
 
     std::mt19937 rng(seed);
-    g.tokens = ids_t::from_shape({ batch, length });
-    g.targets = ids_t::from_shape({ batch, length });
+    g.tokens = ids_t::from_shape({batch, length});
+    g.targets = ids_t::from_shape({batch, length});
     for (std::size_t i = 0; i < g.tokens.size(); ++i)
     {
         g.tokens.flat(i) = static_cast<std::int64_t>(rng() % s.V);
@@ -341,15 +341,15 @@ outputs run_good(const temp_dir& scratch, const gpt_case& g, const fs::path& in,
     CHECK(r.err.empty());
     CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 1);
     const std::set<std::string> expected_files =
-      with_targets ? std::set<std::string>{ "logits.npy", "loss.npy", "grads.safetensors" }
-                   : std::set<std::string>{ "logits.npy" };
+      with_targets ? std::set<std::string>{"logits.npy", "loss.npy", "grads.safetensors"}
+                   : std::set<std::string>{"logits.npy"};
     REQUIRE(listing(out) == expected_files);
     const char* descr = dtype == "float32" ? "'descr': '<f4'" : "'descr': '<f8'";
     CHECK(read_text(out / "logits.npy").find(descr) != std::string::npos);
     outputs o;
     o.logits = npy::load_float<double>((out / "logits.npy").string());
     const std::size_t B = g.tokens.shape()[0], T = g.tokens.shape()[1];
-    CHECK(to_shape(o.logits.shape()) == shape_t{ B, T, g.s.V });
+    CHECK(to_shape(o.logits.shape()) == shape_t{B, T, g.s.V});
     if (with_targets)
     {
         CHECK(read_text(out / "loss.npy").find(descr) != std::string::npos);
@@ -416,7 +416,7 @@ void check_gradients_numerically(const io::safetensors_file& grads, const gpt_ca
     for (auto& [name, values] : w)
     {
         const array<double>& analytic = grads.tensors.at(name).values;
-        for (std::size_t k : { std::size_t(0), values.size() / 2, values.size() - 1 })
+        for (std::size_t k : {std::size_t(0), values.size() / 2, values.size() - 1})
         {
             CAPTURE(name);
             CAPTURE(k);
@@ -448,7 +448,7 @@ TEST_CASE("xgrad-gpt-npy: logits, loss and gradients against a loop-written GPT 
 {
     temp_dir scratch;
     // Grouped-query heads (H = 4, G = 2), two layers, T < block_size; int32 tokens and targets.
-    const gpt_case g = make_case(scratch, { 11, 6, 2, 8, 4, 2 }, 2, 5, 3);
+    const gpt_case g = make_case(scratch, {11, 6, 2, 8, 4, 2}, 2, 5, 3);
     const fs::path in = scratch.path / "in";
     write_inputs(in, g, true, npy::int_width::int32);
 
@@ -471,7 +471,7 @@ TEST_CASE("xgrad-gpt-npy: logits, loss and gradients against a loop-written GPT 
     {
         const fs::path in_tokens = scratch.path / "in_tokens";
         write_inputs(in_tokens, g, false, npy::int_width::int64);
-        for (const char* dtype : { "float64", "float32" })
+        for (const char* dtype : {"float64", "float32"})
         {
             const outputs o = run_good(scratch, g, in_tokens, scratch.path / (std::string("logits_") + dtype),
                                        "", false, dtype);
@@ -482,7 +482,7 @@ TEST_CASE("xgrad-gpt-npy: logits, loss and gradients against a loop-written GPT 
     SUBCASE("every target ignored: loss 0, every gradient 0")
     {
         gpt_case ignored = g;
-        ignored.targets = test::filled<std::int64_t>({ 2, 5 }, -1);
+        ignored.targets = test::filled<std::int64_t>({2, 5}, -1);
         const fs::path in_ignored = scratch.path / "in_ignored";
         write_inputs(in_ignored, ignored, true, npy::int_width::int64);
         const outputs o =
@@ -496,7 +496,7 @@ TEST_CASE("xgrad-gpt-npy: logits, loss and gradients against a loop-written GPT 
     }
     SUBCASE("T = block_size, B = 1, one layer, multi-query attention (G = 1)")
     {
-        const gpt_case full = make_case(scratch, { 5, 4, 1, 6, 3, 1 }, 1, 4, 8);
+        const gpt_case full = make_case(scratch, {5, 4, 1, 6, 3, 1}, 1, 4, 8);
         const fs::path in_full = scratch.path / "in_full";
         write_inputs(in_full, full, true, npy::int_width::int64);
         const outputs o = run_good(scratch, full, in_full, scratch.path / "full", "", true, "float64");
@@ -508,17 +508,17 @@ TEST_CASE("xgrad-gpt-npy: logits, loss and gradients against a loop-written GPT 
 TEST_CASE("xgrad-gpt-npy: --grad manual agrees with the tape (1e-10 relative in float64)")
 {
     temp_dir scratch;
-    const gpt_case g = make_case(scratch, { 11, 6, 2, 8, 4, 2 }, 2, 5, 4);
+    const gpt_case g = make_case(scratch, {11, 6, 2, 8, 4, 2}, 2, 5, 4);
     const fs::path in = scratch.path / "in";
     write_inputs(in, g, true, npy::int_width::int64);
-    for (const char* dtype : { "float64", "float32" })
+    for (const std::string dtype : {"float64", "float32"})
     {
         CAPTURE(dtype);
-        const bool f64 = std::string(dtype) == "float64";
+        const bool f64 = dtype == "float64";
         const outputs tape =
-          run_good(scratch, g, in, scratch.path / (std::string("tape_") + dtype), "--grad tape", true, dtype);
-        const outputs manual = run_good(scratch, g, in, scratch.path / (std::string("manual_") + dtype),
-                                        "--grad manual", true, dtype);
+          run_good(scratch, g, in, scratch.path / ("tape_" + dtype), "--grad tape", true, dtype);
+        const outputs manual =
+          run_good(scratch, g, in, scratch.path / ("manual_" + dtype), "--grad manual", true, dtype);
         const double tolerance = f64 ? 1e-10 : 1e-4;
         CHECK(max_relative_difference(manual.logits, tape.logits) <= tolerance);
         REQUIRE(manual.loss);
@@ -534,7 +534,7 @@ TEST_CASE("xgrad-gpt-npy: --grad manual agrees with the tape (1e-10 relative in 
 TEST_CASE("xgrad-gpt-npy bad input: non-zero status, one line on stderr, no output left behind")
 {
     temp_dir scratch;
-    const gpt_case g = make_case(scratch, { 7, 4, 1, 4, 2, 2 }, 2, 3, 5);
+    const gpt_case g = make_case(scratch, {7, 4, 1, 4, 2, 2}, 2, 3, 5);
     const fs::path good_in = scratch.path / "good";
     write_inputs(good_in, g, true, npy::int_width::int64);
     const std::string checkpoint = g.checkpoint;
@@ -556,92 +556,90 @@ TEST_CASE("xgrad-gpt-npy bad input: non-zero status, one line on stderr, no outp
         io::write_safetensors(model.string(), f);
     };
     const std::vector<bad_case> cases = {
-        { "token out of range", "tokens.npy: token 7 at (1, 2) is outside [0, V) with V = 7",
-          [&](const fs::path& in, const fs::path&) {
-              save_ids(in / "tokens.npy", ids_t{ { 0, 1, 2 }, { 3, 4, 7 } });
-          } },
-        { "negative token", "tokens.npy: token -1 at (0, 0) is outside [0, V)",
-          [&](const fs::path& in, const fs::path&) {
-              save_ids(in / "tokens.npy", ids_t{ { -1, 1, 2 }, { 3, 4, 5 } });
-          } },
-        { "T > block_size", "tokens.npy: T = 5 (shape (2, 5)) is longer than the checkpoint's block_size = 4",
-          [&](const fs::path& in, const fs::path&)
-          {
-              save_ids(in / "tokens.npy", xt::zeros<std::int64_t>({ 2, 5 }));
-              save_ids(in / "targets.npy", xt::zeros<std::int64_t>({ 2, 5 }));
-          } },
-        { "1-D tokens", "tokens.npy: shape (3) must be 2-D (B, T)",
-          [&](const fs::path& in, const fs::path&) {
-              save_ids(in / "tokens.npy", ids_t{ 1, 2, 3 });
-          } },
-        { "3-D tokens", "tokens.npy: shape (1, 2, 3) must be 2-D (B, T)",
-          [&](const fs::path& in, const fs::path&) {
-              save_ids(in / "tokens.npy", xt::zeros<std::int64_t>({ 1, 2, 3 }));
-          } },
-        { "empty tokens", "tokens.npy: shape (2, 0) is empty",
-          [&](const fs::path& in, const fs::path&) {
-              save_ids(in / "tokens.npy", ids_t::from_shape({ 2, 0 }));
-          } },
-        { "float tokens", "tokens.npy: dtype '<f8' (float64) is not supported; an integer array is needed",
-          [&](const fs::path& in, const fs::path&) {
-              npy::save((in / "tokens.npy").string(), array<double>{ { 0.0, 1.0, 2.0 }, { 3.0, 4.0, 5.0 } });
-          } },
-        { "bool targets", "targets.npy: dtype '|b1' (bool) is not supported; an integer array is needed",
-          [&](const fs::path& in, const fs::path&) {
-              npy::save_bool((in / "targets.npy").string(), mask_t::from_shape({ 2, 3 }));
-          } },
-        { "targets of another shape", "targets.npy: shape (3, 2) must be the shape of",
-          [&](const fs::path& in, const fs::path&) {
-              save_ids(in / "targets.npy", xt::zeros<std::int64_t>({ 3, 2 }));
-          } },
-        { "target out of range",
-          "targets.npy: target -2 at (0, 1) is outside [0, V) with V = 7 and is not -1",
-          [&](const fs::path& in, const fs::path&) {
-              save_ids(in / "targets.npy", ids_t{ { 0, -2, 0 }, { 0, 0, 0 } });
-          } },
-        { "truncated tokens", "tokens.npy: truncated",
-          [](const fs::path& in, const fs::path&)
-          { fs::resize_file(in / "tokens.npy", fs::file_size(in / "tokens.npy") - 3); } },
-        { "missing tokens", "tokens.npy: cannot open (No such file or directory)",
-          [](const fs::path& in, const fs::path&) { fs::remove(in / "tokens.npy"); } },
-        { "missing --in directory", "no such directory",
-          [](const fs::path& in, const fs::path&) { fs::remove_all(in); } },
-        { "missing checkpoint", ".safetensors: cannot open (No such file or directory)",
-          [](const fs::path&, const fs::path& model) { fs::remove(model); } },
-        { "corrupt checkpoint", ".safetensors: header length",
-          [](const fs::path&, const fs::path& model)
-          { std::ofstream(model, std::ios::binary) << "not a checkpoint"; } },
-        { "truncated checkpoint", "outside the data buffer",
-          [](const fs::path&, const fs::path& model) { fs::resize_file(model, fs::file_size(model) - 4); } },
-        { "checkpoint with a missing tensor", "tensor 'blocks.0.attn.W_V' is missing",
-          [&](const fs::path&, const fs::path& model) {
-              edit_checkpoint(model, [](io::safetensors_file& f) { f.tensors.erase("blocks.0.attn.W_V"); });
-          } },
-        { "checkpoint tensor of a wrong shape",
-          "tensor 'wpe' has shape (3, 4), expected (block_size, d) = (4, 4)",
-          [&](const fs::path&, const fs::path& model)
-          {
-              edit_checkpoint(model,
-                              [](io::safetensors_file& f) {
-                                  f.tensors["wpe"].values = test::random_array({ 3, 4 }, 1);
-                              });
-          } },
-        { "checkpoint with d % H != 0", "heads = 3, kv_heads = 2) do not make a model",
-          [&](const fs::path&, const fs::path& model)
-          { edit_checkpoint(model, [](io::safetensors_file& f) { f.metadata["heads"] = "3"; }); } },
-        { "checkpoint without sizes", "metadata has no 'block_size'",
-          [&](const fs::path&, const fs::path& model)
-          { edit_checkpoint(model, [](io::safetensors_file& f) { f.metadata.erase("block_size"); }); } },
-        { "unknown flag", "unknown option '--temperature' (see --help)",
-          [](const fs::path&, const fs::path&) {}, "--temperature 2" },
-        { "bad --grad", "--grad: numeric not in {tape,manual}", [](const fs::path&, const fs::path&) {},
-          "--grad numeric" },
-        { "bad --dtype", "--dtype: float16 not in {float64,float32}", [](const fs::path&, const fs::path&) {},
-          "--dtype float16" },
-        { "flag without its value", "--grad: 1 required tape|manual missing",
-          [](const fs::path&, const fs::path&) {}, "--grad" },
-        { "stray argument", "unexpected argument 'extra' (see --help)",
-          [](const fs::path&, const fs::path&) {}, "extra" },
+      {"token out of range", "tokens.npy: token 7 at (1, 2) is outside [0, V) with V = 7",
+       [&](const fs::path& in, const fs::path&) {
+           save_ids(in / "tokens.npy", ids_t{{0, 1, 2}, {3, 4, 7}});
+       }},
+      {"negative token", "tokens.npy: token -1 at (0, 0) is outside [0, V)",
+       [&](const fs::path& in, const fs::path&) {
+           save_ids(in / "tokens.npy", ids_t{{-1, 1, 2}, {3, 4, 5}});
+       }},
+      {"T > block_size", "tokens.npy: T = 5 (shape (2, 5)) is longer than the checkpoint's block_size = 4",
+       [&](const fs::path& in, const fs::path&)
+       {
+           save_ids(in / "tokens.npy", xt::zeros<std::int64_t>({2, 5}));
+           save_ids(in / "targets.npy", xt::zeros<std::int64_t>({2, 5}));
+       }},
+      {"1-D tokens", "tokens.npy: shape (3) must be 2-D (B, T)",
+       [&](const fs::path& in, const fs::path&) {
+           save_ids(in / "tokens.npy", ids_t{1, 2, 3});
+       }},
+      {"3-D tokens", "tokens.npy: shape (1, 2, 3) must be 2-D (B, T)",
+       [&](const fs::path& in, const fs::path&) {
+           save_ids(in / "tokens.npy", xt::zeros<std::int64_t>({1, 2, 3}));
+       }},
+      {"empty tokens", "tokens.npy: shape (2, 0) is empty",
+       [&](const fs::path& in, const fs::path&) {
+           save_ids(in / "tokens.npy", ids_t::from_shape({2, 0}));
+       }},
+      {"float tokens", "tokens.npy: dtype '<f8' (float64) is not supported; an integer array is needed",
+       [&](const fs::path& in, const fs::path&) {
+           npy::save((in / "tokens.npy").string(), array<double>{{0.0, 1.0, 2.0}, {3.0, 4.0, 5.0}});
+       }},
+      {"bool targets", "targets.npy: dtype '|b1' (bool) is not supported; an integer array is needed",
+       [&](const fs::path& in, const fs::path&) {
+           npy::save_bool((in / "targets.npy").string(), mask_t::from_shape({2, 3}));
+       }},
+      {"targets of another shape", "targets.npy: shape (3, 2) must be the shape of",
+       [&](const fs::path& in, const fs::path&) {
+           save_ids(in / "targets.npy", xt::zeros<std::int64_t>({3, 2}));
+       }},
+      {"target out of range", "targets.npy: target -2 at (0, 1) is outside [0, V) with V = 7 and is not -1",
+       [&](const fs::path& in, const fs::path&) {
+           save_ids(in / "targets.npy", ids_t{{0, -2, 0}, {0, 0, 0}});
+       }},
+      {"truncated tokens", "tokens.npy: truncated",
+       [](const fs::path& in, const fs::path&)
+       { fs::resize_file(in / "tokens.npy", fs::file_size(in / "tokens.npy") - 3); }},
+      {"missing tokens", "tokens.npy: cannot open (No such file or directory)",
+       [](const fs::path& in, const fs::path&) { fs::remove(in / "tokens.npy"); }},
+      {"missing --in directory", "no such directory",
+       [](const fs::path& in, const fs::path&) { fs::remove_all(in); }},
+      {"missing checkpoint", ".safetensors: cannot open (No such file or directory)",
+       [](const fs::path&, const fs::path& model) { fs::remove(model); }},
+      {"corrupt checkpoint", ".safetensors: header length",
+       [](const fs::path&, const fs::path& model)
+       { std::ofstream(model, std::ios::binary) << "not a checkpoint"; }},
+      {"truncated checkpoint", "outside the data buffer",
+       [](const fs::path&, const fs::path& model) { fs::resize_file(model, fs::file_size(model) - 4); }},
+      {"checkpoint with a missing tensor", "tensor 'blocks.0.attn.W_V' is missing",
+       [&](const fs::path&, const fs::path& model)
+       { edit_checkpoint(model, [](io::safetensors_file& f) { f.tensors.erase("blocks.0.attn.W_V"); }); }},
+      {"checkpoint tensor of a wrong shape",
+       "tensor 'wpe' has shape (3, 4), expected (block_size, d) = (4, 4)",
+       [&](const fs::path&, const fs::path& model)
+       {
+           edit_checkpoint(model,
+                           [](io::safetensors_file& f) {
+                               f.tensors["wpe"].values = test::random_array({3, 4}, 1);
+                           });
+       }},
+      {"checkpoint with d % H != 0", "heads = 3, kv_heads = 2) do not make a model",
+       [&](const fs::path&, const fs::path& model)
+       { edit_checkpoint(model, [](io::safetensors_file& f) { f.metadata["heads"] = "3"; }); }},
+      {"checkpoint without sizes", "metadata has no 'block_size'",
+       [&](const fs::path&, const fs::path& model)
+       { edit_checkpoint(model, [](io::safetensors_file& f) { f.metadata.erase("block_size"); }); }},
+      {"unknown flag", "unknown option '--temperature' (see --help)", [](const fs::path&, const fs::path&) {},
+       "--temperature 2"},
+      {"bad --grad", "--grad: numeric not in {tape,manual}", [](const fs::path&, const fs::path&) {},
+       "--grad numeric"},
+      {"bad --dtype", "--dtype: float16 not in {float64,float32}", [](const fs::path&, const fs::path&) {},
+       "--dtype float16"},
+      {"flag without its value", "--grad: 1 required tape|manual missing",
+       [](const fs::path&, const fs::path&) {}, "--grad"},
+      {"stray argument", "unexpected argument 'extra' (see --help)", [](const fs::path&, const fs::path&) {},
+       "extra"},
     };
 
     int index = 0;
@@ -653,7 +651,7 @@ TEST_CASE("xgrad-gpt-npy bad input: non-zero status, one line on stderr, no outp
         fs::copy(good_in, in, fs::copy_options::recursive);
         fs::copy_file(checkpoint, model);
         c.corrupt(in, model);
-        for (const bool out_exists : { false, true })
+        for (const bool out_exists : {false, true})
         {
             CAPTURE(out_exists);
             const fs::path out = scratch.path / ("out" + std::to_string(index++));
@@ -682,7 +680,7 @@ TEST_CASE("xgrad-gpt-npy bad input: non-zero status, one line on stderr, no outp
 TEST_CASE("xgrad-gpt-npy usage and output failures")
 {
     temp_dir scratch;
-    const gpt_case g = make_case(scratch, { 7, 4, 1, 4, 2, 2 }, 2, 3, 6);
+    const gpt_case g = make_case(scratch, {7, 4, 1, 4, 2, 2}, 2, 3, 6);
     const fs::path in = scratch.path / "in";
     write_inputs(in, g, true, npy::int_width::int64);
     const std::string inputs = "--checkpoint " + quote(g.checkpoint) + " --in " + quote(in);
@@ -728,7 +726,7 @@ TEST_CASE("xgrad-gpt-npy usage and output failures")
         CHECK(r.status == 1);
         CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
         CHECK(r.err.find("grads.safetensors: is a directory") != std::string::npos);
-        CHECK(listing(out) == std::set<std::string>{ "grads.safetensors" });
+        CHECK(listing(out) == std::set<std::string>{"grads.safetensors"});
     }
     SUBCASE("missing parent directories of --out are created, and not on failure")
     {
@@ -736,7 +734,7 @@ TEST_CASE("xgrad-gpt-npy usage and output failures")
         const run_result ok = run_tool(scratch, inputs + " --out " + quote(out));
         CHECK(ok.status == 0);
         CHECK(ok.out.find("xgrad-gpt-npy: B=2 T=3 V=7 L=1 d=4 H=2 G=2, float64, tape backward, loss ") == 0);
-        CHECK(listing(out) == std::set<std::string>{ "logits.npy", "loss.npy", "grads.safetensors" });
+        CHECK(listing(out) == std::set<std::string>{"logits.npy", "loss.npy", "grads.safetensors"});
         const run_result bad = run_tool(
           scratch, inputs + " --out " + quote(scratch.path / "q1" / "q2" / "out") + " --dtype float16");
         CHECK(bad.status == 2);

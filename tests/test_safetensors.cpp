@@ -129,9 +129,9 @@ bool starts_with(const std::string& s, const std::string& prefix)
 io::safetensors_file sample_file()
 {
     io::safetensors_file f;
-    f.metadata = { { "format", "pt" }, { "note", "two tensors" } };
-    f.tensors["b.weight"] = { "F64", test::random_array({ 2, 3 }, 1) };
-    f.tensors["a.scale"] = { "F32", test::random_array({ 4 }, 2) };
+    f.metadata = {{"format", "pt"}, {"note", "two tensors"}};
+    f.tensors["b.weight"] = {"F64", test::random_array({2, 3}, 1)};
+    f.tensors["a.scale"] = {"F32", test::random_array({4}, 2)};
     return f;
 }
 }  // namespace
@@ -142,13 +142,13 @@ TEST_CASE("safetensors round trip: F64 exact, F32 narrowed, metadata kept, scala
 {
     temp_dir dir;
     io::safetensors_file f;
-    f.metadata = { { "vocab", "[10, 32, 33]" }, { "unicode", "\xc3\xa9t\xc3\xa9" }, { "", "empty key" } };
-    f.tensors["f64"] = { "F64", test::random_array({ 2, 3, 4 }, 1) };
-    f.tensors["f32"] = { "F32", test::random_array({ 5, 1 }, 2) };
-    f.tensors["scalar"] = { "F64", array<double>(xt::xarray<double>(3.25)) };
-    f.tensors["empty"] = { "F32", array<double>::from_shape({ 0, 3 }) };
-    f.tensors["inf_nan"] = { "F64", array<double>{ std::numeric_limits<double>::infinity(), -0.0,
-                                                   std::numeric_limits<double>::quiet_NaN() } };
+    f.metadata = {{"vocab", "[10, 32, 33]"}, {"unicode", "\xc3\xa9t\xc3\xa9"}, {"", "empty key"}};
+    f.tensors["f64"] = {"F64", test::random_array({2, 3, 4}, 1)};
+    f.tensors["f32"] = {"F32", test::random_array({5, 1}, 2)};
+    f.tensors["scalar"] = {"F64", array<double>(xt::xarray<double>(3.25))};
+    f.tensors["empty"] = {"F32", array<double>::from_shape({0, 3})};
+    f.tensors["inf_nan"] = {"F64", array<double>{std::numeric_limits<double>::infinity(), -0.0,
+                                                 std::numeric_limits<double>::quiet_NaN()}};
     const std::string path = dir / "model.safetensors";
     io::write_safetensors(path, f);
     const io::safetensors_file g = io::read_safetensors(path);
@@ -177,9 +177,9 @@ TEST_CASE(
 {
     temp_dir dir;
     io::safetensors_file f;
-    f.metadata = { { "k", "v" } };
-    f.tensors["x"] = { "F32", array<double>{ { 1.0, -2.0 }, { 0.5, 3.0 } } };
-    f.tensors["y"] = { "F64", array<double>{ 1.0 } };
+    f.metadata = {{"k", "v"}};
+    f.tensors["x"] = {"F32", array<double>{{1.0, -2.0}, {0.5, 3.0}}};
+    f.tensors["y"] = {"F64", array<double>{1.0}};
     const std::string path = dir / "f.safetensors";
     io::write_safetensors(path, f);
 
@@ -196,10 +196,10 @@ TEST_CASE(
     CHECK(header.front() == '{');
     CHECK(header.find_last_not_of(' ') + 1 > header.size() - 8);  // at most 7 spaces of padding
     const nlohmann::json j = nlohmann::json::parse(header);
-    CHECK(j.at("__metadata__") == nlohmann::json({ { "k", "v" } }));
+    CHECK(j.at("__metadata__") == nlohmann::json({{"k", "v"}}));
     CHECK(j.at("x").at("dtype") == "F32");
-    CHECK(j.at("x").at("shape") == nlohmann::json({ 2, 2 }));
-    CHECK(j.at("y").at("shape") == nlohmann::json({ 1 }));
+    CHECK(j.at("x").at("shape") == nlohmann::json({2, 2}));
+    CHECK(j.at("y").at("shape") == nlohmann::json({1}));
     const auto xr = j.at("x").at("data_offsets").get<std::vector<std::uint64_t>>();
     const auto yr = j.at("y").at("data_offsets").get<std::vector<std::uint64_t>>();
     REQUIRE(xr.size() == 2);
@@ -207,7 +207,7 @@ TEST_CASE(
     CHECK(xr[1] - xr[0] == 16);
     CHECK(yr[1] - yr[0] == 8);
     const std::string data = bytes.substr(8 + n);
-    CHECK(data.substr(xr[0], 16) == le_bytes<float>({ 1.0f, -2.0f, 0.5f, 3.0f }));
+    CHECK(data.substr(xr[0], 16) == le_bytes<float>({1.0f, -2.0f, 0.5f, 3.0f}));
     CHECK(data.substr(yr[0], 8) == std::string("\x00\x00\x00\x00\x00\x00\xf0\x3f", 8));  // 1.0 as <f8
 }
 
@@ -219,18 +219,18 @@ TEST_CASE("safetensors reads a file laid out by hand, in any tensor order, with 
     const std::string header = R"({"a": {"dtype": "F64", "shape": [1, 2], "data_offsets": [8, 24]},
         "e": {"dtype": "F32", "shape": [2, 0], "data_offsets": [8, 8]},
         "b": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}   )";
-    write_bytes(path, st_file(header, le_bytes<float>({ 1.5f, -4.0f }) + le_bytes<double>({ 0.1, 1e300 })));
+    write_bytes(path, st_file(header, le_bytes<float>({1.5f, -4.0f}) + le_bytes<double>({0.1, 1e300})));
     const io::safetensors_file f = io::read_safetensors(path);
     CHECK(f.metadata.empty());
     REQUIRE(f.tensors.size() == 3);
     CHECK(f.tensors.at("a").dtype == "F64");
-    CHECK(to_shape(f.tensors.at("a").values.shape()) == shape_t{ 1, 2 });
+    CHECK(to_shape(f.tensors.at("a").values.shape()) == shape_t{1, 2});
     CHECK(f.tensors.at("a").values(0, 0) == 0.1);
     CHECK(f.tensors.at("a").values(0, 1) == 1e300);
     CHECK(f.tensors.at("b").dtype == "F32");
     CHECK(f.tensors.at("b").values(0) == 1.5);
     CHECK(f.tensors.at("b").values(1) == -4.0);
-    CHECK(to_shape(f.tensors.at("e").values.shape()) == shape_t{ 2, 0 });
+    CHECK(to_shape(f.tensors.at("e").values.shape()) == shape_t{2, 0});
 
     // An empty file of tensors: just "{}" padded, no data.
     write_bytes(path, st_file("{}      ", ""));
@@ -240,105 +240,101 @@ TEST_CASE("safetensors reads a file laid out by hand, in any tensor order, with 
 TEST_CASE("safetensors strict reading: every malformed file names the file and the problem")
 {
     temp_dir dir;
-    const std::string two_f64 = le_bytes<double>({ 1.0, 2.0 });
+    const std::string two_f64 = le_bytes<double>({1.0, 2.0});
     const std::string ok_entry = R"({"dtype":"F64","shape":[2],"data_offsets":[0,16]})";
     struct bad_file
     {
         std::string name, bytes, needle;
     };
     const std::vector<bad_file> cases = {
-        { "empty file", "", "0 bytes, too short for the 8-byte header length" },
-        { "short file", "abc", "3 bytes, too short" },
-        { "header past the end", u64_le(100) + "{}",
-          "header length 100 runs past the end of the file (10 bytes)" },
-        { "huge header length", u64_le(0xfffffffffffffff0ull) + "{}",
-          "header length 18446744073709551600 runs past the end of the file" },
-        { "truncated JSON", st_file(R"({"t": {"dtype": "F64")", ""), "header is not valid JSON" },
-        { "garbage header", st_file("\x01\xff not json", ""), "header is not valid JSON" },
-        { "empty header", st_file("", ""), "header is not valid JSON" },
-        { "bad UTF-8 in a name", st_file("{\"\xff\xfe\": 1}", ""), "header is not valid JSON" },
-        { "header is a list", st_file("[1, 2]", ""), "header must be a JSON object, it is array" },
-        { "header is a number", st_file("42", ""), "header must be a JSON object, it is number" },
-        { "duplicate tensor", st_file("{\"t\":" + ok_entry + ",\"t\":" + ok_entry + "}", two_f64),
-          "header JSON has the key 't' twice in one object" },
-        { "deep nesting", st_file(std::string(40, '[') + std::string(40, ']'), ""), "nested more than" },
-        { "entry not an object", st_file(with_entry("[1]"), two_f64), "tensor 't' must be an object" },
-        { "no dtype", st_file(with_entry(R"({"shape":[2],"data_offsets":[0,16]})"), two_f64),
-          "tensor 't' has no 'dtype'" },
-        { "no shape", st_file(with_entry(R"({"dtype":"F64","data_offsets":[0,16]})"), two_f64),
-          "tensor 't' has no 'shape'" },
-        { "no offsets", st_file(with_entry(R"({"dtype":"F64","shape":[2]})"), two_f64),
-          "tensor 't' has no 'data_offsets'" },
-        { "unknown field",
-          st_file(with_entry(R"({"dtype":"F64","shape":[2],"data_offsets":[0,16],"x":1})"), two_f64),
-          "tensor 't' has an unknown field 'x'" },
-        { "F16", st_file(with_entry(R"({"dtype":"F16","shape":[8],"data_offsets":[0,16]})"), two_f64),
-          "tensor 't' has dtype 'F16'; only F32 and F64 are supported" },
-        { "I64", st_file(with_entry(R"({"dtype":"I64","shape":[2],"data_offsets":[0,16]})"), two_f64),
-          "dtype 'I64'; only F32 and F64" },
-        { "dtype not a string",
-          st_file(with_entry(R"({"dtype":64,"shape":[2],"data_offsets":[0,16]})"), two_f64),
-          "dtype must be a string, it is number" },
-        { "shape not a list",
-          st_file(with_entry(R"({"dtype":"F64","shape":2,"data_offsets":[0,16]})"), two_f64),
-          "shape must be a list of non-negative integers, it is number" },
-        { "negative shape",
-          st_file(with_entry(R"({"dtype":"F64","shape":[-2],"data_offsets":[0,16]})"), two_f64),
-          "shape must hold non-negative integers, found a negative integer '-2'" },
-        { "float shape",
-          st_file(with_entry(R"({"dtype":"F64","shape":[2.0],"data_offsets":[0,16]})"), two_f64),
-          "found a non-integer number '2.0'" },
-        { "string shape",
-          st_file(with_entry(R"({"dtype":"F64","shape":["2"],"data_offsets":[0,16]})"), two_f64),
-          "found string" },
-        { "shape too large for 64 bits",
-          st_file(with_entry(R"({"dtype":"F64","shape":[4294967296,4294967296],"data_offsets":[0,16]})"),
-                  two_f64),
-          "has shape (4294967296, 4294967296), too large (its byte size overflows)" },
-        { "integer beyond 64 bits",
-          st_file(with_entry(R"({"dtype":"F64","shape":[18446744073709551616],"data_offsets":[0,16]})"),
-                  two_f64),
-          "found a non-integer number" },
-        { "one offset", st_file(with_entry(R"({"dtype":"F64","shape":[2],"data_offsets":[16]})"), two_f64),
-          "data_offsets must be a list [begin, end], it is '[16]'" },
-        { "negative offset",
-          st_file(with_entry(R"({"dtype":"F64","shape":[2],"data_offsets":[-16,0]})"), two_f64),
-          "data_offsets must hold non-negative integers, found a negative integer" },
-        { "end before begin",
-          st_file(with_entry(R"({"dtype":"F64","shape":[0],"data_offsets":[16,0]})"), two_f64),
-          "data_offsets [16, 0] with end before begin" },
-        { "offsets outside the buffer",
-          st_file(with_entry(R"({"dtype":"F64","shape":[2],"data_offsets":[8,24]})"), two_f64),
-          "data_offsets [8, 24] outside the data buffer (16 bytes)" },
-        { "wrong length for the shape",
-          st_file(with_entry(R"({"dtype":"F64","shape":[3],"data_offsets":[0,16]})"), two_f64),
-          "data_offsets [0, 16] (16 bytes) but shape (3) of F64 needs 24 bytes" },
-        { "F32 length read as F64",
-          st_file(with_entry(R"({"dtype":"F32","shape":[2],"data_offsets":[0,16]})"), two_f64),
-          "shape (2) of F32 needs 8 bytes" },
-        { "overlapping tensors",
-          st_file(
-            R"({"a":{"dtype":"F64","shape":[2],"data_offsets":[0,16]},"b":{"dtype":"F64","shape":[1],"data_offsets":[8,16]}})",
-            two_f64),
-          "tensor 'b' data_offsets [8, 16] overlap tensor 'a' [0, 16]" },
-        { "a hole in the buffer",
-          st_file(
-            R"({"a":{"dtype":"F64","shape":[1],"data_offsets":[0,8]},"b":{"dtype":"F64","shape":[1],"data_offsets":[16,24]}})",
-            two_f64 + two_f64.substr(0, 8)),
-          "bytes [8, 16] of the data buffer belong to no tensor" },
-        { "trailing bytes", st_file(with_entry(ok_entry), two_f64 + "XY"),
-          "the data buffer has 18 bytes but the tensors cover 16 (trailing bytes" },
-        { "data but no tensors", st_file("{}", "abc"),
-          "the data buffer has 3 bytes but the tensors cover 0" },
-        { "metadata not an object", st_file(R"({"__metadata__":["a"]})", ""),
-          "'__metadata__' must be an object of strings, it is array" },
-        { "metadata value a number", st_file(R"({"__metadata__":{"layers":2}})", ""),
-          "metadata 'layers' must be a string, it is number" },
-        { "metadata value null", st_file(R"({"__metadata__":{"a":null}})", ""),
-          "metadata 'a' must be a string, it is null" },
-        { "control bytes are escaped",
-          st_file("{\"t\\u0001\\n\":{\"dtype\":\"F16\",\"shape\":[],\"data_offsets\":[0,2]}}", "ab"),
-          "tensor 't\\x01\\x0a' has dtype 'F16'" },
+      {"empty file", "", "0 bytes, too short for the 8-byte header length"},
+      {"short file", "abc", "3 bytes, too short"},
+      {"header past the end", u64_le(100) + "{}",
+       "header length 100 runs past the end of the file (10 bytes)"},
+      {"huge header length", u64_le(0xfffffffffffffff0ull) + "{}",
+       "header length 18446744073709551600 runs past the end of the file"},
+      {"truncated JSON", st_file(R"({"t": {"dtype": "F64")", ""), "header is not valid JSON"},
+      {"garbage header", st_file("\x01\xff not json", ""), "header is not valid JSON"},
+      {"empty header", st_file("", ""), "header is not valid JSON"},
+      {"bad UTF-8 in a name", st_file("{\"\xff\xfe\": 1}", ""), "header is not valid JSON"},
+      {"header is a list", st_file("[1, 2]", ""), "header must be a JSON object, it is array"},
+      {"header is a number", st_file("42", ""), "header must be a JSON object, it is number"},
+      {"duplicate tensor", st_file("{\"t\":" + ok_entry + ",\"t\":" + ok_entry + "}", two_f64),
+       "header JSON has the key 't' twice in one object"},
+      {"deep nesting", st_file(std::string(40, '[') + std::string(40, ']'), ""), "nested more than"},
+      {"entry not an object", st_file(with_entry("[1]"), two_f64), "tensor 't' must be an object"},
+      {"no dtype", st_file(with_entry(R"({"shape":[2],"data_offsets":[0,16]})"), two_f64),
+       "tensor 't' has no 'dtype'"},
+      {"no shape", st_file(with_entry(R"({"dtype":"F64","data_offsets":[0,16]})"), two_f64),
+       "tensor 't' has no 'shape'"},
+      {"no offsets", st_file(with_entry(R"({"dtype":"F64","shape":[2]})"), two_f64),
+       "tensor 't' has no 'data_offsets'"},
+      {"unknown field",
+       st_file(with_entry(R"({"dtype":"F64","shape":[2],"data_offsets":[0,16],"x":1})"), two_f64),
+       "tensor 't' has an unknown field 'x'"},
+      {"F16", st_file(with_entry(R"({"dtype":"F16","shape":[8],"data_offsets":[0,16]})"), two_f64),
+       "tensor 't' has dtype 'F16'; only F32 and F64 are supported"},
+      {"I64", st_file(with_entry(R"({"dtype":"I64","shape":[2],"data_offsets":[0,16]})"), two_f64),
+       "dtype 'I64'; only F32 and F64"},
+      {"dtype not a string",
+       st_file(with_entry(R"({"dtype":64,"shape":[2],"data_offsets":[0,16]})"), two_f64),
+       "dtype must be a string, it is number"},
+      {"shape not a list", st_file(with_entry(R"({"dtype":"F64","shape":2,"data_offsets":[0,16]})"), two_f64),
+       "shape must be a list of non-negative integers, it is number"},
+      {"negative shape",
+       st_file(with_entry(R"({"dtype":"F64","shape":[-2],"data_offsets":[0,16]})"), two_f64),
+       "shape must hold non-negative integers, found a negative integer '-2'"},
+      {"float shape", st_file(with_entry(R"({"dtype":"F64","shape":[2.0],"data_offsets":[0,16]})"), two_f64),
+       "found a non-integer number '2.0'"},
+      {"string shape", st_file(with_entry(R"({"dtype":"F64","shape":["2"],"data_offsets":[0,16]})"), two_f64),
+       "found string"},
+      {"shape too large for 64 bits",
+       st_file(with_entry(R"({"dtype":"F64","shape":[4294967296,4294967296],"data_offsets":[0,16]})"),
+               two_f64),
+       "has shape (4294967296, 4294967296), too large (its byte size overflows)"},
+      {"integer beyond 64 bits",
+       st_file(with_entry(R"({"dtype":"F64","shape":[18446744073709551616],"data_offsets":[0,16]})"),
+               two_f64),
+       "found a non-integer number"},
+      {"one offset", st_file(with_entry(R"({"dtype":"F64","shape":[2],"data_offsets":[16]})"), two_f64),
+       "data_offsets must be a list [begin, end], it is '[16]'"},
+      {"negative offset",
+       st_file(with_entry(R"({"dtype":"F64","shape":[2],"data_offsets":[-16,0]})"), two_f64),
+       "data_offsets must hold non-negative integers, found a negative integer"},
+      {"end before begin",
+       st_file(with_entry(R"({"dtype":"F64","shape":[0],"data_offsets":[16,0]})"), two_f64),
+       "data_offsets [16, 0] with end before begin"},
+      {"offsets outside the buffer",
+       st_file(with_entry(R"({"dtype":"F64","shape":[2],"data_offsets":[8,24]})"), two_f64),
+       "data_offsets [8, 24] outside the data buffer (16 bytes)"},
+      {"wrong length for the shape",
+       st_file(with_entry(R"({"dtype":"F64","shape":[3],"data_offsets":[0,16]})"), two_f64),
+       "data_offsets [0, 16] (16 bytes) but shape (3) of F64 needs 24 bytes"},
+      {"F32 length read as F64",
+       st_file(with_entry(R"({"dtype":"F32","shape":[2],"data_offsets":[0,16]})"), two_f64),
+       "shape (2) of F32 needs 8 bytes"},
+      {"overlapping tensors",
+       st_file(
+         R"({"a":{"dtype":"F64","shape":[2],"data_offsets":[0,16]},"b":{"dtype":"F64","shape":[1],"data_offsets":[8,16]}})",
+         two_f64),
+       "tensor 'b' data_offsets [8, 16] overlap tensor 'a' [0, 16]"},
+      {"a hole in the buffer",
+       st_file(
+         R"({"a":{"dtype":"F64","shape":[1],"data_offsets":[0,8]},"b":{"dtype":"F64","shape":[1],"data_offsets":[16,24]}})",
+         two_f64 + two_f64.substr(0, 8)),
+       "bytes [8, 16] of the data buffer belong to no tensor"},
+      {"trailing bytes", st_file(with_entry(ok_entry), two_f64 + "XY"),
+       "the data buffer has 18 bytes but the tensors cover 16 (trailing bytes"},
+      {"data but no tensors", st_file("{}", "abc"), "the data buffer has 3 bytes but the tensors cover 0"},
+      {"metadata not an object", st_file(R"({"__metadata__":["a"]})", ""),
+       "'__metadata__' must be an object of strings, it is array"},
+      {"metadata value a number", st_file(R"({"__metadata__":{"layers":2}})", ""),
+       "metadata 'layers' must be a string, it is number"},
+      {"metadata value null", st_file(R"({"__metadata__":{"a":null}})", ""),
+       "metadata 'a' must be a string, it is null"},
+      {"control bytes are escaped",
+       st_file("{\"t\\u0001\\n\":{\"dtype\":\"F16\",\"shape\":[],\"data_offsets\":[0,2]}}", "ab"),
+       "tensor 't\\x01\\x0a' has dtype 'F16'"},
     };
     int k = 0;
     for (const bad_file& c : cases)
@@ -374,13 +370,13 @@ TEST_CASE("write_safetensors is atomic: a failed write leaves the old file and n
     const auto only_the_old_file = [&]
     {
         CHECK(read_bytes(path) == old_bytes);
-        CHECK(directory_listing(dir.path) == std::vector<std::string>{ "model.safetensors" });
+        CHECK(directory_listing(dir.path) == std::vector<std::string>{"model.safetensors"});
     };
 
     SUBCASE("the write itself fails (file size limit: the disk is full)")
     {
         io::safetensors_file big;
-        big.tensors["w"] = { "F64", test::random_array({ 100, 100 }, 3) };  // 80 kB
+        big.tensors["w"] = {"F64", test::random_array({100, 100}, 3)};  // 80 kB
         struct rlimit saved
         {
         };
@@ -413,7 +409,7 @@ TEST_CASE("write_safetensors is atomic: a failed write leaves the old file and n
           starts_with(error_of<std::runtime_error>([&] { io::write_safetensors(blocked, sample_file()); }),
                       blocked + ": cannot replace it ("));
         CHECK(fs::is_directory(blocked));
-        CHECK(directory_listing(dir.path) == std::vector<std::string>{ "blocked.safetensors" });
+        CHECK(directory_listing(dir.path) == std::vector<std::string>{"blocked.safetensors"});
     }
     SUBCASE("the folder cannot take a temporary file")
     {
@@ -435,11 +431,11 @@ TEST_CASE("write_safetensors is atomic: a failed write leaves the old file and n
     SUBCASE("what cannot be written is refused before the old file is touched")
     {
         io::safetensors_file f = sample_file();
-        f.tensors["half"] = { "F16", array<double>{ 1.0 } };
+        f.tensors["half"] = {"F16", array<double>{1.0}};
         CHECK_THROWS_WITH_AS(io::write_safetensors(path, f),
                              doctest::Contains("tensor 'half' has dtype 'F16'"), std::invalid_argument);
         f = sample_file();
-        f.tensors["__metadata__"] = { "F32", array<double>{ 1.0 } };
+        f.tensors["__metadata__"] = {"F32", array<double>{1.0}};
         CHECK_THROWS_AS(io::write_safetensors(path, f), std::invalid_argument);
         f = sample_file();
         f.metadata["bad"] = "\xff\xfe";
@@ -480,17 +476,16 @@ models::gpt_config small_config(std::size_t kv_heads = 1)
 std::map<std::string, shape_t> spec_shapes()
 {
     std::map<std::string, shape_t> s{
-        { "wte", { 7, 8 } }, { "wpe", { 5, 8 } }, { "ln_f.weight", { 8 } }, { "ln_f.bias", { 8 } }
-    };
-    for (const std::string b : { "blocks.0.", "blocks.1." })
+      {"wte", {7, 8}}, {"wpe", {5, 8}}, {"ln_f.weight", {8}}, {"ln_f.bias", {8}}};
+    for (const std::string b : {"blocks.0.", "blocks.1."})
     {
-        s[b + "ln_1.weight"] = s[b + "ln_1.bias"] = s[b + "ln_2.weight"] = s[b + "ln_2.bias"] = { 8 };
-        s[b + "attn.W_Q"] = s[b + "attn.W_O"] = { 8, 8 };
-        s[b + "attn.W_K"] = s[b + "attn.W_V"] = { 8, 2 };
-        s[b + "mlp.W_fc"] = { 8, 32 };
-        s[b + "mlp.b_fc"] = { 32 };
-        s[b + "mlp.W_proj"] = { 32, 8 };
-        s[b + "mlp.b_proj"] = { 8 };
+        s[b + "ln_1.weight"] = s[b + "ln_1.bias"] = s[b + "ln_2.weight"] = s[b + "ln_2.bias"] = {8};
+        s[b + "attn.W_Q"] = s[b + "attn.W_O"] = {8, 8};
+        s[b + "attn.W_K"] = s[b + "attn.W_V"] = {8, 2};
+        s[b + "mlp.W_fc"] = {8, 32};
+        s[b + "mlp.b_fc"] = {32};
+        s[b + "mlp.W_proj"] = {32, 8};
+        s[b + "mlp.b_proj"] = {8};
     }
     return s;
 }
@@ -537,22 +532,22 @@ TEST_CASE("checkpoint round trip: every parameter under SPEC's name and shape, s
     const models::gpt_config c = small_config(1);
     const auto model = sample_model<double>(c);
     io::checkpoint_extras extras;
-    extras.metadata = { { "vocab", "[10, 32, 33, 97, 98, 99, 100]" }, { "step", "60" }, { "heads", "4" } };
-    extras.tensors["optim.m.wte"] = { "F32", test::random_array({ 7, 8 }, 9) };
-    extras.tensors["optim.step"] = { "F64", array<double>(xt::xarray<double>(60.0)) };
+    extras.metadata = {{"vocab", "[10, 32, 33, 97, 98, 99, 100]"}, {"step", "60"}, {"heads", "4"}};
+    extras.tensors["optim.m.wte"] = {"F32", test::random_array({7, 8}, 9)};
+    extras.tensors["optim.step"] = {"F64", array<double>(xt::xarray<double>(60.0))};
     const std::string path = dir / "model.safetensors";
     io::save_checkpoint(path, model, extras);
 
     // The file as any safetensors reader sees it: SPEC's names, shapes, F64 for double, decimal sizes.
     const io::safetensors_file raw = io::read_safetensors(path);
-    CHECK(raw.metadata == std::map<std::string, std::string>{ { "vocab_size", "7" },
-                                                              { "block_size", "5" },
-                                                              { "layers", "2" },
-                                                              { "d_model", "8" },
-                                                              { "heads", "4" },
-                                                              { "kv_heads", "1" },
-                                                              { "vocab", "[10, 32, 33, 97, 98, 99, 100]" },
-                                                              { "step", "60" } });
+    CHECK(raw.metadata == std::map<std::string, std::string>{{"vocab_size", "7"},
+                                                             {"block_size", "5"},
+                                                             {"layers", "2"},
+                                                             {"d_model", "8"},
+                                                             {"heads", "4"},
+                                                             {"kv_heads", "1"},
+                                                             {"vocab", "[10, 32, 33, 97, 98, 99, 100]"},
+                                                             {"step", "60"}});
     const auto want = spec_shapes();
     CHECK(raw.tensors.size() == want.size() + 2);
     for (const auto& [name, shape] : want)
@@ -626,7 +621,7 @@ TEST_CASE("save_checkpoint refuses extras it could not load back")
     const auto model = sample_model<double>(small_config());
     const std::string path = dir / "m.safetensors";
     io::checkpoint_extras extras;
-    extras.tensors["adam.m.wte"] = { "F64", test::random_array({ 7, 8 }, 1) };
+    extras.tensors["adam.m.wte"] = {"F64", test::random_array({7, 8}, 1)};
     CHECK_THROWS_WITH_AS(
       io::save_checkpoint(path, model, extras),
       doctest::Contains("save_checkpoint: extra tensor 'adam.m.wte' must be optimiser state"),
@@ -664,83 +659,81 @@ TEST_CASE("load_checkpoint: every validation error names the file, the key or te
         {
             CAPTURE(key);
             rejected([&](io::safetensors_file& f) { f.metadata.erase(key); },
-                     { std::string("metadata has no '") + key + "'" });
+                     {std::string("metadata has no '") + key + "'"});
         }
-        for (const char* text : { "", "two", "-1", "+2", " 2", "2 ", "2.0", "0x10", "1e2" })
+        for (const char* text : {"", "two", "-1", "+2", " 2", "2 ", "2.0", "0x10", "1e2"})
         {
             CAPTURE(text);
             rejected([&](io::safetensors_file& f) { f.metadata["layers"] = text; },
-                     { "metadata 'layers' = '", "' is not a non-negative decimal integer" });
+                     {"metadata 'layers' = '", "' is not a non-negative decimal integer"});
         }
         rejected([](io::safetensors_file& f) { f.metadata["d_model"] = "99999999999999999999999"; },
-                 { "metadata 'd_model' = '99999999999999999999999' is too large" });
+                 {"metadata 'd_model' = '99999999999999999999999' is too large"});
         rejected([](io::safetensors_file& f) { f.metadata["layers"] = "\x01"; },
-                 { "metadata 'layers' = '\\x01' is not" });
+                 {"metadata 'layers' = '\\x01' is not"});
         rejected([](io::safetensors_file& f) { f.metadata["kv_heads"] = "0"; },
-                 { "metadata 'kv_heads' = '0': a model has at least one key/value head" });
-        rejected(
-          [](io::safetensors_file& f) { f.metadata["heads"] = "3"; },
-          { "the metadata's sizes (vocab_size = 7, block_size = 5, layers = 2, d_model = 8, heads = 3, "
-            "kv_heads = 1) do not make a model" });
+                 {"metadata 'kv_heads' = '0': a model has at least one key/value head"});
+        rejected([](io::safetensors_file& f) { f.metadata["heads"] = "3"; },
+                 {"the metadata's sizes (vocab_size = 7, block_size = 5, layers = 2, d_model = 8, heads = 3, "
+                  "kv_heads = 1) do not make a model"});
         rejected([](io::safetensors_file& f) { f.metadata["kv_heads"] = "3"; },
-                 { "heads = 4, kv_heads = 3) do not make a model" });
+                 {"heads = 4, kv_heads = 3) do not make a model"});
         rejected([](io::safetensors_file& f) { f.metadata["vocab_size"] = "0"; },
-                 { "vocab_size = 0", "do not make a model" });
+                 {"vocab_size = 0", "do not make a model"});
     }
     SUBCASE("tensors")
     {
         rejected([](io::safetensors_file& f) { f.tensors.erase("blocks.1.mlp.b_fc"); },
-                 { "tensor 'blocks.1.mlp.b_fc' is missing", "layers = 2" });
+                 {"tensor 'blocks.1.mlp.b_fc' is missing", "layers = 2"});
         rejected([](io::safetensors_file& f) { f.tensors.erase("ln_f.bias"); },
-                 { "tensor 'ln_f.bias' is missing" });
+                 {"tensor 'ln_f.bias' is missing"});
         rejected(
           [](io::safetensors_file& f) {
-              f.tensors["blocks.0.attn.W_K"].values = test::random_array({ 8, 8 }, 1);
+              f.tensors["blocks.0.attn.W_K"].values = test::random_array({8, 8}, 1);
           },
-          { "tensor 'blocks.0.attn.W_K' has shape (8, 8), expected (d, G*dh) = (8, 2)", "heads = 4",
-            "kv_heads = 1" });
+          {"tensor 'blocks.0.attn.W_K' has shape (8, 8), expected (d, G*dh) = (8, 2)", "heads = 4",
+           "kv_heads = 1"});
         rejected(
           [](io::safetensors_file& f) {
-              f.tensors["wte"].values = test::random_array({ 8, 7 }, 1);
+              f.tensors["wte"].values = test::random_array({8, 7}, 1);
           },
-          { "tensor 'wte' has shape (8, 7), expected (V, d) = (7, 8)" });
+          {"tensor 'wte' has shape (8, 7), expected (V, d) = (7, 8)"});
         rejected(
           [](io::safetensors_file& f) {
-              f.tensors["wpe"].values = test::random_array({ 4, 8 }, 1);
+              f.tensors["wpe"].values = test::random_array({4, 8}, 1);
           },
-          { "tensor 'wpe' has shape (4, 8), expected (block_size, d) = (5, 8)" });
+          {"tensor 'wpe' has shape (4, 8), expected (block_size, d) = (5, 8)"});
         rejected(
           [](io::safetensors_file& f) {
-              f.tensors["blocks.1.mlp.W_fc"].values = test::random_array({ 8, 8 }, 1);
+              f.tensors["blocks.1.mlp.W_fc"].values = test::random_array({8, 8}, 1);
           },
-          { "expected (d, 4d) = (8, 32)" });
+          {"expected (d, 4d) = (8, 32)"});
         rejected(
           [](io::safetensors_file& f) {
-              f.tensors["ln_f.weight"].values = test::random_array({ 1, 8 }, 1);
+              f.tensors["ln_f.weight"].values = test::random_array({1, 8}, 1);
           },
-          { "tensor 'ln_f.weight' has shape (1, 8), expected (d) = (8)" });
+          {"tensor 'ln_f.weight' has shape (1, 8), expected (d) = (8)"});
         rejected(
           [](io::safetensors_file& f) {
-              f.tensors["head"] = { "F64", test::random_array({ 7, 8 }, 1) };
+              f.tensors["head"] = {"F64", test::random_array({7, 8}, 1)};
           },
-          { "unknown tensor 'head' with shape (7, 8)", "optimiser state must be named 'optim.*'" });
+          {"unknown tensor 'head' with shape (7, 8)", "optimiser state must be named 'optim.*'"});
         rejected(
           [](io::safetensors_file& f) {
-              f.tensors["blocks.2.ln_1.weight"] = { "F64", test::random_array({ 8 }, 1) };
+              f.tensors["blocks.2.ln_1.weight"] = {"F64", test::random_array({8}, 1)};
           },
-          { "unknown tensor 'blocks.2.ln_1.weight'", "layers = 2" });
+          {"unknown tensor 'blocks.2.ln_1.weight'", "layers = 2"});
         rejected([](io::safetensors_file& f) { f.metadata["layers"] = "3"; },
-                 { "tensor 'blocks.2.ln_1.weight' is missing" });
-        rejected([](io::safetensors_file& f) { f.metadata["layers"] = "1"; },
-                 { "unknown tensor 'blocks.1." });
+                 {"tensor 'blocks.2.ln_1.weight' is missing"});
+        rejected([](io::safetensors_file& f) { f.metadata["layers"] = "1"; }, {"unknown tensor 'blocks.1."});
     }
     SUBCASE("the file itself")
     {
-        check_load_rejected(dir / "none.safetensors", { "cannot open" });
+        check_load_rejected(dir / "none.safetensors", {"cannot open"});
         const std::string truncated = dir / "truncated.safetensors";
         std::string bytes = read_bytes(good);
         bytes.resize(bytes.size() - 3);
         write_bytes(truncated, bytes);
-        check_load_rejected(truncated, { "outside the data buffer" });
+        check_load_rejected(truncated, {"outside the data buffer"});
     }
 }

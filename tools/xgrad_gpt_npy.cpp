@@ -155,7 +155,7 @@ problem<T> load_problem(const options& o)
         throw input_error("--in " + o.in + ": " +
                           (entry_exists(in) ? "not a directory" : "no such directory"));
     }
-    problem<T> p{ io::load_checkpoint<T>(o.checkpoint), {}, {} };
+    problem<T> p{io::load_checkpoint<T>(o.checkpoint), {}, {}};
     const std::string tokens_file = (in / "tokens.npy").string();
     p.tokens = load_tokens(tokens_file, p.model.params.config);
     if (entry_exists(in / "targets.npy"))
@@ -183,7 +183,7 @@ results<T> run_tape(const problem<T>& p)
     tape<T> t;
     const ids_t* targets = p.targets ? &*p.targets : nullptr;
     const models::gpt_result<T> r = models::gpt_forward(t, p.model.params, p.tokens, targets);
-    results<T> out{ r.logits.value(), {}, {} };
+    results<T> out{r.logits.value(), {}, {}};
     if (targets)
     {
         out.loss = r.loss.value();
@@ -211,24 +211,24 @@ using output_file = std::pair<std::string, std::function<void(const std::string&
 template <class T>
 std::vector<output_file> output_files(const results<T>& r, const std::map<std::string, std::string>& metadata)
 {
-    std::vector<output_file> files{ { "logits.npy", [&](const std::string& f) { npy::save(f, r.logits); } } };
+    std::vector<output_file> files{{"logits.npy", [&](const std::string& f) { npy::save(f, r.logits); }}};
     if (r.loss)
     {
         files.emplace_back("loss.npy", [&](const std::string& f) { npy::save(f, *r.loss); });
-        files.emplace_back("grads.safetensors",
-                           [&](const std::string& f)
-                           {
-                               io::safetensors_file grads{ metadata, {} };
-                               for (const auto& [name, g] : r.grads)
-                               {
-                                   array<double> wide = array<double>::from_shape(to_shape(g.shape()));
-                                   std::copy(g.begin(), g.end(), wide.begin());
-                                   grads.tensors.emplace(
-                                     name, io::stored_tensor{ std::is_same<T, float>::value ? "F32" : "F64",
-                                                              std::move(wide) });
-                               }
-                               io::write_safetensors(f, grads);
-                           });
+        files.emplace_back(
+          "grads.safetensors",
+          [&](const std::string& f)
+          {
+              io::safetensors_file grads{metadata, {}};
+              for (const auto& [name, g] : r.grads)
+              {
+                  array<double> wide = array<double>::from_shape(to_shape(g.shape()));
+                  std::copy(g.begin(), g.end(), wide.begin());
+                  grads.tensors.emplace(
+                    name, io::stored_tensor{std::is_same<T, float>::value ? "F32" : "F64", std::move(wide)});
+              }
+              io::write_safetensors(f, grads);
+          });
     }
     return files;
 }
@@ -412,10 +412,10 @@ void add_options(CLI::App& app, options& o)
       ->type_name("DIR");
     app.add_option("--out", o.out, "directory for the outputs (required)")->type_name("DIR");
     app.add_option("--grad", o.grad, "backward by the autodiff tape (default) or the hand-derived backward")
-      ->check(CLI::IsMember({ "tape", "manual" }).description(""))
+      ->check(CLI::IsMember({"tape", "manual"}).description(""))
       ->type_name("tape|manual");
     app.add_option("--dtype", o.dtype, "compute and output dtype (default float64)")
-      ->check(CLI::IsMember({ "float64", "float32" }).description(""))
+      ->check(CLI::IsMember({"float64", "float32"}).description(""))
       ->type_name("float64|float32");
     app.footer(files_text);
 }
@@ -438,7 +438,7 @@ void refuse_extras(const CLI::App& app)
 
 void require_options(const CLI::App& app)
 {
-    for (const char* name : { "--checkpoint", "--in", "--out" })
+    for (const char* name : {"--checkpoint", "--in", "--out"})
     {
         if (app.get_option(name)->count() == 0)
         {
