@@ -24,7 +24,7 @@ var<T> cached_attention(tape<T>& t, const var<T>& x, const gpt_block_parameters<
     var<T> q = split_heads(ops::matmul(x, t.param(p.W_Q)), c.heads);
     var<T> k = split_heads(ops::matmul(x, t.param(p.W_K)), c.kv_head_count());
     var<T> v = split_heads(ops::matmul(x, t.param(p.W_V)), c.kv_head_count());
-    if (keys.size() != 0)
+    if (keys.dimension() == 4)  // earlier positions are cached
     {
         k = ops::concat<T>({t.constant(keys), k}, 2);
         v = ops::concat<T>({t.constant(values), v}, 2);
