@@ -113,7 +113,11 @@ plot_note plot_attention_maps(const std::vector<array<double>>& weights, const s
     for (std::size_t i = 0; i < t && i < text.size(); ++i)
     {
         const char c = text[i];
-        const std::string shown = c == ' ' ? "_" : c == '\n' ? "\\\\n" : c == '"' ? "''" : std::string(1, c);
+        const std::string shown = c == ' '    ? "_"
+                                  : c == '\n' ? "\\\\n"
+                                  : c == '\t' ? "\\\\t"
+                                  : c == '"'  ? "''"
+                                              : std::string(1, c);
         tics += (i ? ", " : "") + std::string("\"") + (c == '\\' ? "\\\\" : shown) + "\" " + std::to_string(i);
     }
     s << "set xtics (" << tics << ")\nset ytics (" << tics << ")\n";
@@ -132,7 +136,7 @@ plot_note plot_attention_maps(const std::vector<array<double>>& weights, const s
                 }
                 s << "\n";
             }
-            s << "e\ne\n";
+            s << "e\n";
         }
     }
     s << "unset multiplot\n";

@@ -1,6 +1,7 @@
 #include "train/trainer.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -179,11 +180,22 @@ private:
     std::vector<float> buffer_;
 };
 
-// The first characters of the validation split, for the attention maps.
+// A sentence for the attention maps: up to 32 characters of the validation split, starting at its first
+// line that begins with a letter (plain prose reads better on the axes than indentation).
 std::string sample_sentence(const text_corpus& data, std::size_t block)
 {
-    const std::size_t n = std::min<std::size_t>({block, 32, data.validation.size()});
-    return data.vocabulary.decode(std::vector<std::int32_t>(data.validation.begin(), data.validation.begin() + static_cast<std::ptrdiff_t>(n)));
+    const std::string text = data.vocabulary.decode(data.validation);
+    std::size_t start = 0;
+    for (std::size_t i = 1; i < text.size(); ++i)
+    {
+        if (text[i - 1] == '\n' && std::isalpha(static_cast<unsigned char>(text[i])))
+        {
+            start = i;
+            break;
+        }
+    }
+    const std::size_t n = std::min<std::size_t>({block, 32, text.size() - start});
+    return text.substr(start, n);
 }
 
 void draw_pictures(const model& params, const text_corpus& data, const train_options& o, std::FILE* progress)
