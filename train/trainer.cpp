@@ -118,20 +118,27 @@ optim::named_tensors<float> optimiser_state(const io::checkpoint<float>& ck)
     return state;
 }
 
-// Mean loss over the validation windows, B at a time, weighting each batch by its windows.
+// Mean loss over the validation windows, B at a time, each batch weighted by its windows. Under MPI
+// every process takes every world-th batch and the sums are added up.
 double validation_loss(const model& params, const text_corpus& data, const std::vector<std::size_t>& offsets,
-                       std::size_t batch)
+                       std::size_t batch, communicator& comm)
 {
     const std::size_t block = params.config.block_size;
     double total = 0;
-    for (std::size_t first = 0; first < offsets.size(); first += batch)
+    std::size_t index = 0;
+    for (std::size_t first = 0; first < offsets.size(); first += batch, ++index)
     {
+        if (index % static_cast<std::size_t>(comm.size()) != static_cast<std::size_t>(comm.rank()))
+        {
+            continue;
+        }
         const token_batch b = make_batch(data.validation, offsets, block, first, batch);
         tape<float> t;
         auto guard = t.no_grad();
         const auto r = models::gpt_forward(t, params, b.inputs, &b.targets);
         total += static_cast<double>(r.loss.value()()) * static_cast<double>(b.inputs.shape()[0]);
     }
+    comm.allreduce_sum(&total, 1);
     return total / static_cast<double>(offsets.size());
 }
 
@@ -346,7 +353,7 @@ train_summary run_training(const train_options& o, std::FILE* progress, bool ter
         const bool stop = stop_requested(o, comm);
         if ((o.eval_every > 0 && s % o.eval_every == 0) || s == o.steps)
         {
-            rec.val_loss = validation_loss(params, data, val_offsets, o.batch);
+            rec.val_loss = validation_loss(params, data, val_offsets, o.batch, comm);
             summary.val_loss = *rec.val_loss;
         }
         const double step_s = std::chrono::duration<double>(clock_type::now() - step_start).count();
