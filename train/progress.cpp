@@ -1,5 +1,7 @@
 #include "train/progress.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -11,6 +13,19 @@
 
 namespace xgrad::train
 {
+double resident_mib()
+{
+    std::FILE* f = std::fopen("/proc/self/statm", "r");
+    if (!f)
+    {
+        return 0;
+    }
+    unsigned long long total = 0, resident = 0;
+    const int read = std::fscanf(f, "%llu %llu", &total, &resident);
+    std::fclose(f);
+    return read == 2 ? static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1024.0 * 1024.0) : 0;
+}
+
 std::string format_duration(double seconds)
 {
     if (!(seconds >= 0) || seconds > 360000)
@@ -147,18 +162,29 @@ std::vector<std::string> rows_through(const std::string& path, std::uint64_t ste
 
 training_log::training_log(const std::string& path, bool resume, std::uint64_t keep_through_step) : path_(path)
 {
+    // The kept rows go to a temporary file renamed over the log, so a kill during this rewrite leaves
+    // the old log whole; then rows are appended.
     const std::vector<std::string> rows =
         resume ? rows_through(path, keep_through_step) : std::vector<std::string>{log_header()};
-    file_ = std::fopen(path.c_str(), "w");
+    const std::string temp = path + ".tmp";
+    std::FILE* out = std::fopen(temp.c_str(), "w");
+    bool ok = out != nullptr;
+    for (std::size_t i = 0; ok && i < rows.size(); ++i)
+    {
+        ok = std::fprintf(out, "%s\n", rows[i].c_str()) >= 0;
+    }
+    ok = out && std::fclose(out) == 0 && ok;
+    if (!ok || std::rename(temp.c_str(), path.c_str()) != 0)
+    {
+        const int error = errno;
+        std::remove(temp.c_str());
+        throw std::runtime_error("cannot write " + path + ": " + std::strerror(error));
+    }
+    file_ = std::fopen(path.c_str(), "a");
     if (!file_)
     {
         throw std::runtime_error("cannot write " + path + ": " + std::strerror(errno));
     }
-    for (const auto& row : rows)
-    {
-        std::fprintf(file_, "%s\n", row.c_str());
-    }
-    std::fflush(file_);
 }
 
 training_log::~training_log()
@@ -176,8 +202,8 @@ void training_log::write(const step_record& r)
     {
         std::snprintf(val, sizeof val, "%.9g", *r.val_loss);
     }
-    std::fprintf(file_, "%llu,%.9g,%s,%.9g,%.6g,%.1f,%.3f\n", static_cast<unsigned long long>(r.step), r.train_loss,
-                 val, r.lr, r.grad_norm, r.tokens_per_s, r.elapsed_s);
+    std::fprintf(file_, "%llu,%.9g,%s,%.9g,%.6g,%.1f,%.3f,%.2f\n", static_cast<unsigned long long>(r.step),
+                 r.train_loss, val, r.lr, r.grad_norm, r.tokens_per_s, r.elapsed_s, r.rss_mib);
     if (std::fflush(file_) != 0)
     {
         throw std::runtime_error("cannot write " + path_ + ": " + std::strerror(errno));

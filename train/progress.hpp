@@ -19,7 +19,11 @@ struct step_record
     double grad_norm = 0;            // global gradient norm before clipping
     double tokens_per_s = 0;         // this step's tokens over its wall time
     double elapsed_s = 0;            // since the run (or its resumption) started
+    double rss_mib = 0;              // the process's resident memory after the step
 };
+
+// The resident memory of this process in MiB (from /proc/self/statm; 0 where that is not available).
+double resident_mib();
 
 // A bar rewritten in place on a terminal ("step 120/1000 [#####....] loss 2.134 val 2.201 12,345 tok/s
 // 0:41 left"); plain lines every `plain_every` steps, on validation steps and at the end otherwise.
@@ -48,7 +52,7 @@ private:
 std::string format_duration(double seconds);
 
 // log.csv: a header line, then one row per step (step,train_loss,val_loss,lr,grad_norm,tokens_per_s,
-// elapsed_s); val_loss empty where it was not measured. Each row is flushed as it is written.
+// elapsed_s,rss_mib); val_loss empty where it was not measured. Each row is flushed as it is written.
 class training_log
 {
 public:
@@ -66,5 +70,5 @@ private:
     std::FILE* file_ = nullptr;
 };
 
-inline const char* log_header() { return "step,train_loss,val_loss,lr,grad_norm,tokens_per_s,elapsed_s"; }
+inline const char* log_header() { return "step,train_loss,val_loss,lr,grad_norm,tokens_per_s,elapsed_s,rss_mib"; }
 }  // namespace xgrad::train

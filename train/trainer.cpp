@@ -58,6 +58,21 @@ void check_options(const train_options& o)
 
 std::string checkpoint_path(const train_options& o) { return (fs::path(o.out) / "model.safetensors").string(); }
 
+// Temporary checkpoints that a killed run left behind (".model.safetensors.tmp-XXXXXX"): never the
+// checkpoint itself, which is only ever replaced whole by a rename.
+void remove_stale_temporaries(const train_options& o)
+{
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(o.out, ec))
+    {
+        const std::string name = entry.path().filename().string();
+        if (name.rfind(".model.safetensors.tmp-", 0) == 0)
+        {
+            fs::remove(entry.path(), ec);
+        }
+    }
+}
+
 // The model's sizes in a checkpoint must be the ones asked for, and its vocabulary the data's.
 void check_resumable(const io::checkpoint<float>& ck, const models::gpt_config& wanted, const byte_vocabulary& vocab,
                      const std::string& path)
@@ -306,6 +321,7 @@ train_summary run_training(const train_options& o, std::FILE* progress, bool ter
     if (leader)
     {
         fs::create_directories(o.out);
+        remove_stale_temporaries(o);
         log.emplace((fs::path(o.out) / "log.csv").string(), o.resume, static_cast<std::uint64_t>(first_step));
     }
     std::optional<progress_display> display;
@@ -359,6 +375,7 @@ train_summary run_training(const train_options& o, std::FILE* progress, bool ter
         const double step_s = std::chrono::duration<double>(clock_type::now() - step_start).count();
         rec.tokens_per_s = static_cast<double>(o.batch * world * block) / step_s;
         rec.elapsed_s = std::chrono::duration<double>(clock_type::now() - start).count();
+        rec.rss_mib = resident_mib();
         rates.push_back(rec.tokens_per_s);
         summary.train_loss = loss;
         if (leader)
