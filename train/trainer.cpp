@@ -334,7 +334,8 @@ train_summary run_training(const train_options& o, std::FILE* progress, bool ter
     const std::size_t block = config.block_size, world = static_cast<std::size_t>(comm.size());
     const auto val_offsets = validation_offsets(data.validation.size(), block, o.eval_windows);
     gradient_averager averager(named);
-    std::vector<double> rates;
+    std::vector<double> rates;  // the last rate_window steps' tokens/s (bounded: memory stays flat)
+    constexpr std::size_t rate_window = 1000;
     const auto start = clock_type::now();
     for (std::int64_t s = first_step + 1; s <= o.steps; ++s)
     {
@@ -376,7 +377,14 @@ train_summary run_training(const train_options& o, std::FILE* progress, bool ter
         rec.tokens_per_s = static_cast<double>(o.batch * world * block) / step_s;
         rec.elapsed_s = std::chrono::duration<double>(clock_type::now() - start).count();
         rec.rss_mib = resident_mib();
-        rates.push_back(rec.tokens_per_s);
+        if (rates.size() < rate_window)
+        {
+            rates.push_back(rec.tokens_per_s);
+        }
+        else
+        {
+            rates[static_cast<std::size_t>(s) % rate_window] = rec.tokens_per_s;
+        }
         summary.train_loss = loss;
         if (leader)
         {

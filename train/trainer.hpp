@@ -49,7 +49,7 @@ struct train_summary
     bool interrupted = false;
     double train_loss = 0;        // at the last step
     double val_loss = 0;          // at the last step
-    double tokens_per_s = 0;      // median over the run's steps, all processes together
+    double tokens_per_s = 0;      // median over the last 1,000 steps, all processes together
     std::uint64_t parameters = 0;
     std::string sample;           // generated at the end
 };
