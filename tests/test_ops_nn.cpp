@@ -1,13 +1,15 @@
 // The fused neural-network ops (log_softmax, cross_entropy, layer_norm, dropout): forward values
 // against loop references in long double, hand-derived gradients against central differences (float64),
 // ignored targets, large logits, NaN propagation, float32 against float64, threads against one thread,
-// dropout's mask, and the argument errors with the op's name and the offending shapes or values.
+// dropout's mask, the argument errors with the op's name and the offending shapes or values, and each fused
+// op against its composed twin (ops/composed.hpp) to 1e-12 in float64.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <limits>
 
 #include "kernels/parallel.hpp"
+#include "ops/composed.hpp"
 #include "test_util.hpp"
 
 using namespace xgrad;
@@ -771,4 +773,120 @@ TEST_CASE("dropout: NaN stays NaN even where dropped; p outside [0, 1) names the
     }
     CHECK(contains(invalid_argument_message([&] { ops::dropout(x, 1.5, generator); }), "1.5"));
     CHECK(contains(invalid_argument_message([&] { ops::dropout(x, 1.0, generator, false); }), "dropout"));
+}
+
+// ---- fused against composed ------------------------------------------------------------------------
+
+namespace
+{
+struct value_and_grads
+{
+    f64 value;
+    std::vector<f64> grads;
+};
+
+// f on a fresh tape at `inputs`, then backward with the seed `G` (of f's output shape): the value and
+// every input's gradient.
+value_and_grads evaluate_with_grads(const checked_function<double>& f, const std::vector<f64>& inputs, const f64& G)
+{
+    tape<double> t;
+    vars xs;
+    for (const auto& x : inputs)
+    {
+        xs.push_back(t.input(x));
+    }
+    const auto y = f(t, xs);
+    t.backward(y, G);
+    value_and_grads out{y.value(), {}};
+    for (const auto& x : xs)
+    {
+        out.grads.push_back(x.grad());
+    }
+    return out;
+}
+
+// The fused op and its composed twin agree to 1e-12 relative in value and every gradient (an absolute
+// floor of 1e-12 times the largest entry, for entries that cancel to about 0).
+void check_fused_equals_composed(const checked_function<double>& fused, const checked_function<double>& composed,
+                                 const std::vector<f64>& inputs, const f64& G)
+{
+    const auto a = evaluate_with_grads(fused, inputs, G);
+    const auto b = evaluate_with_grads(composed, inputs, G);
+    XGRAD_CHECK_CLOSE(a.value, b.value, 1e-12, 1e-12 * max_abs(b.value));
+    for (std::size_t k = 0; k < inputs.size(); ++k)
+    {
+        CAPTURE(k);
+        XGRAD_CHECK_CLOSE(a.grads[k], b.grads[k], 1e-12, 1e-12 * max_abs(b.grads[k]));
+    }
+}
+}  // namespace
+
+TEST_CASE("log_softmax equals composed::log_softmax (values and gradients, 1e-12 relative)")
+{
+    const std::vector<shape_t> shapes = {{1}, {1, 1}, {6}, {3, 7}, {2, 3, 16}, {2, 37}};
+    unsigned seed = 300;
+    for (const auto& shape : shapes)
+    {
+        for (double scale : {1.0, 30.0})
+        {
+            CAPTURE(shape_str(shape));
+            CAPTURE(scale);
+            check_fused_equals_composed([](tape<double>&, const vars& v) { return ops::log_softmax(v[0]); },
+                                        [](tape<double>&, const vars& v) { return ops::composed::log_softmax(v[0]); },
+                                        {random_array(shape, seed, -scale, scale)}, random_array(shape, seed + 1));
+            seed += 2;
+        }
+    }
+}
+
+TEST_CASE("cross_entropy equals composed::cross_entropy, with none, some and all targets ignored")
+{
+    struct ce_case
+    {
+        shape_t logits;
+        std::size_t ignore_every;  // 0: none ignored
+        bool all_ignored;
+    };
+    const std::vector<ce_case> cases = {{{1, 1}, 0, false}, {{5}, 0, false},     {{4, 5}, 0, false},
+                                        {{4, 5}, 2, false}, {{2, 3, 11}, 3, false}, {{2, 3, 11}, 0, true},
+                                        {{6, 40}, 4, false}};
+    unsigned seed = 320;
+    for (const auto& c : cases)
+    {
+        CAPTURE(shape_str(c.logits));
+        CAPTURE(c.ignore_every);
+        CAPTURE(c.all_ignored);
+        const shape_t target_shape(c.logits.begin(), c.logits.end() - 1);
+        ids_t targets = random_targets(target_shape, static_cast<std::int64_t>(c.logits.back()), seed++, c.ignore_every);
+        if (c.all_ignored)
+        {
+            targets.fill(-1);
+        }
+        check_fused_equals_composed(
+            [targets](tape<double>&, const vars& v) { return ops::cross_entropy(v[0], targets); },
+            [targets](tape<double>&, const vars& v) { return ops::composed::cross_entropy(v[0], targets); },
+            {random_array(c.logits, seed++, -3.0, 3.0)}, filled<double>({}, 1.7));
+    }
+}
+
+TEST_CASE("layer_norm equals composed::layer_norm in value and the gradients of x, weight and bias")
+{
+    const std::vector<shape_t> shapes = {{1, 1}, {1, 2}, {7}, {3, 5}, {2, 3, 8}, {4, 33}};
+    unsigned seed = 340;
+    for (const auto& shape : shapes)
+    {
+        for (double eps : {1e-5, 0.1})
+        {
+            CAPTURE(shape_str(shape));
+            CAPTURE(eps);
+            const std::size_t d = shape.back();
+            check_fused_equals_composed(
+                [eps](tape<double>&, const vars& v) { return ops::layer_norm(v[0], v[1], v[2], eps); },
+                [eps](tape<double>&, const vars& v) { return ops::composed::layer_norm(v[0], v[1], v[2], eps); },
+                {random_array(shape, seed, -2.0, 2.0), random_array({d}, seed + 1, 0.5, 1.5),
+                 random_array({d}, seed + 2)},
+                random_array(shape, seed + 3));
+            seed += 4;
+        }
+    }
 }
