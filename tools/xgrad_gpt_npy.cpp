@@ -23,6 +23,7 @@
 #include "io/npy.hpp"
 #include "io/safetensors.hpp"
 #include "models/gpt.hpp"
+#include "models/gpt_manual.hpp"
 
 namespace fs = std::filesystem;
 using namespace xgrad;
@@ -196,11 +197,20 @@ results<T> run_tape(const problem<T>& p)
     return out;
 }
 
-// ---- TO FINISH when models/gpt_manual.hpp lands on main: the hand-derived forward and backward ----
+// The hand-derived forward and backward of models/gpt_manual.hpp: no tape.
 template <class T>
-results<T> run_manual(const problem<T>&)
+results<T> run_manual(const problem<T>& p)
 {
-    throw input_error("--grad manual is not available in this build (models/gpt_manual.hpp is missing)");
+    const ids_t* targets = p.targets ? &*p.targets : nullptr;
+    models::manual::gpt_forward_result<T> f = models::manual::gpt_forward(p.model.params, p.tokens, targets);
+    results<T> out{std::move(f.logits), {}, {}};
+    if (targets)
+    {
+        out.loss = array<T>::from_shape({});
+        (*out.loss)() = f.loss;
+        out.grads = models::manual::gpt_backward(f.cache).parameters();
+    }
+    return out;
 }
 
 // ---- outputs ----------------------------------------------------------------------------------------
