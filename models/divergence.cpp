@@ -48,6 +48,7 @@ void compare(gradient_comparison& row, const array<T>& reference, const array<T>
         const double difference = std::abs(r - c);
         worst = std::isnan(difference) ? infinity : std::max(worst, difference);
     }
+    row.reference_all_zero = std::all_of(reference.begin(), reference.end(), [](T v) { return v == T(0); });
     const double scale = std::max(largest_magnitude(reference), largest_magnitude(candidate));
     row.max_abs = worst;
     row.max_rel = worst == 0 ? 0 : scale > 0 ? worst / scale : infinity;
@@ -138,6 +139,11 @@ std::string divergence_report::summary() const
     {
         line += shape_str(row.reference_shape) + ": max abs " + scientific(row.max_abs) + ", max rel " +
                 scientific(row.max_rel) + " (" + tolerance_str(tolerance) + ")";
+        if (row.reference_all_zero)
+        {
+            line += "\n  d " + row.name + " is all zeros in " + reference_label +
+                    ": if that is a tape, was its backward run with retain_graph = true?";
+        }
     }
     line += "\n  every gradient before it in backward order agrees, so the mistake is in the backward step that "
             "produced d " + row.name + "; everything after it in backward order is downstream";

@@ -52,6 +52,7 @@ struct gradient_comparison
     double max_abs = 0;    // max |reference - candidate| (infinite when the shapes differ or only one is NaN)
     double max_rel = 0;    // max_abs / largest |entry| of either (0 when both are all zeros)
     bool diverges = false;
+    bool reference_all_zero = false;  // e.g. a tape whose backward did not retain the graph
 };
 
 struct divergence_report

@@ -530,6 +530,179 @@ TEST_CASE("first_divergence: the report on plain lists")
     }
 }
 
+// ---- against the tape ----------------------------------------------------------------------------
+
+namespace
+{
+// The tape's forward and backward (keeping every node's gradient) beside the manual forward.
+template <class T>
+struct tape_and_manual
+{
+    tape<T> t;
+    gpt_result<T> taped;
+    manual::gpt_forward_result<T> by_hand;
+};
+
+template <class T>
+void run_both(tape_and_manual<T>& r, gpt_parameters<T>& p, const ids_t& tokens, const ids_t& targets,
+              const gpt_options& options = {})
+{
+    r.taped = gpt_forward(r.t, p, tokens, &targets, options);
+    p.zero_grad();
+    r.t.backward(r.taped.loss, /*retain_graph=*/true);
+    r.by_hand = manual::gpt_forward(p, tokens, &targets);
+}
+
+struct model_case
+{
+    const char* name;
+    gpt_config config;
+    std::size_t batch, length, ignore_every;
+};
+
+void check_tape_equals_manual(const model_case& m, const ids_t* all_targets = nullptr,
+                              const gpt_options& options = {})
+{
+    CAPTURE(m.name);
+    auto p = random_gpt<double>(m.config, 41);
+    const ids_t tokens = random_ids(m.batch, m.length, m.config.vocab_size, 42);
+    const ids_t targets =
+        all_targets ? *all_targets : random_targets(m.batch, m.length, m.config.vocab_size, 43, m.ignore_every);
+    tape_and_manual<double> r;
+    run_both(r, p, tokens, targets, options);
+    CHECK(r.by_hand.loss == doctest::Approx(r.taped.loss.value()()).epsilon(1e-12));
+    CHECK(relative_difference(r.by_hand.logits, r.taped.logits.value()) < 1e-12);
+    REQUIRE(r.by_hand.activations.size() == r.taped.activations.size());
+    for (std::size_t k = 0; k < r.taped.activations.size(); ++k)
+    {
+        CHECK(r.by_hand.activations[k].first == r.taped.activations[k].first);
+        CHECK(relative_difference(r.by_hand.activations[k].second, r.taped.activations[k].second.value()) < 1e-12);
+    }
+    // Every activation's and every parameter's gradient, to 1e-12 of the tensor's largest entry.
+    const auto report = first_divergence(r.taped, p, manual::gpt_backward(r.by_hand.cache), {1e-12, 1e-15});
+    CHECK_MESSAGE(!report.diverged(), report.to_string());
+    CHECK(report.rows.size() == manual::gpt_backward_order(m.config).size());
+}
+}  // namespace
+
+TEST_CASE("gpt_manual: equals the tape to 1e-12 in float64")
+{
+    SUBCASE("shapes and targets")
+    {
+        for (const model_case& m : {model_case{"1 layer", {11, 8, 1, 16, 4, 0}, 2, 6, 4},
+                                model_case{"3 layers", {11, 8, 3, 16, 4, 0}, 2, 5, 3},
+                                model_case{"grouped queries G = 2", {11, 8, 2, 16, 4, 2}, 2, 6, 5},
+                                model_case{"multi-query G = 1", {11, 8, 2, 16, 4, 1}, 2, 6, 5},
+                                model_case{"T = 1", {11, 8, 2, 16, 4, 0}, 2, 1, 0},
+                                model_case{"T = block_size", {11, 8, 2, 16, 4, 0}, 2, 8, 3},
+                                model_case{"B = 1", {11, 8, 2, 16, 4, 0}, 1, 5, 2},
+                                model_case{"no target ignored", {11, 8, 2, 16, 4, 0}, 3, 4, 0}})
+        {
+            check_tape_equals_manual(m);
+        }
+    }
+    SUBCASE("every target ignored")
+    {
+        const ids_t none = xt::full_like(random_ids(2, 4, 11, 1), -1);
+        check_tape_equals_manual({"all ignored", {11, 8, 2, 16, 4, 0}, 2, 4, 0}, &none);
+    }
+    SUBCASE("the tape composed from primitives (fused = false)")
+    {
+        gpt_options composed;
+        composed.fused = false;
+        check_tape_equals_manual({"composed", {11, 8, 2, 16, 4, 2}, 2, 6, 4}, nullptr, composed);
+    }
+}
+
+TEST_CASE("gpt_manual: equals the tape in float32")
+{
+    const gpt_config c{11, 8, 2, 16, 4, 2};
+    auto p = to_float(random_gpt<double>(c, 51));
+    const ids_t tokens = random_ids(2, 6, 11, 52), targets = random_targets(2, 6, 11, 53, 4);
+    tape_and_manual<float> r;
+    run_both(r, p, tokens, targets);
+    CHECK(double(r.by_hand.loss) == doctest::Approx(double(r.taped.loss.value()())).epsilon(1e-5));
+    const auto report = first_divergence(r.taped, p, manual::gpt_backward(r.by_hand.cache));
+    CHECK_MESSAGE(!report.diverged(), report.to_string());
+    CHECK(report.tolerance.rtol == 1e-4);
+    double worst = 0;
+    for (const auto& row : report.rows)
+    {
+        worst = std::max(worst, row.max_rel);
+    }
+    CHECK(worst < 1e-5);  // rounding: about 1e-6 of the largest entry
+}
+
+TEST_CASE("first_divergence against the tape names the first node downstream of each broken rule")
+{
+    struct layout
+    {
+        gpt_config config;
+        std::map<manual::broken_rule, std::string> first_wrong;
+    };
+    const std::vector<layout> layouts = {
+        {{11, 8, 2, 16, 4, 0}, first_wrong_in_two_layers},
+        {{11, 8, 3, 16, 4, 2},
+         {{manual::broken_rule::cross_entropy, "logits"}, {manual::broken_rule::gelu, "blocks.2.mlp_hidden"},
+          {manual::broken_rule::matmul_bias, "blocks.2.ln_2"}, {manual::broken_rule::layer_norm, "blocks.2.res_1"},
+          {manual::broken_rule::attention, "blocks.2.ln_1"}, {manual::broken_rule::residual, "blocks.1.res_2"},
+          {manual::broken_rule::encoder, "wte"}}},
+        {{11, 8, 1, 16, 4, 1},
+         {{manual::broken_rule::cross_entropy, "logits"}, {manual::broken_rule::gelu, "blocks.0.mlp_hidden"},
+          {manual::broken_rule::matmul_bias, "blocks.0.ln_2"}, {manual::broken_rule::layer_norm, "blocks.0.res_1"},
+          {manual::broken_rule::attention, "blocks.0.ln_1"}, {manual::broken_rule::residual, "embed"},
+          {manual::broken_rule::encoder, "wte"}}}};
+    for (const layout& l : layouts)
+    {
+        CAPTURE(l.config.layers);
+        auto p = random_gpt<double>(l.config, 61);
+        const ids_t tokens = random_ids(2, 6, 11, 62), targets = random_targets(2, 6, 11, 63, 4);
+        tape_and_manual<double> r;
+        run_both(r, p, tokens, targets);
+        CHECK_FALSE(first_divergence(r.taped, p, manual::gpt_backward(r.by_hand.cache)).diverged());
+        for (manual::broken_rule rule : manual::breakable_rules())
+        {
+            CAPTURE(manual::to_string(rule));
+            const auto report = first_divergence(r.taped, p, manual::gpt_backward(r.by_hand.cache, rule));
+            REQUIRE(report.diverged());
+            CHECK(report.first_divergence()->name == l.first_wrong.at(rule));
+            CHECK(report.summary().rfind("first divergence: d " + l.first_wrong.at(rule) + " (", 0) == 0);
+        }
+    }
+}
+
+TEST_CASE("first_divergence: a tape that did not retain its graph is called out")
+{
+    const gpt_config c{11, 8, 1, 16, 4, 0};
+    auto p = random_gpt<double>(c, 81);
+    const ids_t tokens = random_ids(2, 3, 11, 1), targets = random_targets(2, 3, 11, 2, 0);
+    tape<double> t;
+    const auto taped = gpt_forward(t, p, tokens, &targets);
+    p.zero_grad();
+    t.backward(taped.loss);  // frees the intermediate gradients
+    const auto report = first_divergence(taped, p, manual::gpt_backward(manual::gpt_forward(p, tokens, &targets).cache));
+    REQUIRE(report.diverged());
+    CHECK(report.first_divergence()->name == "logits");
+    CHECK(report.first_divergence()->reference_all_zero);
+    CHECK(report.summary().find("was its backward run with retain_graph = true?") != std::string::npos);
+}
+
+TEST_CASE("tape_gradients lists the tape's gradients in backward order")
+{
+    const gpt_config c{11, 8, 2, 16, 4, 0};
+    auto p = random_gpt<double>(c, 71);
+    tape_and_manual<double> r;
+    run_both(r, p, random_ids(2, 3, 11, 1), random_targets(2, 3, 11, 2, 0));
+    const auto list = tape_gradients(r.taped, p);
+    const auto order = manual::gpt_backward_order(c);
+    REQUIRE(list.size() == order.size());
+    for (std::size_t k = 0; k < order.size(); ++k)
+    {
+        CHECK(list[k].first == order[k]);
+    }
+    CHECK(relative_difference(list.back().second, p.wpe.grad()) == 0.0);
+}
+
 // ---- bad input ----------------------------------------------------------------------------------
 
 TEST_CASE("gpt_manual: bad input throws naming the function and the problem")
