@@ -16,6 +16,9 @@ using shape_t = xt::svector<std::size_t, 4>;
 // "(2, 3, 4)"; a scalar prints as "()".
 std::string shape_str(const shape_t& shape);
 
+// "(1, 2)": the multi-index of flat (row-major) position `flat` in an array of shape `shape`.
+std::string position_str(std::size_t flat, const shape_t& shape);
+
 template <class S>
 shape_t to_shape(const S& s)
 {

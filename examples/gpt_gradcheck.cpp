@@ -17,10 +17,12 @@
 #include <string>
 
 #include "autodiff/gradcheck.hpp"
+#include "examples/random_ids.hpp"
 #include "models/divergence.hpp"
 
 using namespace xgrad;
 using namespace xgrad::models;
+using xgrad::examples::random_ids;
 
 namespace
 {
@@ -70,17 +72,6 @@ void randomise(gpt_parameters<double>& params, unsigned seed)
             v = normal(rng);
         }
     }
-}
-
-ids_t random_ids(std::size_t batch, std::size_t length, std::size_t vocab, std::mt19937& rng)
-{
-    std::uniform_int_distribution<std::int64_t> id(0, static_cast<std::int64_t>(vocab) - 1);
-    ids_t ids = ids_t::from_shape({batch, length});
-    for (auto& v : ids)
-    {
-        v = id(rng);
-    }
-    return ids;
 }
 }  // namespace
 

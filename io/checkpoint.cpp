@@ -94,25 +94,15 @@ std::size_t parse_size(const std::string& path, const std::string& key, const st
     return n;
 }
 
-// Converts a stored tensor's values (double) to T.
-template <class T>
-array<T> converted(const array<double>& values)
+// The values converted to another float type: a parameter widened to the double a file stores, or a
+// stored tensor narrowed to the model's T.
+template <class To, class From>
+array<To> converted(const array<From>& values)
 {
-    array<T> out = array<T>::from_shape(to_shape(values.shape()));
+    array<To> out = array<To>::from_shape(to_shape(values.shape()));
     for (std::size_t k = 0; k < values.size(); ++k)
     {
-        out.data()[k] = static_cast<T>(values.data()[k]);
-    }
-    return out;
-}
-
-template <class T>
-array<double> widened(const array<T>& values)
-{
-    array<double> out = array<double>::from_shape(to_shape(values.shape()));
-    for (std::size_t k = 0; k < values.size(); ++k)
-    {
-        out.data()[k] = static_cast<double>(values.data()[k]);
+        out.data()[k] = static_cast<To>(values.data()[k]);
     }
     return out;
 }
@@ -226,7 +216,8 @@ void save_checkpoint(const std::string& path, const models::gpt_parameters<T>& p
                                         named[k].name() + "' " + shape_str(shape) + ", expected '" +
                                         expected[k].name + "' " + shape_str(expected[k].shape));
         }
-        file.tensors.emplace(named[k].name(), stored_tensor{dtype_name<T>(), widened(named[k].value())});
+        file.tensors.emplace(named[k].name(),
+                             stored_tensor{dtype_name<T>(), converted<double>(named[k].value())});
     }
     for (const auto& [name, t] : extras.tensors)
     {

@@ -3,13 +3,14 @@
 # step, many times. After every kill the checkpoint under the final name must load (xgrad-sample reads
 # it strictly) and hold a step; finally --resume runs to the end. Usage: checkpoint_kill.sh TRAIN SAMPLE DIR
 set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=practice_text.sh
+source "$(dirname "$0")/practice_text.sh"
 train=$1
 sample=$2
 dir=$3
 kills=${KILLS:-40}
 rm -rf "$dir" && mkdir -p "$dir"
-awk 'BEGIN { srand(9); split("kill the writer mid-sentence and the old checkpoint must survive.\n", w, " ");
-             for (i = 0; i < 5000; i++) printf "%s ", w[int(rand() * 10) + 1] }' > "$dir/text.txt"
+practice_text 9 5000 "kill the writer mid-sentence and the old checkpoint must survive." "$dir/text.txt"
 # A model of ~0.8 M parameters: each checkpoint (weights and AdamW state) is ~10 MB, so writes take time.
 args=(--data "$dir/text.txt" --out "$dir/run" --layers 4 --d-model 128 --heads 4 --block 16 --batch 2
       --eval-every 0 --eval-windows 8 --save-every 1 --sample-tokens 0 --no-plots --quiet --decay-steps 100000)

@@ -1,9 +1,10 @@
 // The xgrad-gpt-npy command line, run as a user runs it. Good runs (with and without targets, float64
-// and float32, tape and manual backward) are judged against a loop-written GPT in this file and central
-// differences of its loss, not against the library; every class of bad input must give a non-zero
+// and float32, tape and manual backward) are judged against a loop-written GPT (gpt_reference.hpp) and
+// central differences of its loss, not against the library; every class of bad input must give a non-zero
 // status, exactly one line on stderr and no output file.
 #include <doctest/doctest.h>
 
+#include "gpt_reference.hpp"
 #include "test_util.hpp"
 
 #include <sys/wait.h>
@@ -14,8 +15,6 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <iterator>
-#include <map>
 #include <optional>
 #include <random>
 #include <set>
@@ -27,18 +26,16 @@
 #include "io/safetensors.hpp"
 
 using namespace xgrad;
+using xgrad::test::max_relative_difference;
+using xgrad::test::read_bytes;
 using xgrad::test::temp_dir;
+using xgrad::test::gpt_reference::ref_logits;
+using xgrad::test::gpt_reference::ref_loss;
 namespace fs = std::filesystem;
 
 namespace
 {
 const std::string tool = XGRAD_GPT_TOOL;
-
-std::string read_text(const fs::path& p)
-{
-    std::ifstream f(p, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(f), {});
-}
 
 struct run_result
 {
@@ -59,8 +56,8 @@ run_result run_tool(const temp_dir& scratch, const std::string& args)
     run_result r;
     r.status = WEXITSTATUS(raw);
     CHECK(r.status < 128);  // the shell reports a child killed by a signal as 128 + signal
-    r.out = read_text(out);
-    r.err = read_text(err);
+    r.out = read_bytes(out);
+    r.err = read_bytes(err);
     return r;
 }
 
@@ -79,225 +76,24 @@ std::set<std::string> listing(const fs::path& dir)
     return names;
 }
 
-// ---- a loop-written GPT (SPEC, "The model"), in double ----------------------------------------------
-
-using weights = std::map<std::string, std::vector<double>>;  // row-major values by parameter name
-
-struct sizes
-{
-    std::size_t V, block, L, d, H, G;
-};
-
-using matrix = std::vector<std::vector<double>>;  // [position][feature] for one sequence
-
-matrix layer_norm(const matrix& x, const std::vector<double>& w, const std::vector<double>& b)
-{
-    matrix y = x;
-    for (auto& row : y)
-    {
-        double mean = 0, var = 0;
-        for (double v : row)
-        {
-            mean += v;
-        }
-        mean /= static_cast<double>(row.size());
-        for (double v : row)
-        {
-            var += (v - mean) * (v - mean);
-        }
-        var /= static_cast<double>(row.size());
-        for (std::size_t i = 0; i < row.size(); ++i)
-        {
-            row[i] = (row[i] - mean) / std::sqrt(var + 1e-5) * w[i] + b[i];
-        }
-    }
-    return y;
-}
-
-// x (T, n) @ W (n, m) + bias (m, or empty).
-matrix affine(const matrix& x, const std::vector<double>& W, std::size_t m,
-              const std::vector<double>* bias = nullptr)
-{
-    matrix y(x.size(), std::vector<double>(m, 0.0));
-    for (std::size_t t = 0; t < x.size(); ++t)
-    {
-        for (std::size_t j = 0; j < m; ++j)
-        {
-            double acc = bias ? (*bias)[j] : 0.0;
-            for (std::size_t i = 0; i < x[t].size(); ++i)
-            {
-                acc += x[t][i] * W[i * m + j];
-            }
-            y[t][j] = acc;
-        }
-    }
-    return y;
-}
-
-double gelu(double x)
-{
-    return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
-}
-
-// Causal grouped-query attention of one sequence, before W_O.
-matrix attention(const matrix& q, const matrix& k, const matrix& v, const sizes& s)
-{
-    const std::size_t T = q.size(), dh = s.d / s.H;
-    matrix out(T, std::vector<double>(s.d, 0.0));
-    for (std::size_t h = 0; h < s.H; ++h)
-    {
-        const std::size_t g = h / (s.H / s.G);
-        for (std::size_t i = 0; i < T; ++i)
-        {
-            std::vector<double> score(i + 1);
-            double top = -INFINITY, total = 0;
-            for (std::size_t j = 0; j <= i; ++j)
-            {
-                double dot = 0;
-                for (std::size_t c = 0; c < dh; ++c)
-                {
-                    dot += q[i][h * dh + c] * k[j][g * dh + c];
-                }
-                score[j] = dot / std::sqrt(static_cast<double>(dh));
-                top = std::max(top, score[j]);
-            }
-            for (double& e : score)
-            {
-                e = std::exp(e - top);
-                total += e;
-            }
-            for (std::size_t j = 0; j <= i; ++j)
-            {
-                for (std::size_t c = 0; c < dh; ++c)
-                {
-                    out[i][h * dh + c] += score[j] / total * v[j][g * dh + c];
-                }
-            }
-        }
-    }
-    return out;
-}
-
-// logits (B, T, V) of the whole model.
-std::vector<matrix> reference_logits(const weights& w, const sizes& s, const ids_t& tokens)
-{
-    const std::size_t B = tokens.shape()[0], T = tokens.shape()[1], d = s.d, kv = s.G * (d / s.H);
-    std::vector<matrix> logits;
-    for (std::size_t b = 0; b < B; ++b)
-    {
-        matrix x(T, std::vector<double>(d));
-        for (std::size_t t = 0; t < T; ++t)
-        {
-            for (std::size_t c = 0; c < d; ++c)
-            {
-                x[t][c] =
-                  w.at("wte")[static_cast<std::size_t>(tokens(b, t)) * d + c] + w.at("wpe")[t * d + c];
-            }
-        }
-        for (std::size_t l = 0; l < s.L; ++l)
-        {
-            const std::string p = "blocks." + std::to_string(l) + ".";
-            const matrix h = layer_norm(x, w.at(p + "ln_1.weight"), w.at(p + "ln_1.bias"));
-            const matrix a =
-              affine(attention(affine(h, w.at(p + "attn.W_Q"), d), affine(h, w.at(p + "attn.W_K"), kv),
-                               affine(h, w.at(p + "attn.W_V"), kv), s),
-                     w.at(p + "attn.W_O"), d);
-            for (std::size_t t = 0; t < T; ++t)
-            {
-                for (std::size_t c = 0; c < d; ++c)
-                {
-                    x[t][c] += a[t][c];
-                }
-            }
-            matrix hidden = affine(layer_norm(x, w.at(p + "ln_2.weight"), w.at(p + "ln_2.bias")),
-                                   w.at(p + "mlp.W_fc"), 4 * d, &w.at(p + "mlp.b_fc"));
-            for (auto& row : hidden)
-            {
-                for (double& v : row)
-                {
-                    v = gelu(v);
-                }
-            }
-            const matrix m = affine(hidden, w.at(p + "mlp.W_proj"), d, &w.at(p + "mlp.b_proj"));
-            for (std::size_t t = 0; t < T; ++t)
-            {
-                for (std::size_t c = 0; c < d; ++c)
-                {
-                    x[t][c] += m[t][c];
-                }
-            }
-        }
-        const matrix f = layer_norm(x, w.at("ln_f.weight"), w.at("ln_f.bias"));
-        matrix out(T, std::vector<double>(s.V, 0.0));
-        for (std::size_t t = 0; t < T; ++t)
-        {
-            for (std::size_t v = 0; v < s.V; ++v)
-            {
-                for (std::size_t c = 0; c < d; ++c)
-                {
-                    out[t][v] += f[t][c] * w.at("wte")[v * d + c];  // the head is tied to wte
-                }
-            }
-        }
-        logits.push_back(out);
-    }
-    return logits;
-}
-
-// Mean of -log softmax(logits)[target] over targets that are not -1; 0 when all are.
-double reference_loss(const weights& w, const sizes& s, const ids_t& tokens, const ids_t& targets)
-{
-    const auto logits = reference_logits(w, s, tokens);
-    double total = 0;
-    std::size_t counted = 0;
-    for (std::size_t b = 0; b < logits.size(); ++b)
-    {
-        for (std::size_t t = 0; t < logits[b].size(); ++t)
-        {
-            if (targets(b, t) < 0)
-            {
-                continue;
-            }
-            const auto& row = logits[b][t];
-            const double top = *std::max_element(row.begin(), row.end());
-            double sum = 0;
-            for (double v : row)
-            {
-                sum += std::exp(v - top);
-            }
-            total += top + std::log(sum) - row[static_cast<std::size_t>(targets(b, t))];
-            ++counted;
-        }
-    }
-    return counted ? total / static_cast<double>(counted) : 0.0;
-}
-
 // ---- cases --------------------------------------------------------------------------------------
 
 struct gpt_case
 {
-    sizes s;
-    weights w;
+    models::gpt_parameters<double> params;  // as saved in `checkpoint`
     std::string checkpoint;
     ids_t tokens, targets;
 };
 
 // A checkpoint of seeded values (larger than GPT-2's init, so the layers matter), with the text metadata
 // and optimiser state a training run leaves (which the tool must ignore), and tokens and targets.
-gpt_case make_case(const temp_dir& scratch, const sizes& s, std::size_t batch, std::size_t length,
-                   unsigned seed)
+gpt_case make_case(const temp_dir& scratch, const models::gpt_config& c, std::size_t batch,
+                   std::size_t length, unsigned seed)
 {
-    models::gpt_config c;
-    c.vocab_size = s.V;
-    c.block_size = s.block;
-    c.layers = s.L;
-    c.d_model = s.d;
-    c.heads = s.H;
-    c.kv_heads = s.G;
-    auto params = models::gpt_parameters<double>::init(c, seed);
-    gpt_case g{s, {}, (scratch.path / ("model" + std::to_string(seed) + ".safetensors")).string(), {}, {}};
+    gpt_case g{models::gpt_parameters<double>::init(c, seed),
+               (scratch.path / ("model" + std::to_string(seed) + ".safetensors")).string(), {}, {}};
     unsigned k = seed * 100;
-    for (parameter<double>& p : params.named_parameters())
+    for (parameter<double>& p : g.params.named_parameters())
     {
         const bool norm_weight = p.name().find(".weight") != std::string::npos;
         p.value() = test::normal_array<double>(to_shape(p.value().shape()), k++, norm_weight ? 0.2 : 0.3);
@@ -305,20 +101,20 @@ gpt_case make_case(const temp_dir& scratch, const sizes& s, std::size_t batch, s
         {
             p.value() += 1.0;
         }
-        g.w[p.name()] = std::vector<double>(p.value().begin(), p.value().end());
     }
     io::checkpoint_extras extras;
     extras.metadata = {{"vocab", "[97, 98, 99]"}, {"step", "12"}};
-    extras.tensors["optim.m.wte"] = {"F64", test::random_array({s.V, s.d}, 1)};
-    io::save_checkpoint(g.checkpoint, params, extras);
+    extras.tensors["optim.m.wte"] = {"F64", test::random_array({c.vocab_size, c.d_model}, 1)};
+    io::save_checkpoint(g.checkpoint, g.params, extras);
 
     std::mt19937 rng(seed);
     g.tokens = ids_t::from_shape({batch, length});
     g.targets = ids_t::from_shape({batch, length});
     for (std::size_t i = 0; i < g.tokens.size(); ++i)
     {
-        g.tokens.flat(i) = static_cast<std::int64_t>(rng() % s.V);
-        g.targets.flat(i) = i % 5 == 3 ? -1 : static_cast<std::int64_t>(rng() % s.V);  // some ignored
+        g.tokens.flat(i) = static_cast<std::int64_t>(rng() % c.vocab_size);
+        // Every fifth target is ignored.
+        g.targets.flat(i) = i % 5 == 3 ? -1 : static_cast<std::int64_t>(rng() % c.vocab_size);
     }
     return g;
 }
@@ -345,26 +141,27 @@ outputs run_good(const temp_dir& scratch, const gpt_case& g, const fs::path& in,
                    : std::set<std::string>{"logits.npy"};
     REQUIRE(listing(out) == expected_files);
     const char* descr = dtype == "float32" ? "'descr': '<f4'" : "'descr': '<f8'";
-    CHECK(read_text(out / "logits.npy").find(descr) != std::string::npos);
+    CHECK(read_bytes(out / "logits.npy").find(descr) != std::string::npos);
     outputs o;
     o.logits = npy::load_float<double>((out / "logits.npy").string());
     const std::size_t B = g.tokens.shape()[0], T = g.tokens.shape()[1];
-    CHECK(to_shape(o.logits.shape()) == shape_t{B, T, g.s.V});
+    CHECK(to_shape(o.logits.shape()) == shape_t{B, T, g.params.config.vocab_size});
     if (with_targets)
     {
-        CHECK(read_text(out / "loss.npy").find(descr) != std::string::npos);
+        CHECK(read_bytes(out / "loss.npy").find(descr) != std::string::npos);
         const array<double> loss = npy::load_float<double>((out / "loss.npy").string());
         CHECK(loss.dimension() == 0);
         o.loss = loss();
         o.grads = io::read_safetensors((out / "grads.safetensors").string());
         CHECK(o.grads.metadata == io::read_safetensors(g.checkpoint).metadata);  // copied, extras included
-        CHECK(o.grads.tensors.size() == g.w.size());  // the parameters only: no optim.*
-        for (const auto& [name, values] : g.w)
+        const auto named = g.params.named_parameters();
+        CHECK(o.grads.tensors.size() == named.size());  // the parameters only: no optim.*
+        for (const parameter<double>& p : named)
         {
-            CAPTURE(name);
-            REQUIRE(o.grads.tensors.count(name));
-            CHECK(o.grads.tensors.at(name).dtype == (dtype == "float32" ? "F32" : "F64"));
-            CHECK(o.grads.tensors.at(name).values.size() == values.size());
+            CAPTURE(p.name());
+            REQUIRE(o.grads.tensors.count(p.name()));
+            CHECK(o.grads.tensors.at(p.name()).dtype == (dtype == "float32" ? "F32" : "F64"));
+            CHECK(o.grads.tensors.at(p.name()).values.size() == p.value().size());
         }
     }
     return o;
@@ -380,52 +177,42 @@ void write_inputs(const fs::path& in, const gpt_case& g, bool with_targets, npy:
     }
 }
 
-double max_relative_difference(const array<double>& a, const array<double>& b)
-{
-    REQUIRE(a.shape() == b.shape());
-    double worst = 0;
-    for (std::size_t k = 0; k < a.size(); ++k)
-    {
-        worst = std::max(worst, std::abs(a.flat(k) - b.flat(k)) / std::max(1.0, std::abs(b.flat(k))));
-    }
-    return worst;
-}
-
 void check_logits_against_reference(const array<double>& logits, const gpt_case& g, double tolerance)
 {
-    const auto want = reference_logits(g.w, g.s, g.tokens);
+    const array<double> want = ref_logits(g.params, g.tokens);
+    REQUIRE(logits.shape() == want.shape());
     double worst = 0;
-    for (std::size_t b = 0; b < want.size(); ++b)
+    for (std::size_t k = 0; k < want.size(); ++k)
     {
-        for (std::size_t t = 0; t < want[b].size(); ++t)
-        {
-            for (std::size_t v = 0; v < g.s.V; ++v)
-            {
-                worst = std::max(worst, std::abs(logits(b, t, v) - want[b][t][v]));
-            }
-        }
+        worst = std::max(worst, std::abs(logits.flat(k) - want.flat(k)));
     }
     CHECK(worst <= tolerance);
 }
 
-// Central differences of the reference loss at a few entries of every parameter.
+double reference_loss(const gpt_case& g)
+{
+    return ref_loss(ref_logits(g.params, g.tokens), g.targets);
+}
+
+// Central differences of the reference loss at a few entries of every parameter. The parameters are
+// handles: an entry is moved and put back in g's own model.
 void check_gradients_numerically(const io::safetensors_file& grads, const gpt_case& g, double tolerance)
 {
-    weights w = g.w;
     const double eps = 1e-5;
-    for (auto& [name, values] : w)
+    for (parameter<double> p : g.params.named_parameters())
     {
-        const array<double>& analytic = grads.tensors.at(name).values;
+        array<double>& values = p.value();
+        const array<double>& analytic = grads.tensors.at(p.name()).values;
         for (std::size_t k : {std::size_t(0), values.size() / 2, values.size() - 1})
         {
-            CAPTURE(name);
+            CAPTURE(p.name());
             CAPTURE(k);
-            const double saved = values[k];
-            values[k] = saved + eps;
-            const double up = reference_loss(w, g.s, g.tokens, g.targets);
-            values[k] = saved - eps;
-            const double down = reference_loss(w, g.s, g.tokens, g.targets);
-            values[k] = saved;
+            const double saved = values.flat(k);
+            values.flat(k) = saved + eps;
+            const double up = reference_loss(g);
+            values.flat(k) = saved - eps;
+            const double down = reference_loss(g);
+            values.flat(k) = saved;
             const double numeric = (up - down) / (2 * eps);
             CHECK(std::abs(analytic.flat(k) - numeric) <= tolerance * (1.0 + std::abs(numeric)));
         }
@@ -455,7 +242,7 @@ TEST_CASE("xgrad-gpt-npy: logits, loss and gradients against a loop-written GPT 
     const outputs tape64 = run_good(scratch, g, in, scratch.path / "tape64", "", true, "float64");
     check_logits_against_reference(tape64.logits, g, 1e-10);
     REQUIRE(tape64.loss);
-    CHECK(std::abs(*tape64.loss - reference_loss(g.w, g.s, g.tokens, g.targets)) <= 1e-10);
+    CHECK(std::abs(*tape64.loss - reference_loss(g)) <= 1e-10);
     check_gradients_numerically(tape64.grads, g, 1e-6);
 
     const outputs tape32 = run_good(scratch, g, in, scratch.path / "tape32", "--grad tape", true, "float32");
@@ -706,7 +493,7 @@ TEST_CASE("xgrad-gpt-npy usage and output failures")
         const run_result r = run_tool(scratch, inputs + " --out " + quote(out));
         CHECK(r.status == 2);
         CHECK(r.err.find("exists and is not a directory") != std::string::npos);
-        CHECK(read_text(out) == "keep me");
+        CHECK(read_bytes(out) == "keep me");
     }
     SUBCASE("--out cannot be created: status 1, nothing created")
     {
@@ -716,7 +503,7 @@ TEST_CASE("xgrad-gpt-npy usage and output failures")
         CHECK(r.status == 1);
         CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
         CHECK(r.err.find("cannot create") != std::string::npos);
-        CHECK(read_text(blocker) == "x");
+        CHECK(read_bytes(blocker) == "x");
     }
     SUBCASE("a failure while renaming the outputs into place removes those already placed")
     {

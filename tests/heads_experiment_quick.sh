@@ -3,11 +3,12 @@
 # on a small generated text and must write its table (a row per variant, finite losses).
 # Usage: heads_experiment_quick.sh HEADS_EXPERIMENT DIR
 set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=practice_text.sh
+source "$(dirname "$0")/practice_text.sh"
 program=$1
 dir=$2
 rm -rf "$dir" && mkdir -p "$dir"
-awk 'BEGIN { srand(3); split("many heads or one big head? each head attends on its own.\n", w, " ");
-             for (i = 0; i < 2000; i++) printf "%s ", w[int(rand() * 10) + 1] }' > "$dir/text.txt"
+practice_text 3 2000 "many heads or one big head? each head attends on" "$dir/text.txt"
 "$program" --quick --data "$dir/text.txt" --out "$dir/out" --threads 1 > "$dir/output.txt"
 table="$dir/out/results.md"
 for variant in H1 H2 H4 H8 H8-G2 H8-G1; do

@@ -3,11 +3,12 @@
 # 2B (the same global batch, drawn the same way), to 1e-6 relative in float32, and the same learning
 # rates exactly. Then --resume under MPI continues the two-process run. Usage: mpi_equivalence.sh TRAIN DIR
 set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=practice_text.sh
+source "$(dirname "$0")/practice_text.sh"
 train=$1
 dir=$2
 rm -rf "$dir" && mkdir -p "$dir"
-awk 'BEGIN { srand(7); split("the cat sat on a mat. dogs run fast!\n", w, " ");
-             for (i = 0; i < 3000; i++) printf "%s ", w[int(rand() * 7) + 1] }' > "$dir/text.txt"
+practice_text 7 3000 "the cat sat on a mat. dogs" "$dir/text.txt"
 common=(--data "$dir/text.txt" --block 16 --layers 2 --d-model 16 --heads 2 --lr 1e-2 --eval-every 4
         --eval-windows 16 --sample-tokens 0 --no-plots --quiet --decay-steps 8)
 mpirun=(mpirun --allow-run-as-root --oversubscribe -np 2)

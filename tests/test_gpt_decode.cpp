@@ -9,20 +9,11 @@
 
 using namespace xgrad;
 using namespace xgrad::models;
+using xgrad::test::max_relative_difference;
+using xgrad::test::random_ids;
 
 namespace
 {
-ids_t random_tokens(std::size_t batch, std::size_t length, std::size_t vocab, unsigned seed)
-{
-    std::mt19937 rng(seed);
-    ids_t ids = ids_t::from_shape({batch, length});
-    for (auto& id : ids)
-    {
-        id = static_cast<std::int64_t>(rng() % vocab);
-    }
-    return ids;
-}
-
 array<double> full_forward(const gpt_parameters<double>& p, const ids_t& tokens)
 {
     tape<double> t;
@@ -32,17 +23,6 @@ array<double> full_forward(const gpt_parameters<double>& p, const ids_t& tokens)
 ids_t columns(const ids_t& tokens, std::size_t begin, std::size_t end)
 {
     return xt::view(tokens, xt::all(), xt::range(begin, end));
-}
-
-double max_rel_diff(const array<double>& a, const array<double>& b)
-{
-    REQUIRE(a.shape() == b.shape());
-    double worst = 0;
-    for (std::size_t i = 0; i < a.size(); ++i)
-    {
-        worst = std::max(worst, std::abs(a.flat(i) - b.flat(i)) / std::max(1.0, std::abs(b.flat(i))));
-    }
-    return worst;
 }
 }  // namespace
 
@@ -57,11 +37,11 @@ TEST_CASE("cached decoding equals the full causal forward at every position")
         {
             param.value() = param.value() * 10.0;
         }
-        const ids_t tokens = random_tokens(2, 9, 13, 3);
+        const ids_t tokens = random_ids(2, 9, 13, 3);
         const array<double> full = full_forward(p, tokens);
 
         kv_cache<double> all_at_once;
-        CHECK(max_rel_diff(gpt_decode(p, tokens, all_at_once), full) < 1e-12);
+        CHECK(max_relative_difference(gpt_decode(p, tokens, all_at_once), full) < 1e-12);
         CHECK(all_at_once.length() == 9);
 
         kv_cache<double> one_by_one;
@@ -70,14 +50,14 @@ TEST_CASE("cached decoding equals the full causal forward at every position")
             const array<double> step = gpt_decode(p, columns(tokens, i, i + 1), one_by_one);
             const array<double> expected = xt::view(full, xt::all(), xt::range(i, i + 1), xt::all());
             CAPTURE(i);
-            CHECK(max_rel_diff(step, expected) < 1e-12);
+            CHECK(max_relative_difference(step, expected) < 1e-12);
         }
 
         kv_cache<double> chunks;
         const array<double> first = gpt_decode(p, columns(tokens, 0, 4), chunks);
         const array<double> rest = gpt_decode(p, columns(tokens, 4, 9), chunks);
-        CHECK(max_rel_diff(first, xt::view(full, xt::all(), xt::range(0, 4), xt::all())) < 1e-12);
-        CHECK(max_rel_diff(rest, xt::view(full, xt::all(), xt::range(4, 9), xt::all())) < 1e-12);
+        CHECK(max_relative_difference(first, xt::view(full, xt::all(), xt::range(0, 4), xt::all())) < 1e-12);
+        CHECK(max_relative_difference(rest, xt::view(full, xt::all(), xt::range(4, 9), xt::all())) < 1e-12);
     }
 }
 
@@ -87,7 +67,7 @@ TEST_CASE("cached decoding returns the attention weights of every layer")
     const auto p = gpt_parameters<double>::init(c, 1);
     kv_cache<double> cache;
     std::vector<array<double>> weights;
-    gpt_decode(p, random_tokens(1, 5, 7, 2), cache, &weights);
+    gpt_decode(p, random_ids(1, 5, 7, 2), cache, &weights);
     REQUIRE(weights.size() == 2);
     CHECK(weights[0].shape() == std::vector<std::size_t>{1, 2, 5, 5});
     for (std::size_t i = 0; i < 5; ++i)
@@ -110,13 +90,13 @@ TEST_CASE("decoding refuses positions past block_size, a batch that changes and 
     const gpt_config c{7, 4, 1, 8, 2, 0};
     const auto p = gpt_parameters<double>::init(c, 1);
     kv_cache<double> cache;
-    gpt_decode(p, random_tokens(2, 3, 7, 1), cache);
-    CHECK_THROWS_WITH_AS(gpt_decode(p, random_tokens(2, 2, 7, 1), cache), doctest::Contains("block_size 4"),
+    gpt_decode(p, random_ids(2, 3, 7, 1), cache);
+    CHECK_THROWS_WITH_AS(gpt_decode(p, random_ids(2, 2, 7, 1), cache), doctest::Contains("block_size 4"),
                          std::invalid_argument);
-    CHECK_THROWS_WITH_AS(gpt_decode(p, random_tokens(1, 1, 7, 1), cache), doctest::Contains("batch of 2"),
+    CHECK_THROWS_WITH_AS(gpt_decode(p, random_ids(1, 1, 7, 1), cache), doctest::Contains("batch of 2"),
                          std::invalid_argument);
     kv_cache<double> fresh;
-    ids_t bad = random_tokens(1, 2, 7, 1);
+    ids_t bad = random_ids(1, 2, 7, 1);
     bad(0, 1) = 7;
     CHECK_THROWS_AS(gpt_decode(p, bad, fresh), std::invalid_argument);
 }

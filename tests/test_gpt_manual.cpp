@@ -15,6 +15,7 @@
 using namespace xgrad;
 using namespace xgrad::models;
 using xgrad::test::f64;
+using xgrad::test::random_ids;
 
 namespace
 {
@@ -88,18 +89,6 @@ ids_t ids(const std::vector<std::vector<std::int64_t>>& rows)
         std::copy(rows[b].begin(), rows[b].end(), &out(b, 0));
     }
     return out;
-}
-
-ids_t random_ids(std::size_t batch, std::size_t length, std::size_t vocab, unsigned seed)
-{
-    std::mt19937 rng(seed);
-    std::uniform_int_distribution<std::int64_t> id(0, static_cast<std::int64_t>(vocab) - 1);
-    ids_t ids = ids_t::from_shape({batch, length});
-    for (auto& v : ids)
-    {
-        v = id(rng);
-    }
-    return ids;
 }
 
 // Targets with every `ignore_every`-th position set to -1 (0: none ignored).

@@ -7,9 +7,7 @@
 
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <functional>
-#include <iterator>
 #include <random>
 #include <string>
 
@@ -17,24 +15,14 @@
 #include "io/npy.hpp"
 
 using namespace xgrad;
+using xgrad::test::read_bytes;
 using xgrad::test::temp_dir;
+using xgrad::test::write_bytes;
 namespace fs = std::filesystem;
 
 namespace
 {
 const std::string data_dir = std::string(XGRAD_SOURCE_DIR) + "/tests/data/npy/";
-
-std::string read_bytes(const std::string& path)
-{
-    std::ifstream f(path, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
-void write_bytes(const std::string& path, const std::string& bytes)
-{
-    std::ofstream f(path, std::ios::binary);
-    f << bytes;
-}
 
 // A .npy file with any header text and data, laid out as NumPy lays it out (unless the caller breaks it).
 std::string npy_file(const std::string& dict, const std::string& data, int major = 1)

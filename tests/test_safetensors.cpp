@@ -12,9 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
-#include <iterator>
 #include <string>
 #include <vector>
 
@@ -25,23 +23,13 @@
 #include "test_util.hpp"
 
 using namespace xgrad;
+using xgrad::test::read_bytes;
 using xgrad::test::temp_dir;
+using xgrad::test::write_bytes;
 namespace fs = std::filesystem;
 
 namespace
 {
-std::string read_bytes(const std::string& path)
-{
-    std::ifstream f(path, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
-void write_bytes(const std::string& path, const std::string& bytes)
-{
-    std::ofstream f(path, std::ios::binary);
-    f << bytes;
-}
-
 std::string u64_le(std::uint64_t n)
 {
     std::string s;
@@ -687,42 +675,23 @@ TEST_CASE("load_checkpoint: every validation error names the file, the key or te
                  {"tensor 'blocks.1.mlp.b_fc' is missing", "layers = 2"});
         rejected([](io::safetensors_file& f) { f.tensors.erase("ln_f.bias"); },
                  {"tensor 'ln_f.bias' is missing"});
-        rejected(
-          [](io::safetensors_file& f) {
-              f.tensors["blocks.0.attn.W_K"].values = test::random_array({8, 8}, 1);
-          },
-          {"tensor 'blocks.0.attn.W_K' has shape (8, 8), expected (d, G*dh) = (8, 2)", "heads = 4",
-           "kv_heads = 1"});
-        rejected(
-          [](io::safetensors_file& f) {
-              f.tensors["wte"].values = test::random_array({8, 7}, 1);
-          },
-          {"tensor 'wte' has shape (8, 7), expected (V, d) = (7, 8)"});
-        rejected(
-          [](io::safetensors_file& f) {
-              f.tensors["wpe"].values = test::random_array({4, 8}, 1);
-          },
-          {"tensor 'wpe' has shape (4, 8), expected (block_size, d) = (5, 8)"});
-        rejected(
-          [](io::safetensors_file& f) {
-              f.tensors["blocks.1.mlp.W_fc"].values = test::random_array({8, 8}, 1);
-          },
-          {"expected (d, 4d) = (8, 32)"});
-        rejected(
-          [](io::safetensors_file& f) {
-              f.tensors["ln_f.weight"].values = test::random_array({1, 8}, 1);
-          },
-          {"tensor 'ln_f.weight' has shape (1, 8), expected (d) = (8)"});
-        rejected(
-          [](io::safetensors_file& f) {
-              f.tensors["head"] = {"F64", test::random_array({7, 8}, 1)};
-          },
-          {"unknown tensor 'head' with shape (7, 8)", "optimiser state must be named 'optim.*'"});
-        rejected(
-          [](io::safetensors_file& f) {
-              f.tensors["blocks.2.ln_1.weight"] = {"F64", test::random_array({8}, 1)};
-          },
-          {"unknown tensor 'blocks.2.ln_1.weight'", "layers = 2"});
+        // Tensor `name` replaced by (or added as) seeded F64 values of `shape`, as the file's own are F64.
+        const auto with_tensor = [&](const std::string& name, const shape_t& shape,
+                                     const std::vector<std::string>& needles)
+        {
+            rejected([&](io::safetensors_file& f) { f.tensors[name] = {"F64", test::random_array(shape, 1)}; },
+                     needles);
+        };
+        with_tensor("blocks.0.attn.W_K", {8, 8},
+                    {"tensor 'blocks.0.attn.W_K' has shape (8, 8), expected (d, G*dh) = (8, 2)", "heads = 4",
+                     "kv_heads = 1"});
+        with_tensor("wte", {8, 7}, {"tensor 'wte' has shape (8, 7), expected (V, d) = (7, 8)"});
+        with_tensor("wpe", {4, 8}, {"tensor 'wpe' has shape (4, 8), expected (block_size, d) = (5, 8)"});
+        with_tensor("blocks.1.mlp.W_fc", {8, 8}, {"expected (d, 4d) = (8, 32)"});
+        with_tensor("ln_f.weight", {1, 8}, {"tensor 'ln_f.weight' has shape (1, 8), expected (d) = (8)"});
+        with_tensor("head", {7, 8},
+                    {"unknown tensor 'head' with shape (7, 8)", "optimiser state must be named 'optim.*'"});
+        with_tensor("blocks.2.ln_1.weight", {8}, {"unknown tensor 'blocks.2.ln_1.weight'", "layers = 2"});
         rejected([](io::safetensors_file& f) { f.metadata["layers"] = "3"; },
                  {"tensor 'blocks.2.ln_1.weight' is missing"});
         rejected([](io::safetensors_file& f) { f.metadata["layers"] = "1"; }, {"unknown tensor 'blocks.1."});
