@@ -5,11 +5,13 @@
 //
 //   build/bin/heads_experiment --data build/fortunes.txt --out build/heads     (about 30 minutes)
 //   build/bin/heads_experiment --quick --data FILE --out DIR                    (seconds: the pipeline)
+//   build/bin/heads_experiment --replot ...     (the same flags: table and pictures from the runs in --out)
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -59,14 +61,51 @@ double stddev(const std::vector<double>& v)  // sample standard deviation (n - 1
     return std::sqrt(s / static_cast<double>(v.size() - 1));
 }
 
+// What a finished run in `dir` measured, read back from its log.csv and checkpoint (for --replot).
+train::train_summary summary_of_run(const std::string& dir)
+{
+    std::ifstream log(fs::path(dir) / "log.csv");
+    std::string line;
+    std::vector<double> rates;
+    train::train_summary s;
+    std::getline(log, line);  // header
+    while (std::getline(log, line))
+    {
+        std::vector<std::string> cells;
+        std::stringstream in(line);
+        for (std::string cell; std::getline(in, cell, ',');)
+        {
+            cells.push_back(cell);
+        }
+        if (cells.size() >= 6)
+        {
+            s.last_step = std::stoll(cells[0]);
+            s.train_loss = std::stod(cells[1]);
+            if (!cells[2].empty())
+            {
+                s.val_loss = std::stod(cells[2]);
+            }
+            rates.push_back(std::stod(cells[5]));
+        }
+    }
+    if (rates.empty())
+    {
+        throw std::runtime_error("--replot: no finished run in " + dir);
+    }
+    std::nth_element(rates.begin(), rates.begin() + static_cast<std::ptrdiff_t>(rates.size() / 2), rates.end());
+    s.tokens_per_s = rates[rates.size() / 2];
+    s.parameters = models::gpt_parameter_count(io::load_checkpoint<float>((fs::path(dir) / "model.safetensors").string()).params.config);
+    return s;
+}
+
 // The attention maps of a trained variant for the first characters of the validation split.
 void draw_maps(const std::string& checkpoint, const train::text_corpus& data, const std::string& png,
                const std::string& title)
 {
     const auto ck = io::load_checkpoint<float>(checkpoint);
-    const std::size_t n = std::min<std::size_t>({ck.params.config.block_size, 24, data.validation.size()});
-    const std::vector<std::int32_t> ids(data.validation.begin(), data.validation.begin() + static_cast<std::ptrdiff_t>(n));
-    ids_t tokens = ids_t::from_shape({1, n});
+    const std::vector<std::int32_t> ids =
+        data.vocabulary.encode(train::prose_sample(data, std::min<std::size_t>(ck.params.config.block_size, 24)));
+    ids_t tokens = ids_t::from_shape({1, ids.size()});
     std::copy(ids.begin(), ids.end(), tokens.begin());
     models::kv_cache<float> cache;
     std::vector<array<float>> weights;
@@ -86,8 +125,8 @@ void draw_maps(const std::string& checkpoint, const train::text_corpus& data, co
 int main(int argc, char** argv)
 {
     std::string data, out = "heads-experiment";
-    bool quick = false;
-    std::int64_t steps = 1500;
+    bool quick = false, replot = false;
+    std::int64_t steps = 800;
     std::size_t seeds = 3, d_model = 64;
     int threads = 2;
     CLI::App app{"Exercise 20.1: many heads or one? Trains H = 1, 2, 4, 8 and grouped-query variants", "heads_experiment"};
@@ -98,6 +137,7 @@ int main(int argc, char** argv)
     app.add_option("--d-model", d_model, "width d, the same for every variant")->capture_default_str();
     app.add_option("--threads", threads, "threads per run")->capture_default_str();
     app.add_flag("--quick", quick, "a few steps of a tiny model: checks the pipeline in seconds");
+    app.add_flag("--replot", replot, "no training: the table and pictures from the runs already in --out");
     CLI11_PARSE(app, argc, argv);
 
     train::train_options base;
@@ -140,7 +180,7 @@ int main(int argc, char** argv)
                 o.out = (fs::path(out) / (variants[v].name() + "-seed" + std::to_string(s))).string();
                 std::printf("%-8s seed %zu ... ", variants[v].name().c_str(), s);
                 std::fflush(stdout);
-                const auto summary = train::run_training(o);
+                const auto summary = replot ? summary_of_run(o.out) : train::run_training(o);
                 std::printf("validation loss %.4f, %.0f tokens/s\n", summary.val_loss, summary.tokens_per_s);
                 results[v].val_losses.push_back(summary.val_loss);
                 results[v].tokens_per_s.push_back(summary.tokens_per_s);

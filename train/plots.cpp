@@ -2,6 +2,7 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -31,7 +32,7 @@ std::string quoted(const std::string& s)
 }
 
 // Runs `script` through gnuplot, drawing into png + ".tmp", then renames it over png.
-plot_note run_gnuplot(const std::string& script, const std::string& png)
+plot_note run_gnuplot(const std::string& script, const std::string& png, int width = 1200, int height = 800)
 {
     if (!gnuplot_available())
     {
@@ -41,7 +42,8 @@ plot_note run_gnuplot(const std::string& script, const std::string& png)
     const std::string script_path = png + ".gp";
     {
         std::ofstream out(script_path);
-        out << "set terminal pngcairo size 1200,800 noenhanced font ',10'\nset output " << quoted(tmp_png) << "\n"
+        out << "set terminal pngcairo size " << width << "," << height << " noenhanced font ',10'\nset output "
+            << quoted(tmp_png) << "\n"
             << script << "\nunset output\n";
         if (!out)
         {
@@ -140,6 +142,9 @@ plot_note plot_attention_maps(const std::vector<array<double>>& weights, const s
         }
     }
     s << "unset multiplot\n";
-    return run_gnuplot(s.str(), png);
+    // Panels of about 300 x 300 pixels, one row per layer.
+    const int width = static_cast<int>(std::max<std::size_t>(2, heads)) * 300;
+    const int height = static_cast<int>(layers) * 320 + 60;
+    return run_gnuplot(s.str(), png, width, height);
 }
 }  // namespace xgrad::train

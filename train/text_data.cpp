@@ -176,6 +176,21 @@ text_corpus text_corpus::load(const std::string& path, std::size_t block_size)
     return of_text(text, block_size, path);
 }
 
+std::string prose_sample(const text_corpus& corpus, std::size_t length)
+{
+    const std::string text = corpus.vocabulary.decode(corpus.validation);
+    std::size_t start = 0;
+    for (std::size_t i = 1; i < text.size(); ++i)
+    {
+        if (text[i - 1] == '\n' && std::isalpha(static_cast<unsigned char>(text[i])))
+        {
+            start = i;
+            break;
+        }
+    }
+    return text.substr(start, std::min(length, text.size() - start));
+}
+
 namespace
 {
 // SplitMix64: turns (seed, step) into a well-mixed 64-bit seed for the step's generator.

@@ -48,6 +48,10 @@ struct text_corpus
     static text_corpus of_text(const std::string& text, std::size_t block_size, const std::string& name = "text");
 };
 
+// Up to `length` characters of the validation split, starting at its first line that begins with a
+// letter (prose reads better on a picture's axes than indentation): the attention maps' sentence.
+std::string prose_sample(const text_corpus& corpus, std::size_t length);
+
 // A batch of windows: inputs (B, T) and targets (B, T), the inputs shifted by one.
 struct token_batch
 {

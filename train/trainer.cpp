@@ -202,24 +202,6 @@ private:
     std::vector<float> buffer_;
 };
 
-// A sentence for the attention maps: up to 32 characters of the validation split, starting at its first
-// line that begins with a letter (plain prose reads better on the axes than indentation).
-std::string sample_sentence(const text_corpus& data, std::size_t block)
-{
-    const std::string text = data.vocabulary.decode(data.validation);
-    std::size_t start = 0;
-    for (std::size_t i = 1; i < text.size(); ++i)
-    {
-        if (text[i - 1] == '\n' && std::isalpha(static_cast<unsigned char>(text[i])))
-        {
-            start = i;
-            break;
-        }
-    }
-    const std::size_t n = std::min<std::size_t>({block, 32, text.size() - start});
-    return text.substr(start, n);
-}
-
 void draw_pictures(const model& params, const text_corpus& data, const train_options& o, std::FILE* progress)
 {
     const std::string log = (fs::path(o.out) / "log.csv").string();
@@ -227,7 +209,7 @@ void draw_pictures(const model& params, const text_corpus& data, const train_opt
                               " H=" + std::to_string(params.config.heads) + " G=" + std::to_string(params.config.kv_head_count());
     std::vector<plot_note> notes;
     notes.push_back(plot_loss_curves({log}, {title}, (fs::path(o.out) / "loss.png").string(), "xgrad-train: " + title));
-    const std::string text = sample_sentence(data, params.config.block_size);
+    const std::string text = prose_sample(data, std::min<std::size_t>(params.config.block_size, 32));
     const auto ids = data.vocabulary.encode(text);
     ids_t tokens = ids_t::from_shape({1, ids.size()});
     std::copy(ids.begin(), ids.end(), tokens.begin());
