@@ -371,17 +371,38 @@ tape<T>::tape() : state_(std::make_shared<detail::tape_state<T>>())
 {
 }
 
-template <class T>
-var<T> tape<T>::leaf(const char* op, array<T>&& value, std::string label, bool requires_grad)
+namespace detail
 {
-    auto n = state_->template make_node<detail::node<T>>();
+// Appends a leaf node (no inputs, no rule) and returns its index.
+template <class T>
+std::uint32_t push_leaf(tape_state<T>& state, const char* op, array<T>&& value, std::string label,
+                        bool requires_grad)
+{
+    auto n = state.template make_node<node<T>>();
     n->op = op;
     n->label = std::move(label);
     n->owned = std::move(value);
-    n->requires_grad = requires_grad && state_->no_grad_depth == 0;
-    const auto index = static_cast<std::uint32_t>(state_->nodes.size());
-    state_->nodes.push_back(std::move(n));
+    n->requires_grad = requires_grad && state.no_grad_depth == 0;
+    const auto index = static_cast<std::uint32_t>(state.nodes.size());
+    state.nodes.push_back(std::move(n));
+    return index;
+}
+}  // namespace detail
+
+template <class T>
+var<T> tape<T>::leaf(const char* op, array<T>&& value, std::string label, bool requires_grad)
+{
+    const auto index = detail::push_leaf(*state_, op, std::move(value), std::move(label), requires_grad);
     return var<T>(state_, index, state_->generation);
+}
+
+template <class T>
+var<T> constant_like(const var<T>& on_same_tape, array<T> value, std::string label)
+{
+    on_same_tape.node();  // rejects an empty or stale handle
+    const auto& state = on_same_tape.state();
+    const auto index = detail::push_leaf(*state, "constant", std::move(value), std::move(label), false);
+    return var<T>(state, index, state->generation);
 }
 
 template <class T>
@@ -652,6 +673,8 @@ template class backward_context<float>;
 template class backward_context<double>;
 template class tape<float>;
 template class tape<double>;
+template var<float> constant_like(const var<float>&, array<float>, std::string);
+template var<double> constant_like(const var<double>&, array<double>, std::string);
 template array<float> sum_to(array<float>&&, const shape_t&);
 template array<double> sum_to(array<double>&&, const shape_t&);
 template struct detail::tape_state<float>;

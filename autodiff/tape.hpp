@@ -67,6 +67,7 @@ public:
     const array<T>& value() const { return s_->value; }
     array<T>& value() { return s_->value; }  // for optimiser updates
     const array<T>& grad() const { return s_->grad; }
+    array<T>& grad() { return s_->grad; }  // for gradient clipping
     const std::string& name() const { return s_->name; }
     void zero_grad();
 
@@ -215,6 +216,11 @@ template <class T>
 void check_forward_anomaly(tape_state<T>& state);
 }  // namespace detail
 
+// A constant leaf (no gradient) on the tape `on_same_tape` was recorded on: for functions that build a
+// graph from their inputs alone and need a constant (a mask, a one-hot) beside them.
+template <class T>
+var<T> constant_like(const var<T>& on_same_tape, array<T> value, std::string label = "");
+
 // A handle to one node of a tape. Cheap to copy; throws std::logic_error if used after its tape was
 // cleared, so it can never read another computation's memory.
 template <class T>
@@ -250,6 +256,8 @@ private:
     friend class tape<T>;
     template <class U, class R, class Inputs>
     friend var<U> detail::record_range(const char*, const Inputs&, array<U>&&, unsigned, R&&, std::uint64_t);
+    template <class U>
+    friend var<U> constant_like(const var<U>&, array<U>, std::string);
 };
 
 // What a backward rule sees: the incoming gradient, the saved values, and where to send gradients.

@@ -118,6 +118,145 @@ var<T> relu(const var<T>& x)
     });
 }
 
+// c = a / b.   dL/da = g / b,  dL/db = -g a / b^2 = -g c / b   (reads b, and c when b wants a gradient)
+template <class T>
+var<T> div(const var<T>& a, const var<T>& b)
+{
+    check_broadcast("div", a, b);
+    array<T> c = a.value() / b.value();
+    const unsigned saved = saves_input1 | (b.requires_grad() ? saves_output : saves_nothing);
+    return detail::record("div", {a, b}, std::move(c), saved, [](backward_context<T>& ctx) {
+        const auto& b = ctx.input(1);
+        if (ctx.needs_grad(1))
+        {
+            ctx.accumulate(1, array<T>(-ctx.grad() * ctx.output() / b));
+        }
+        if (ctx.needs_grad(0))
+        {
+            ctx.accumulate(0, array<T>(ctx.grad() / b));
+        }
+    });
+}
+
+// y = x + c.   dL/dx = g
+template <class T>
+var<T> add_scalar(const var<T>& x, T c)
+{
+    array<T> y = x.value() + c;
+    return detail::record("add_scalar", {x}, std::move(y), saves_nothing,
+                          [](backward_context<T>& ctx) { ctx.accumulate(0, ctx.take_grad()); });
+}
+
+// y = sqrt(x).   dL/dx = g / (2 y)   (x = 0 gives inf, x < 0 NaN, as IEEE and PyTorch)
+template <class T>
+var<T> sqrt(const var<T>& x)
+{
+    array<T> y = xt::sqrt(x.value());
+    return detail::record("sqrt", {x}, std::move(y), saves_output, [](backward_context<T>& ctx) {
+        ctx.accumulate(0, array<T>(ctx.grad() / (T(2) * ctx.output())));
+    });
+}
+
+// y = x^(-1/2).   dL/dx = g * (-1/2) x^(-3/2) = -g y^3 / 2
+template <class T>
+var<T> rsqrt(const var<T>& x)
+{
+    array<T> y = T(1) / xt::sqrt(x.value());
+    return detail::record("rsqrt", {x}, std::move(y), saves_output, [](backward_context<T>& ctx) {
+        const auto& y = ctx.output();
+        ctx.accumulate(0, array<T>(T(-0.5) * ctx.grad() * y * y * y));
+    });
+}
+
+// y = x^p.   dL/dx = g p x^(p-1); p = 0 gives 0 (as PyTorch), not 0 * x^(-1), which is NaN at x = 0
+template <class T>
+var<T> pow(const var<T>& x, T exponent)
+{
+    array<T> y = xt::pow(x.value(), exponent);
+    const unsigned saved = exponent == T(0) ? saves_nothing : saves_input0;
+    return detail::record("pow", {x}, std::move(y), saved, [exponent](backward_context<T>& ctx) {
+        if (exponent == T(0))
+        {
+            ctx.accumulate(0, xt::zeros<T>(ctx.grad().shape()));
+            return;
+        }
+        ctx.accumulate(0, array<T>(ctx.grad() * exponent * xt::pow(ctx.input(0), exponent - T(1))));
+    });
+}
+
+namespace
+{
+// 1 / (1 + e^-x), with e^x / (1 + e^x) for x < 0: the exponential never exceeds 1, so no overflow.
+template <class T>
+T stable_sigmoid(T x)
+{
+    if (x >= T(0))
+    {
+        return T(1) / (T(1) + std::exp(-x));
+    }
+    const T e = std::exp(x);  // also the branch NaN takes: NaN propagates
+    return e / (T(1) + e);
+}
+
+// GELU's tanh approximation (SPEC): gelu(x) = 0.5 x (1 + tanh(u)), u = k (x + a x^3), k = sqrt(2/pi).
+constexpr double gelu_k = 0.7978845608028654;  // sqrt(2/pi)
+constexpr double gelu_a = 0.044715;
+
+template <class T>
+T gelu_inner(T x)
+{
+    return T(gelu_k) * (x + T(gelu_a) * (x * x * x));  // u; the operations in composed::gelu's order
+}
+
+// d gelu / dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 a x^2), t = tanh(u).
+// Where t^2 rounds to 1 the second term is 0, also when x^3 overflows (no 0 * inf).
+template <class T>
+T gelu_derivative(T x)
+{
+    const T t = std::tanh(gelu_inner(x));
+    const T sech2 = T(1) - t * t;
+    const T slope = sech2 == T(0) ? T(0) : T(0.5) * x * sech2 * T(gelu_k) * (T(1) + T(3 * gelu_a) * x * x);
+    return T(0.5) * (T(1) + t) + slope;
+}
+
+template <class T, class F>
+array<T> map_values(const array<T>& x, F f)
+{
+    array<T> y = array<T>::from_shape(x.shape());
+    const T* in = x.data();
+    T* out = y.data();
+    for (std::size_t i = 0; i < x.size(); ++i)
+    {
+        out[i] = f(in[i]);
+    }
+    return y;
+}
+}  // namespace
+
+// y = 1 / (1 + e^-x).   dL/dx = g y (1 - y)
+template <class T>
+var<T> sigmoid(const var<T>& x)
+{
+    array<T> y = map_values(x.value(), stable_sigmoid<T>);
+    return detail::record("sigmoid", {x}, std::move(y), saves_output, [](backward_context<T>& ctx) {
+        const auto& y = ctx.output();
+        ctx.accumulate(0, array<T>(ctx.grad() * y * (T(1) - y)));
+    });
+}
+
+// y = 0.5 x (1 + tanh(k (x + a x^3))), k = sqrt(2/pi), a = 0.044715   (one fused op)
+// dL/dx = g [0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 a x^2)], t = tanh(k (x + a x^3)) recomputed from x
+template <class T>
+var<T> gelu(const var<T>& x)
+{
+    array<T> y = map_values(x.value(), [](T v) { return T(0.5) * (v * (std::tanh(gelu_inner(v)) + T(1))); });
+    return detail::record("gelu", {x}, std::move(y), saves_input0, [](backward_context<T>& ctx) {
+        array<T> dx = map_values(ctx.input(0), gelu_derivative<T>);
+        dx *= ctx.grad();
+        ctx.accumulate(0, std::move(dx));
+    });
+}
+
 #define XGRAD_ELEMENTWISE(T)                                   \
     template var<T> add(const var<T>&, const var<T>&);         \
     template var<T> sub(const var<T>&, const var<T>&);         \
@@ -127,6 +266,13 @@ var<T> relu(const var<T>& x)
     template var<T> exp(const var<T>&);                        \
     template var<T> log(const var<T>&);                        \
     template var<T> tanh(const var<T>&);                       \
-    template var<T> relu(const var<T>&);
+    template var<T> relu(const var<T>&);                       \
+    template var<T> div(const var<T>&, const var<T>&);         \
+    template var<T> add_scalar(const var<T>&, T);              \
+    template var<T> sqrt(const var<T>&);                       \
+    template var<T> rsqrt(const var<T>&);                      \
+    template var<T> pow(const var<T>&, T);                     \
+    template var<T> sigmoid(const var<T>&);                    \
+    template var<T> gelu(const var<T>&);
 XGRAD_INSTANTIATE_FOR_FLOAT_TYPES(XGRAD_ELEMENTWISE)
 }  // namespace xgrad::ops

@@ -1,5 +1,7 @@
-// Reductions: sum and mean over all axes or a given set of axes.
+// Reductions: sum and mean over all axes or a given set of axes, max along one axis, and the biased
+// variance over a set of axes.
 #include <algorithm>
+#include <cmath>
 #include <xtensor/xreducer.hpp>
 
 #include "autodiff/instantiate.hpp"
@@ -121,10 +123,147 @@ var<T> mean(const var<T>& x)
     return reduce_sum("mean", x, axes, false, mean_factor<T>("mean", x.shape(), axes));
 }
 
+namespace
+{
+// x seen as (outer, n, inner) around one axis: a row-major walk along `axis` steps by `inner`.
+struct axis_split
+{
+    std::size_t outer = 1, n = 1, inner = 1;
+};
+
+axis_split split_at(const shape_t& shape, std::size_t axis)
+{
+    axis_split s;
+    for (std::size_t i = 0; i < shape.size(); ++i)
+    {
+        (i < axis ? s.outer : i == axis ? s.n : s.inner) *= shape[i];
+    }
+    return s;
+}
+
+// Which entry max keeps: a NaN over anything, else a strictly larger value (so ties keep the first).
+template <class T>
+bool replaces_max(T candidate, T current)
+{
+    return !std::isnan(current) && (candidate > current || std::isnan(candidate));
+}
+}  // namespace
+
+// y = max_j x[.., j, ..] along `axis`; a NaN in a row makes its max NaN.
+// dL/dx = g at the first entry equal to y (the first NaN when y is NaN), 0 elsewhere (as torch.max(dim)).
+// The rule finds that entry again from the saved input and output.
+template <class T>
+var<T> max(const var<T>& x, std::size_t axis, bool keep_dims)
+{
+    const shape_t in_shape = x.shape();
+    if (axis >= in_shape.size())
+    {
+        fail("max",
+             "axis " + std::to_string(axis) + " out of range for input of shape " + shape_str(in_shape));
+    }
+    if (in_shape[axis] == 0)
+    {
+        fail("max", "axis " + std::to_string(axis) + " is empty in input of shape " + shape_str(in_shape));
+    }
+    const axis_split s = split_at(in_shape, axis);
+    shape_t out_shape = in_shape;
+    out_shape[axis] = 1;
+    array<T> y = array<T>::from_shape(out_shape);
+    const T* in = x.value().data();
+    T* out = y.data();
+    for (std::size_t o = 0; o < s.outer; ++o)
+    {
+        const T* block = in + o * s.n * s.inner;
+        T* top = out + o * s.inner;
+        std::copy(block, block + s.inner, top);
+        for (std::size_t j = 1; j < s.n; ++j)
+        {
+            for (std::size_t i = 0; i < s.inner; ++i)
+            {
+                const T v = block[j * s.inner + i];
+                top[i] = replaces_max(v, top[i]) ? v : top[i];
+            }
+        }
+    }
+    if (!keep_dims)
+    {
+        out_shape.erase(out_shape.begin() + static_cast<std::ptrdiff_t>(axis));
+        y.reshape(out_shape);
+    }
+    const auto rule = [s, in_shape](backward_context<T>& ctx) {
+        array<T> dx = xt::zeros<T>(in_shape);
+        const T* in = ctx.input(0).data();
+        const T* top = ctx.output().data();
+        const T* g = ctx.grad().data();
+        for (std::size_t o = 0; o < s.outer; ++o)
+        {
+            for (std::size_t i = 0; i < s.inner; ++i)
+            {
+                const std::size_t k = o * s.inner + i;
+                const bool nan = std::isnan(top[k]);
+                for (std::size_t j = 0; j < s.n; ++j)
+                {
+                    const std::size_t at = (o * s.n + j) * s.inner + i;
+                    if (nan ? std::isnan(in[at]) : in[at] == top[k])
+                    {
+                        dx.flat(at) = g[k];
+                        break;
+                    }
+                }
+            }
+        }
+        ctx.accumulate(0, std::move(dx));
+    };
+    return detail::record("max", {x}, std::move(y), saves_input0 | saves_output, rule);
+}
+
+namespace
+{
+// mean(x) over `axes`, kept as size-1 axes so that it broadcasts against x.
+template <class T>
+array<T> kept_mean(const array<T>& x, const std::vector<std::size_t>& axes, const shape_t& keep, T inv_n)
+{
+    array<T> m = xt::sum(x, axes, xt::evaluation_strategy::immediate);
+    m *= inv_n;
+    m.reshape(keep);
+    return m;
+}
+}  // namespace
+
+// v = (1/n) sum_axes (x - m)^2, m = (1/n) sum_axes x   (biased, two passes: the mean first).
+// dL/dx = g * 2 (x - m) / n   (the terms through m sum to 0: sum_axes (x - m) = 0); m recomputed from x
+template <class T>
+var<T> variance(const var<T>& x, const std::vector<std::size_t>& axes_in, bool keep_dims)
+{
+    const shape_t in_shape = x.shape();
+    const T inv_n = mean_factor<T>("variance", in_shape, axes_in);
+    const std::vector<std::size_t> axes = checked_axes("variance", in_shape, axes_in);
+    const shape_t keep = kept_shape(in_shape, axes);
+    array<T> centred = x.value() - kept_mean(x.value(), axes, keep, inv_n);
+    centred *= centred;
+    array<T> v = xt::sum(centred, axes, xt::evaluation_strategy::immediate);
+    v *= inv_n;
+    if (keep_dims)
+    {
+        v.reshape(keep);
+    }
+    const auto rule = [axes, keep, inv_n](backward_context<T>& ctx) {
+        const array<T>& x = ctx.input(0);
+        array<T> dx = x - kept_mean(x, axes, keep, inv_n);
+        array<T> g = ctx.take_grad();
+        g.reshape(keep);
+        dx *= (T(2) * inv_n) * g;
+        ctx.accumulate(0, std::move(dx));
+    };
+    return detail::record("variance", {x}, std::move(v), saves_input0, rule);
+}
+
 #define XGRAD_REDUCE(T)                                                            \
     template var<T> sum(const var<T>&);                                            \
     template var<T> sum(const var<T>&, const std::vector<std::size_t>&, bool);     \
     template var<T> mean(const var<T>&);                                           \
-    template var<T> mean(const var<T>&, const std::vector<std::size_t>&, bool);
+    template var<T> mean(const var<T>&, const std::vector<std::size_t>&, bool);     \
+    template var<T> max(const var<T>&, std::size_t, bool);                         \
+    template var<T> variance(const var<T>&, const std::vector<std::size_t>&, bool);
 XGRAD_INSTANTIATE_FOR_FLOAT_TYPES(XGRAD_REDUCE)
 }  // namespace xgrad::ops

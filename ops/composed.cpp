@@ -1,0 +1,132 @@
+// The composed twins of the fused ops: each is built from primitive ops only and records nothing of its
+// own, so the tape derives its backward. Tests hold the fused rules against these.
+#include <cstdint>
+
+#include "autodiff/instantiate.hpp"
+#include "ops/composed.hpp"
+
+namespace xgrad::ops::composed
+{
+namespace
+{
+std::string index_str(const std::vector<std::size_t>& index)
+{
+    std::string s = "[";
+    for (std::size_t i = 0; i < index.size(); ++i)
+    {
+        s += (i ? ", " : "") + std::to_string(index[i]);
+    }
+    return s + "]";
+}
+
+// The position of flat entry `flat` of a row-major array of shape `shape`.
+std::vector<std::size_t> position_of(std::size_t flat, const shape_t& shape)
+{
+    std::vector<std::size_t> index(shape.size());
+    for (std::size_t ax = shape.size(); ax-- > 0;)
+    {
+        index[ax] = flat % shape[ax];
+        flat /= shape[ax];
+    }
+    return index;
+}
+
+std::size_t last_axis(const char* op, const shape_t& shape)
+{
+    if (shape.empty())
+    {
+        fail(op, "input must have at least one axis, got shape ()");
+    }
+    return shape.size() - 1;
+}
+}  // namespace
+
+// gelu(x) = 0.5 x (1 + tanh(k (x + a x^3))), k = sqrt(2/pi), a = 0.044715
+template <class T>
+var<T> gelu(const var<T>& x)
+{
+    const T k = T(0.7978845608028654);  // sqrt(2/pi)
+    const T a = T(0.044715);
+    const var<T> cube = mul(mul(x, x), x);
+    const var<T> t = tanh(scale(add(x, scale(cube, a)), k));
+    return scale(mul(x, add_scalar(t, T(1))), T(0.5));
+}
+
+// (x - mean) / sqrt(var + eps) * weight + bias over the last axis, var = mean((x - mean)^2) (biased)
+template <class T>
+var<T> layer_norm(const var<T>& x, const var<T>& weight, const var<T>& bias, T eps)
+{
+    const std::size_t axis = last_axis("layer_norm", x.shape());
+    const shape_t features{x.shape()[axis]};
+    if (weight.shape() != features || bias.shape() != features)
+    {
+        fail("layer_norm",
+             "weight of shape " + shape_str(weight.shape()) + " and bias of shape " +
+                 shape_str(bias.shape()) + " must both be " + shape_str(features) + " for input of shape " +
+                 shape_str(x.shape()));
+    }
+    const var<T> centred = sub(x, mean(x, {axis}, true));
+    const var<T> var_x = mean(mul(centred, centred), {axis}, true);
+    const var<T> normalised = mul(centred, rsqrt(add_scalar(var_x, eps)));
+    return add(mul(normalised, weight), bias);
+}
+
+// log softmax(x) = (x - m) - log sum_j e^(x_j - m) over the last axis, m = max_j x_j: no exponential
+// exceeds 1, so large logits stay finite. (The gradient through m cancels: d/dm is -1 + sum softmax = 0.)
+template <class T>
+var<T> log_softmax(const var<T>& x)
+{
+    const std::size_t axis = last_axis("log_softmax", x.shape());
+    const var<T> shifted = sub(x, max(x, axis, true));
+    return sub(shifted, log(sum(exp(shifted), {axis}, true)));
+}
+
+// loss = -(1/N) sum_{rows r with t_r != -1} log_softmax(logits)[r, t_r], N = the number of such rows.
+// The pick is a mul by a constant one-hot (zero rows for ignored targets) and a sum; with N = 0 the
+// loss is 0 * 0 = 0 and every gradient 0. (A logit of -inf elsewhere in a row would give 0 * -inf = NaN
+// here; the fused op has no such product.)
+template <class T>
+var<T> cross_entropy(const var<T>& logits, const ids_t& targets)
+{
+    const shape_t shape = logits.shape();
+    const std::size_t axis = last_axis("cross_entropy", shape);
+    const shape_t rows_shape(shape.begin(), shape.begin() + static_cast<std::ptrdiff_t>(axis));
+    const shape_t targets_shape = to_shape(targets.shape());
+    if (targets_shape != rows_shape)
+    {
+        fail("cross_entropy",
+             "targets of shape " + shape_str(targets_shape) + " do not match logits of shape " +
+                 shape_str(shape) + " without its last axis " + shape_str(rows_shape));
+    }
+    const std::size_t classes = shape[axis];
+    array<T> one_hot = xt::zeros<T>(shape);
+    std::size_t kept = 0;
+    for (std::size_t r = 0; r < targets.size(); ++r)
+    {
+        const std::int64_t target = targets.flat(r);
+        if (target == -1)
+        {
+            continue;
+        }
+        if (target < 0 || static_cast<std::uint64_t>(target) >= classes)
+        {
+            fail("cross_entropy",
+                 "target " + std::to_string(target) + " at position " +
+                     index_str(position_of(r, targets_shape)) + " is outside [0, " + std::to_string(classes) +
+                     ") and is not -1 (ignored)");
+        }
+        one_hot.flat(r * classes + static_cast<std::size_t>(target)) = T(1);
+        ++kept;
+    }
+    const var<T> mask = constant_like(logits, std::move(one_hot), "one_hot");
+    const var<T> picked = sum(mul(composed::log_softmax(logits), mask));
+    return scale(picked, kept == 0 ? T(0) : T(-1) / static_cast<T>(kept));
+}
+
+#define XGRAD_COMPOSED(T)                                                                                    \
+    template var<T> gelu(const var<T>&);                                                                     \
+    template var<T> layer_norm(const var<T>&, const var<T>&, const var<T>&, T);                              \
+    template var<T> log_softmax(const var<T>&);                                                              \
+    template var<T> cross_entropy(const var<T>&, const ids_t&);
+XGRAD_INSTANTIATE_FOR_FLOAT_TYPES(XGRAD_COMPOSED)
+}  // namespace xgrad::ops::composed

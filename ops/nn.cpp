@@ -1,0 +1,445 @@
+// Fused neural-network ops: log_softmax, cross_entropy, layer_norm, dropout. Each is one node with a
+// hand-derived backward rule (the composed twins in ops/composed.hpp check them), and each works on
+// contiguous rows of the last axis with plain loops; rows are split across threads when there are many.
+
+// GCC 12 warns inside its own AVX-512 intrinsics when xsimd's exp and max inline here (a false positive
+// on _mm512_undefined_*, GCC bug 105593, fixed in GCC 13). It must be silenced before they are included.
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ == 12
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#include <cmath>
+#include <sstream>
+
+#include "autodiff/instantiate.hpp"
+#include "kernels/parallel.hpp"
+#include "kernels/simd.hpp"
+#include "ops/ops.hpp"
+
+namespace xgrad::ops
+{
+namespace
+{
+// Arrays above this many elements have their rows split across threads.
+constexpr std::size_t parallel_threshold = 1 << 16;
+
+void for_rows(std::size_t rows, std::size_t row_length, const std::function<void(std::size_t)>& body)
+{
+    if (rows * row_length < parallel_threshold)
+    {
+        for (std::size_t r = 0; r < rows; ++r)
+        {
+            body(r);
+        }
+        return;
+    }
+    kernels::parallel_for(rows, body);
+}
+
+// Rows of the last axis: `count` rows of `length` elements. The row count comes from the leading axes,
+// so an empty last axis still has its rows.
+struct rows_of
+{
+    std::size_t count = 1;
+    std::size_t length = 0;
+
+    explicit rows_of(const shape_t& shape)
+    {
+        for (std::size_t ax = 0; ax + 1 < shape.size(); ++ax)
+        {
+            count *= shape[ax];
+        }
+        length = shape.back();
+    }
+};
+
+void check_has_last_axis(const char* op, const shape_t& shape)
+{
+    if (shape.empty())
+    {
+        fail(op, "input must have at least one axis, got shape ()");
+    }
+}
+
+// ---- vectorised row loops (xsimd): each walks one contiguous row of n entries ----------------------
+template <class T>
+using batch = kernels::simd::batch<T>;
+template <class T>
+constexpr std::size_t width = batch<T>::size;
+
+// sum_j x_j
+template <class T>
+T sum_of(const T* x, std::size_t n)
+{
+    batch<T> acc(T(0));
+    std::size_t j = 0;
+    for (; j + width<T> <= n; j += width<T>)
+    {
+        acc += batch<T>::load_unaligned(x + j);
+    }
+    T total = xsimd::hadd(acc);
+    for (; j < n; ++j)
+    {
+        total += x[j];
+    }
+    return total;
+}
+
+// sum_j (a_j - shift_a) (b_j - shift_b): centred before multiplying, so a large mean costs no digits.
+template <class T>
+T centred_dot(const T* a, T shift_a, const T* b, T shift_b, std::size_t n)
+{
+    const batch<T> va(shift_a), vb(shift_b);
+    batch<T> acc(T(0));
+    std::size_t j = 0;
+    for (; j + width<T> <= n; j += width<T>)
+    {
+        acc = xsimd::fma(batch<T>::load_unaligned(a + j) - va, batch<T>::load_unaligned(b + j) - vb, acc);
+    }
+    T total = xsimd::hadd(acc);
+    for (; j < n; ++j)
+    {
+        total += (a[j] - shift_a) * (b[j] - shift_b);
+    }
+    return total;
+}
+
+// sum_j e^{x_j - shift}
+template <class T>
+T sum_exp_shifted(const T* x, std::size_t n, T shift)
+{
+    const batch<T> vshift(shift);
+    batch<T> acc(T(0));
+    std::size_t j = 0;
+    for (; j + width<T> <= n; j += width<T>)
+    {
+        acc += xsimd::exp(batch<T>::load_unaligned(x + j) - vshift);
+    }
+    T total = xsimd::hadd(acc);
+    for (; j < n; ++j)
+    {
+        total += std::exp(x[j] - shift);
+    }
+    return total;
+}
+
+// out_j = factor e^{x_j - shift}
+template <class T>
+void scaled_exp_shifted(T* out, const T* x, std::size_t n, T factor, T shift)
+{
+    const batch<T> vfactor(factor), vshift(shift);
+    std::size_t j = 0;
+    for (; j + width<T> <= n; j += width<T>)
+    {
+        (vfactor * xsimd::exp(batch<T>::load_unaligned(x + j) - vshift)).store_unaligned(out + j);
+    }
+    for (; j < n; ++j)
+    {
+        out[j] = factor * std::exp(x[j] - shift);
+    }
+}
+
+// g_j -= e^{y_j} s in place: the log_softmax backward of one row, s = sum_j g_j.
+template <class T>
+void subtract_exp_times(T* g, const T* y, std::size_t n, T s)
+{
+    const batch<T> vs(s);
+    std::size_t j = 0;
+    for (; j + width<T> <= n; j += width<T>)
+    {
+        const batch<T> gj = batch<T>::load_unaligned(g + j);
+        xsimd::fnma(xsimd::exp(batch<T>::load_unaligned(y + j)), vs, gj).store_unaligned(g + j);
+    }
+    for (; j < n; ++j)
+    {
+        g[j] -= std::exp(y[j]) * s;
+    }
+}
+
+// log sum_j e^{x_j}, stable: max + log sum e^{x_j - max}, so logits of 1e4 stay finite. A NaN in the row
+// makes it NaN; +inf makes it NaN through inf - inf, as IEEE arithmetic says.
+template <class T>
+T log_sum_exp(const T* x, std::size_t n)
+{
+    const T top = kernels::simd::max_of(x, n);
+    return top + std::log(sum_exp_shifted(x, n, top));
+}
+
+std::string position_str(std::size_t flat, const shape_t& shape)
+{
+    shape_t index(shape.size());
+    for (std::size_t ax = shape.size(); ax-- > 0;)
+    {
+        index[ax] = flat % shape[ax];
+        flat /= shape[ax];
+    }
+    return shape_str(index);
+}
+
+template <class T>
+std::string number_str(T value)
+{
+    std::ostringstream out;
+    out << value;
+    return out.str();
+}
+
+// The targets of cross_entropy: shape = logits' shape without the last axis, values in [0, V) or -1.
+void check_targets(const shape_t& logits_shape, const ids_t& targets)
+{
+    const shape_t targets_shape = to_shape(targets.shape());
+    const shape_t expected(logits_shape.begin(), logits_shape.end() - 1);
+    if (targets_shape != expected)
+    {
+        fail("cross_entropy", "targets of shape " + shape_str(targets_shape) + " must have the shape of logits " +
+                                  shape_str(logits_shape) + " without the last axis, " + shape_str(expected));
+    }
+    const auto vocab = static_cast<std::int64_t>(logits_shape.back());
+    for (std::size_t i = 0; i < targets.size(); ++i)
+    {
+        const std::int64_t t = targets.flat(i);
+        if (t != -1 && (t < 0 || t >= vocab))
+        {
+            fail("cross_entropy", "target " + std::to_string(t) + " at position " + position_str(i, targets_shape) +
+                                      " is outside [0, " + std::to_string(vocab) +
+                                      ") and not -1 (ignored), for logits of shape " + shape_str(logits_shape));
+        }
+    }
+}
+
+void check_layer_norm(const shape_t& x, const shape_t& weight, const shape_t& bias, double eps)
+{
+    check_has_last_axis("layer_norm", x);
+    const shape_t d{x.back()};
+    if (weight != d || bias != d)
+    {
+        fail("layer_norm", "weight of shape " + shape_str(weight) + " and bias of shape " + shape_str(bias) +
+                               " must both be " + shape_str(d) + " for input of shape " + shape_str(x));
+    }
+    if (!(eps >= 0))
+    {
+        fail("layer_norm", "eps must be >= 0, got " + number_str(eps));
+    }
+}
+}  // namespace
+
+// y_j = x_j - log sum_k e^{x_k} over the last axis.
+// dy_j/dx_i = [i = j] - softmax_i, so dL/dx_i = g_i - softmax_i sum_j g_j, with softmax = e^y (saved output).
+template <class T>
+var<T> log_softmax(const var<T>& x)
+{
+    check_has_last_axis("log_softmax", x.shape());
+    const rows_of rows(x.shape());
+    array<T> y = array<T>::from_shape(x.shape());
+    const T* in = x.value().data();
+    for_rows(rows.count, rows.length, [&](std::size_t r) {
+        const T* xr = in + r * rows.length;
+        T* yr = y.data() + r * rows.length;
+        const T top = kernels::simd::max_of(xr, rows.length);
+        const T log_total = std::log(sum_exp_shifted(xr, rows.length, top));
+        for (std::size_t j = 0; j < rows.length; ++j)
+        {
+            yr[j] = (xr[j] - top) - log_total;
+        }
+    });
+    auto rule = [rows](backward_context<T>& ctx) {
+        array<T> dx = ctx.take_grad();  // g, turned into dL/dx row by row in place
+        const T* y = ctx.output().data();
+        for_rows(rows.count, rows.length, [&](std::size_t r) {
+            T* dr = dx.data() + r * rows.length;
+            const T* yr = y + r * rows.length;
+            subtract_exp_times(dr, yr, rows.length, sum_of(dr, rows.length));
+        });
+        ctx.accumulate(0, std::move(dx));
+    };
+    return detail::record("log_softmax", {x}, std::move(y), saves_output, std::move(rule));
+}
+
+// L = (1/n) sum over the n kept rows r (target t_r != -1) of -log softmax(x_r)[t_r]
+//   = (1/n) sum_r (lse_r - x_{r, t_r}),   lse_r = log sum_j e^{x_{r j}}.
+// dL/dx_{r j} = (softmax(x_r)_j - [j = t_r]) / n on kept rows, 0 on ignored rows; softmax = e^{x - lse}.
+// Saves the logits (already alive) and lse per row, not a softmax copy. No kept row: L = 0, gradient 0.
+template <class T>
+var<T> cross_entropy(const var<T>& logits, const ids_t& targets)
+{
+    const shape_t shape = logits.shape();
+    check_has_last_axis("cross_entropy", shape);
+    check_targets(shape, targets);
+    const rows_of rows(shape);
+    const T* x = logits.value().data();
+    std::vector<T> lse(rows.count, T(0));
+    std::vector<T> row_loss(rows.count, T(0));
+    for_rows(rows.count, rows.length, [&](std::size_t r) {
+        const std::int64_t t = targets.flat(r);
+        if (t == -1)
+        {
+            return;  // ignored: the row is not read
+        }
+        const T* xr = x + r * rows.length;
+        lse[r] = log_sum_exp(xr, rows.length);
+        row_loss[r] = lse[r] - xr[t];
+    });
+    std::size_t kept = 0;
+    T total = 0;
+    for (std::size_t r = 0; r < rows.count; ++r)
+    {
+        if (targets.flat(r) != -1)
+        {
+            ++kept;
+            total += row_loss[r];
+        }
+    }
+    array<T> loss = array<T>::from_shape(shape_t{});
+    loss.flat(0) = kept > 0 ? total / static_cast<T>(kept) : T(0);
+
+    auto rule = [rows, targets, lse = std::move(lse), kept](backward_context<T>& ctx) {
+        array<T> dx = xt::zeros<T>(ctx.input(0).shape());
+        if (kept > 0)
+        {
+            const T per_row = ctx.grad().flat(0) / static_cast<T>(kept);  // g / n
+            const T* x = ctx.input(0).data();
+            for_rows(rows.count, rows.length, [&](std::size_t r) {
+                const std::int64_t t = targets.flat(r);
+                if (t == -1)
+                {
+                    return;
+                }
+                const T* xr = x + r * rows.length;
+                T* dr = dx.data() + r * rows.length;
+                scaled_exp_shifted(dr, xr, rows.length, per_row, lse[r]);  // softmax / n
+                dr[t] -= per_row;
+            });
+        }
+        ctx.accumulate(0, std::move(dx));
+    };
+    return detail::record("cross_entropy", {logits}, std::move(loss), saves_input0, std::move(rule));
+}
+
+// Over the last axis (d entries): mu = mean(x), var = mean((x - mu)^2) (biased), rstd = 1 / sqrt(var + eps),
+// xhat = (x - mu) rstd, y = xhat w + b.
+// Backward, row by row with dxhat = g w:
+//   dL/db = sum over rows of g,   dL/dw = sum over rows of g xhat,
+//   dL/dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)).
+// Derivation: dxhat_i/dx_k = rstd ([i = k] - 1/d - xhat_i xhat_k / d), since dmu/dx_k = 1/d and
+// drstd/dx_k = -rstd^3 (x_k - mu) / d = -rstd^2 xhat_k / d; so dL/dx_k = sum_i dxhat_i dxhat_i/dx_k
+// = rstd (dxhat_k - (1/d) sum_i dxhat_i - xhat_k (1/d) sum_i dxhat_i xhat_i).
+// Saves x, w and mean, rstd per row; xhat is recomputed in backward.
+template <class T>
+var<T> layer_norm(const var<T>& x, const var<T>& weight, const var<T>& bias, T eps)
+{
+    check_layer_norm(x.shape(), weight.shape(), bias.shape(), static_cast<double>(eps));
+    const rows_of rows(x.shape());
+    const std::size_t d = rows.length;
+    std::vector<T> mean(rows.count), rstd(rows.count);
+    array<T> y = array<T>::from_shape(x.shape());
+    const T* in = x.value().data();
+    const T* w = weight.value().data();
+    const T* b = bias.value().data();
+    for_rows(rows.count, d, [&](std::size_t r) {
+        const T* xr = in + r * d;
+        T* yr = y.data() + r * d;
+        const T mu = sum_of(xr, d) / static_cast<T>(d);
+        const T squares = centred_dot(xr, mu, xr, mu, d);  // a second pass: no cancellation when |mean| >> std
+        const T r_std = T(1) / std::sqrt(squares / static_cast<T>(d) + eps);
+        for (std::size_t j = 0; j < d; ++j)
+        {
+            yr[j] = (xr[j] - mu) * r_std * w[j] + b[j];
+        }
+        mean[r] = mu;
+        rstd[r] = r_std;
+    });
+
+    auto rule = [rows, mean = std::move(mean), rstd = std::move(rstd)](backward_context<T>& ctx) {
+        const std::size_t d = rows.length;
+        const T* x = ctx.input(0).data();
+        const T* w = ctx.input(1).data();
+        const T* g = ctx.grad().data();
+        const auto xhat = [&](std::size_t r, std::size_t j) { return (x[r * d + j] - mean[r]) * rstd[r]; };
+        if (ctx.needs_grad(0))
+        {
+            array<T> dx = array<T>::from_shape(ctx.input(0).shape());
+            for_rows(rows.count, d, [&](std::size_t r) {
+                const T* gr = g + r * d;
+                T* dxhat = dx.data() + r * d;  // dxhat = g w, then turned into dx in place
+                for (std::size_t j = 0; j < d; ++j)
+                {
+                    dxhat[j] = gr[j] * w[j];
+                }
+                const T dxhat_mean = sum_of(dxhat, d) / static_cast<T>(d);
+                // mean(dxhat xhat) = rstd mean(dxhat (x - mu))
+                const T dxhat_xhat_mean = rstd[r] * centred_dot(dxhat, T(0), x + r * d, mean[r], d) / static_cast<T>(d);
+                for (std::size_t j = 0; j < d; ++j)
+                {
+                    dxhat[j] = rstd[r] * (dxhat[j] - dxhat_mean - xhat(r, j) * dxhat_xhat_mean);
+                }
+            });
+            ctx.accumulate(0, std::move(dx));
+        }
+        if (ctx.needs_grad(1) || ctx.needs_grad(2))
+        {
+            array<T> dw = xt::zeros<T>(shape_t{d}), db = xt::zeros<T>(shape_t{d});
+            for (std::size_t r = 0; r < rows.count; ++r)
+            {
+                const T* gr = g + r * d;
+                for (std::size_t j = 0; j < d; ++j)
+                {
+                    dw.data()[j] += gr[j] * xhat(r, j);
+                    db.data()[j] += gr[j];
+                }
+            }
+            ctx.accumulate(1, std::move(dw));
+            ctx.accumulate(2, std::move(db));
+        }
+    };
+    return detail::record("layer_norm", {x, weight, bias}, std::move(y), saves_input0 | saves_input1,
+                          std::move(rule));
+}
+
+// y = x m / (1 - p), m_i ~ Bernoulli(1 - p) drawn from `generator` (one 64-bit draw per entry: keep when
+// a uniform u in [0, 1) with 53 random bits is >= p). dL/dx = g m / (1 - p), with the same saved mask.
+// The factor multiplies (x times 0 where dropped), so a NaN in x stays NaN, as in PyTorch.
+template <class T>
+var<T> dropout(const var<T>& x, T p, std::mt19937_64& generator, bool training)
+{
+    if (!(p >= T(0) && p < T(1)))
+    {
+        fail("dropout", "p must be in [0, 1), got " + number_str(p) + " (input of shape " + shape_str(x.shape()) +
+                            ")");
+    }
+    if (p == T(0) || !training)
+    {
+        return x;
+    }
+    const T keep_scale = T(1) / (T(1) - p);
+    const double drop_below = static_cast<double>(p);
+    mask_t keep = mask_t::from_shape(x.value().shape());
+    for (auto& k : keep)
+    {
+        const double u = static_cast<double>(generator() >> 11) * 0x1.0p-53;
+        k = u >= drop_below;
+    }
+    array<T> y = array<T>::from_shape(x.shape());
+    const T* in = x.value().data();
+    for (std::size_t i = 0; i < y.size(); ++i)
+    {
+        y.data()[i] = in[i] * (keep.data()[i] ? keep_scale : T(0));
+    }
+    auto rule = [keep = std::move(keep), keep_scale](backward_context<T>& ctx) {
+        array<T> dx = ctx.take_grad();
+        for (std::size_t i = 0; i < dx.size(); ++i)
+        {
+            dx.data()[i] *= keep.data()[i] ? keep_scale : T(0);
+        }
+        ctx.accumulate(0, std::move(dx));
+    };
+    return detail::record("dropout", {x}, std::move(y), saves_nothing, std::move(rule));
+}
+
+#define XGRAD_NN(T)                                                                        \
+    template var<T> log_softmax(const var<T>&);                                            \
+    template var<T> cross_entropy(const var<T>&, const ids_t&);                            \
+    template var<T> layer_norm(const var<T>&, const var<T>&, const var<T>&, T);            \
+    template var<T> dropout(const var<T>&, T, std::mt19937_64&, bool);
+XGRAD_INSTANTIATE_FOR_FLOAT_TYPES(XGRAD_NN)
+}  // namespace xgrad::ops
