@@ -42,6 +42,19 @@ anomaly_error::anomaly_error(std::string summary_line, std::vector<std::string> 
 {
 }
 
+std::string anomaly_error::one_line() const
+{
+    std::string line = summary + "; forward trace: ";
+    for (std::size_t i = 0; i < trace.size(); ++i)
+    {
+        std::string node = trace[i];
+        node.erase(std::unique(node.begin(), node.end(), [](char a, char b) { return a == ' ' && b == ' '; }),
+                   node.end());  // the trace pads its columns
+        line += (i ? "; " : "") + node;
+    }
+    return line;
+}
+
 namespace detail
 {
 void throw_stale(std::uint32_t index)

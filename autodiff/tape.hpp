@@ -44,6 +44,8 @@ struct tape_state;
 struct anomaly_error : std::runtime_error
 {
     anomaly_error(std::string summary_line, std::vector<std::string> trace_lines);
+    // The report on one line, for a tool's stderr: the summary, then "; forward trace: " and the nodes.
+    std::string one_line() const;
 
     std::string summary;             // one line: op, label, node, pass, shapes, the first bad element
     std::vector<std::string> trace;  // "%3 Q = matmul(%0, %1)  (2, 5, 8)", the failing node last

@@ -135,6 +135,38 @@ TEST_CASE("an op nobody names is checked when the next op reads it, or when back
     }
 }
 
+TEST_CASE("0/0 and 1/0 in div: the first bad element, in row-major order, with both input shapes")
+{
+    tape<double> t;
+    t.detect_anomaly();
+    auto num = t.input(f64{{1.0, 0.0, 3.0}, {0.0, 5.0, 6.0}}, "num");
+    auto den = t.input(f64{2.0, 0.0, 0.0}, "den");  // broadcast over the rows
+    const anomaly_error e = anomaly_of([&] { ops::div(num, den).named("ratio"); });
+    CHECK(e.op == "div");
+    CHECK(e.label == "ratio");
+    CHECK(e.element == 1);  // [0, 1]: 0/0; [0, 2] is 3/0 = inf, later in the order
+    CHECK(std::isnan(e.value));
+    CHECK(contains(e.summary, "%2 div 'ratio'(%0, %1) gave nan at index [0, 1] of its output (2, 3) from "
+                              "finite inputs %0 (2, 3), %1 (3)"));
+    CHECK(e.trace.size() == 3);
+
+    tape<double> t2;
+    t2.detect_anomaly();
+    auto one = t2.input(f64{1.0}, "one");
+    auto zero = t2.input(f64{0.0}, "zero");
+    const anomaly_error e2 = anomaly_of([&] { ops::div(one, zero).named("r"); });
+    CHECK(e2.value == infinity);
+}
+
+TEST_CASE("one_line(): the summary and the trace on one line, for a tool's stderr")
+{
+    tape<double> t;
+    t.detect_anomaly();
+    auto x = t.input(f64{-1.0}, "x");
+    const anomaly_error e = anomaly_of([&] { ops::log(x).named("log_x"); });
+    CHECK(e.one_line() == e.summary + "; forward trace: %0 input 'x' (1); %1 log 'log_x'(%0) (1)");
+}
+
 TEST_CASE("exp overflows to inf from finite inputs, in float64 and float32")
 {
     tape<double> t;

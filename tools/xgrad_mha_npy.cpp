@@ -5,7 +5,6 @@
 #include <signal.h>
 #include <stdlib.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -420,20 +419,6 @@ std::string run(const options& o)
            std::to_string(arrays.size()) + " files to " + o.out.string();
 }
 
-// An anomaly report on one line: the summary, then the forward trace with "; " between nodes.
-std::string anomaly_line(const anomaly_error& e)
-{
-    std::string line = e.summary + "; forward trace: ";
-    for (std::size_t i = 0; i < e.trace.size(); ++i)
-    {
-        std::string node = e.trace[i];
-        node.erase(std::unique(node.begin(), node.end(), [](char a, char b) { return a == ' ' && b == ' '; }),
-                   node.end());  // the trace pads its columns
-        line += (i ? "; " : "") + node;
-    }
-    return line;
-}
-
 int fail_with(int status, const std::string& message)
 {
     std::cerr << program << ": " << io::one_line(message) << std::endl;
@@ -475,7 +460,7 @@ int main(int argc, char** argv)
     }
     catch (const anomaly_error& e)
     {
-        return fail_with(3, anomaly_line(e));
+        return fail_with(3, e.one_line());
     }
     catch (const std::bad_alloc&)
     {
