@@ -6,7 +6,16 @@
 #include <string>
 #include <vector>
 
+// GCC 12 flags xtensor's small-vector copy as "may be used uninitialized" when it is inlined into a caller
+// that builds a shape from a brace list (a false positive); off inside xtensor's headers only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <xtensor/xstorage.hpp>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 namespace xgrad
 {

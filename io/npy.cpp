@@ -16,6 +16,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "io/escape.hpp"
+
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "tools/npy.cpp reads and writes little-endian data in place; port it before using a big-endian host"
 #endif
@@ -33,25 +35,10 @@ constexpr std::size_t header_align = 64;  // NumPy's ARRAY_ALIGN
     throw error(path + ": " + problem);
 }
 
-// Printable form of header text for messages: one line, bounded length.
+// Header text as messages quote it: one line, bounded, every non-printable byte as \xNN.
 std::string printable(const std::string& s, std::size_t limit = 60)
 {
-    std::string out = "'";
-    for (std::size_t i = 0; i < s.size() && i < limit; ++i)
-    {
-        const unsigned char c = static_cast<unsigned char>(s[i]);
-        if (c >= 0x20 && c < 0x7f)
-        {
-            out += static_cast<char>(c);
-        }
-        else
-        {
-            char buf[8];
-            std::snprintf(buf, sizeof buf, "\\x%02x", c);
-            out += buf;
-        }
-    }
-    return out + (s.size() > limit ? "...'" : "'");
+    return io::quoted(s, limit);
 }
 
 // A shape as Python writes the tuple: (), (3,), (2, 3).
@@ -109,11 +96,11 @@ public:
                 bad("dict keys must be strings");
             }
             skip_space();
-            expect(':', "expected ':' after key '" + key.text + "'");
+            expect(':', "expected ':' after key " + printable(key.text));
             value v = parse_value(0);
             if (!d.emplace(key.text, std::move(v)).second)
             {
-                bad("key '" + key.text + "' appears twice");
+                bad("key " + printable(key.text) + " appears twice");
             }
             skip_space();
             if (peek() == ',')
@@ -123,7 +110,7 @@ public:
             }
             else if (peek() != '}')
             {
-                bad("expected ',' or '}' after the value of '" + key.text + "'");
+                bad("expected ',' or '}' after the value of " + printable(key.text));
             }
         }
         ++i_;
@@ -375,21 +362,24 @@ const char* needed(wanted want)
 std::string dtype_problem(const std::string& descr, wanted want)
 {
     const char kind = descr.size() >= 2 ? descr[1] : '?';
-    const int bits = descr.size() > 2 ? std::atoi(descr.c_str() + 2) * 8 : 0;
+    const std::string bytes = descr.size() > 2 ? descr.substr(2) : "";
+    const bool sized = !bytes.empty() && bytes.size() <= 2 &&
+                       std::all_of(bytes.begin(), bytes.end(), [](char c) { return c >= '0' && c <= '9'; });
     const char wanted_kind = want == wanted::floats ? 'f' : want == wanted::ints ? 'i' : '\0';
     if (descr.size() > 2 && descr[0] == '>' && kind == wanted_kind)
     {
         const char* family = kind == 'f' ? "float" : "integer";
         return "dtype " + printable(descr) + " is big-endian; a little-endian " + family +
-               " array is needed (in NumPy: a.astype('<" + kind + descr.substr(2) + "'))";
+               " array is needed (in NumPy: a.astype(" + printable(std::string("<") + kind + bytes) + "))";
     }
     std::string name;
     if (descr == "|b1")
     {
         name = " (bool)";
     }
-    else if (kind == 'i' || kind == 'u' || kind == 'f' || kind == 'c')
+    else if (sized && (kind == 'i' || kind == 'u' || kind == 'f' || kind == 'c'))
     {
+        const int bits = std::stoi(bytes) * 8;
         const char* family = kind == 'i' ? "int" : kind == 'u' ? "uint" : kind == 'f' ? "float" : "complex";
         name = " (" + std::string(family) + std::to_string(bits) + ")";
     }
@@ -476,7 +466,7 @@ opened open_npy(const std::string& path, wanted want)
     {
         if (key != "descr" && key != "fortran_order" && key != "shape")
         {
-            fail(path, "malformed header (unexpected key '" + key + "'): " + printable(text));
+            fail(path, "malformed header (unexpected key " + printable(key) + "): " + printable(text));
         }
     }
     for (const char* key : {"descr", "fortran_order", "shape"})

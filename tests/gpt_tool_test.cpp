@@ -427,6 +427,10 @@ TEST_CASE("xgrad-gpt-npy bad input: non-zero status, one line on stderr, no outp
        [](const fs::path&, const fs::path&) {}, "--grad"},
       {"stray argument", "unexpected argument 'extra' (see --help)", [](const fs::path&, const fs::path&) {},
        "extra"},
+      {"--detect-anomaly with --grad manual", "--detect-anomaly watches the tape's ops",
+       [](const fs::path&, const fs::path&) {}, "--detect-anomaly --grad manual"},
+      {"control byte in an argument", "--dtype: \\x1b[31m not in {float64,float32}",
+       [](const fs::path&, const fs::path&) {}, "--dtype \"$(printf '\\033[31m')\""},
     };
 
     int index = 0;
@@ -455,6 +459,7 @@ TEST_CASE("xgrad-gpt-npy bad input: non-zero status, one line on stderr, no outp
             CHECK((!r.err.empty() && r.err.back() == '\n'));
             CHECK(r.err.rfind("xgrad-gpt-npy: ", 0) == 0);
             CHECK(r.err.find(c.needle) != std::string::npos);
+            CHECK(std::all_of(r.err.begin(), r.err.end() - 1, [](char ch) { return ch >= 0x20 && ch < 0x7f; }));
             CHECK(fs::exists(out) == out_exists);
             if (out_exists)
             {
@@ -527,4 +532,41 @@ TEST_CASE("xgrad-gpt-npy usage and output failures")
         CHECK(bad.status == 2);
         CHECK_FALSE(fs::exists(scratch.path / "q1"));
     }
+}
+
+TEST_CASE("xgrad-gpt-npy --detect-anomaly: the same files when nothing is anomalous; an overflow is named")
+{
+    temp_dir scratch;
+    const gpt_case g = make_case(scratch, {7, 4, 1, 4, 2, 2}, 2, 3, 9);
+    const fs::path in = scratch.path / "in";
+    write_inputs(in, g, true, npy::int_width::int64);
+    run_good(scratch, g, in, scratch.path / "plain", "", true, "float64");
+    run_good(scratch, g, in, scratch.path / "watched", "--detect-anomaly", true, "float64");
+    for (const char* name : {"logits.npy", "loss.npy", "grads.safetensors"})
+    {
+        CAPTURE(name);
+        CHECK(read_text(scratch.path / "plain" / name) == read_text(scratch.path / "watched" / name));
+    }
+
+    // Token embeddings of +-1e200: finite, but their variance, 1e400, is not. The fused layer norm's forward
+    // stays finite (1 / sqrt(inf) = 0 gives a zero row); its backward does not, and is named.
+    io::safetensors_file f = io::read_safetensors(g.checkpoint);
+    auto& wte = f.tensors.at("wte").values;
+    std::fill(wte.begin(), wte.end(), 1e200);
+    for (std::size_t k = 0; k < wte.size(); k += 2)
+    {
+        wte.flat(k) = -1e200;
+    }
+    const fs::path model = scratch.path / "overflowing.safetensors";
+    io::write_safetensors(model.string(), f);
+    const fs::path out = scratch.path / "overflow";
+    const run_result r = run_tool(scratch, "--checkpoint " + quote(model) + " --in " + quote(in) + " --out " +
+                                             quote(out) + " --detect-anomaly");
+    CAPTURE(r.err);
+    CHECK(r.status == 3);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK(r.err.rfind("xgrad-gpt-npy: anomaly in backward: ", 0) == 0);
+    CHECK(r.err.find("layer_norm 'ln_f'") != std::string::npos);  // the walk meets the last norm first
+    CHECK(r.err.find("; forward trace: ") != std::string::npos);
+    CHECK_FALSE(fs::exists(out));
 }

@@ -5,8 +5,6 @@
 #include <signal.h>
 #include <stdlib.h>
 
-#include <CLI/CLI.hpp>
-
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -20,58 +18,25 @@
 #include <vector>
 
 #include "io/checkpoint.hpp"
+#include "io/escape.hpp"
 #include "io/npy.hpp"
 #include "io/safetensors.hpp"
 #include "models/gpt.hpp"
 #include "models/gpt_manual.hpp"
+#include "tools/gpt_npy_args.hpp"
 
 namespace fs = std::filesystem;
 using namespace xgrad;
+using namespace xgrad::tools::gpt_npy;
 
 namespace
 {
 const char* const program = "xgrad-gpt-npy";
 
-const char* const description =
-  R"(usage: xgrad-gpt-npy --checkpoint FILE --in DIR --out DIR [--grad tape|manual] [--dtype float64|float32]
-
-Runs the small GPT of a safetensors checkpoint on token ids stored as NumPy .npy files: the
-logits, and with targets the mean cross-entropy loss and its gradient for every parameter.)";
-
-const char* const files_text = R"(
-Inputs in --in:
-  tokens.npy (B,T)    int64 or int32, 1 <= T <= block_size, every id in [0, V)
-  targets.npy (B,T)   optional, int64 or int32, ids in [0, V) or -1 (ignored by the loss)
-The checkpoint holds the parameters under SPEC's names and the sizes vocab_size (V), block_size,
-layers, d_model, heads and kv_heads in its metadata; tensors named optim.* are ignored.
-
-Outputs in --out (created if missing; existing files are replaced), in the compute dtype:
-  logits.npy (B,T,V)
-  loss.npy ()          with targets: the mean over targets that are not -1 (0 if all are -1)
-  grads.safetensors    with targets: d loss / d parameter under each parameter's name and shape,
-                       metadata copied from the checkpoint
-
-Exit status: 0 on success (one summary line on stdout); 2 on bad usage or bad input, 1 when the
-outputs cannot be written. On failure one line goes to stderr and no output file is left behind.
-)";
-
-// Bad usage or bad input: exit status 2.
-struct input_error : std::runtime_error
-{
-    using std::runtime_error::runtime_error;
-};
-
 // The outputs could not be written: exit status 1.
 struct output_error : std::runtime_error
 {
     using std::runtime_error::runtime_error;
-};
-
-struct options
-{
-    std::string checkpoint, in, out;
-    std::string grad = "tape";
-    std::string dtype = "float64";
 };
 
 // ---- inputs -----------------------------------------------------------------------------------------
@@ -179,9 +144,10 @@ struct results
 };
 
 template <class T>
-results<T> run_tape(const problem<T>& p)
+results<T> run_tape(const problem<T>& p, bool detect_anomaly)
 {
     tape<T> t;
+    t.detect_anomaly(detect_anomaly);
     const ids_t* targets = p.targets ? &*p.targets : nullptr;
     const models::gpt_result<T> r = models::gpt_forward(t, p.model.params, p.tokens, targets);
     results<T> out{r.logits.value(), {}, {}};
@@ -346,7 +312,7 @@ std::string run(const options& o)
     results<T> r;
     try
     {
-        r = manual ? run_manual(p) : run_tape(p);
+        r = manual ? run_manual(p) : run_tape(p, o.detect_anomaly);
     }
     catch (const std::invalid_argument& e)
     {
@@ -387,74 +353,21 @@ std::string run(const options& o)
     return summary + ": wrote " + std::to_string(files.size()) + " files to " + o.out;
 }
 
-// One line, whatever the message holds (paths and library messages may contain newlines).
-std::string one_line(std::string s)
+// One line, whatever the message holds: control bytes (a newline in a path, say) as \xNN.
+std::string one_line(const std::string& s)
 {
-    for (char& c : s)
+    std::string line = io::one_line(s);
+    while (!line.empty() && line.back() == ' ')
     {
-        if (c == '\n' || c == '\r')
-        {
-            c = ' ';
-        }
+        line.pop_back();
     }
-    while (!s.empty() && s.back() == ' ')
-    {
-        s.pop_back();
-    }
-    return s;
+    return line;
 }
 
 int fail_with(int status, const std::string& message)
 {
     std::cerr << program << ": " << one_line(message) << std::endl;
     return status;
-}
-
-void add_options(CLI::App& app, options& o)
-{
-    app.set_help_flag("-h,--help", "print this text and exit");
-    // Unknown arguments and missing options are checked after parsing (refuse_extras, require_options),
-    // so that an unknown flag is reported as such, by its name, rather than as a missing option.
-    app.allow_extras();
-    app.add_option("--checkpoint", o.checkpoint, "the model: a safetensors file (required)")
-      ->type_name("FILE");
-    app.add_option("--in", o.in, "directory holding tokens.npy and, optionally, targets.npy (required)")
-      ->type_name("DIR");
-    app.add_option("--out", o.out, "directory for the outputs (required)")->type_name("DIR");
-    app.add_option("--grad", o.grad, "backward by the autodiff tape (default) or the hand-derived backward")
-      ->check(CLI::IsMember({"tape", "manual"}).description(""))
-      ->type_name("tape|manual");
-    app.add_option("--dtype", o.dtype, "compute and output dtype (default float64)")
-      ->check(CLI::IsMember({"float64", "float32"}).description(""))
-      ->type_name("float64|float32");
-    app.footer(files_text);
-}
-
-// Arguments CLI11 did not recognise (it keeps them, in order, with allow_extras).
-void refuse_extras(const CLI::App& app)
-{
-    for (const std::string& arg : app.remaining())
-    {
-        if (arg.rfind("-", 0) == 0)
-        {
-            throw input_error("unknown option '" + arg.substr(0, arg.find('=')) + "' (see --help)");
-        }
-    }
-    if (!app.remaining().empty())
-    {
-        throw input_error("unexpected argument '" + app.remaining().front() + "' (see --help)");
-    }
-}
-
-void require_options(const CLI::App& app)
-{
-    for (const char* name : {"--checkpoint", "--in", "--out"})
-    {
-        if (app.get_option(name)->count() == 0)
-        {
-            throw input_error(std::string("missing required option ") + name + " (see --help)");
-        }
-    }
 }
 }  // namespace
 
@@ -463,24 +376,13 @@ int main(int argc, char** argv)
     signal(SIGPIPE, SIG_IGN);  // a closed stdout or stderr must not kill the process
     try
     {
-        options o;
-        CLI::App app(description, program);
-        add_options(app, o);
-        try
+        const command_line c = parse_arguments(std::vector<std::string>(argv + 1, argv + argc));
+        if (c.help)
         {
-            app.parse(argc, argv);
-        }
-        catch (const CLI::CallForHelp&)
-        {
-            std::cout << app.help() << std::flush;
+            std::cout << c.help_text << std::flush;
             return std::cout ? 0 : 1;
         }
-        catch (const CLI::ParseError& e)
-        {
-            throw input_error(std::string(e.what()) + " (see --help)");
-        }
-        refuse_extras(app);
-        require_options(app);
+        const options& o = c.run;
         check_output_directory(o.out);
         const std::string summary = o.dtype == "float32" ? run<float>(o) : run<double>(o);
         std::cout << program << ": " << one_line(summary) << std::endl;
@@ -501,6 +403,10 @@ int main(int argc, char** argv)
     catch (const output_error& e)
     {
         return fail_with(1, e.what());
+    }
+    catch (const anomaly_error& e)
+    {
+        return fail_with(3, e.one_line());
     }
     catch (const std::bad_alloc&)
     {
