@@ -4,6 +4,19 @@
 #include <mutex>
 #include <vector>
 
+// Under AddressSanitizer (XGRAD_SANITIZE) the pool tells ASan which bytes are in use, so that a read past
+// an array's end (into the size class's slack), or of an array after it went back to the pool, is
+// reported as it would be with plain malloc and free. Elsewhere these macros do nothing.
+#if defined(__has_include)
+#if __has_include(<sanitizer/asan_interface.h>)
+#include <sanitizer/asan_interface.h>
+#endif
+#endif
+#ifndef ASAN_POISON_MEMORY_REGION
+#define ASAN_POISON_MEMORY_REGION(addr, size) ((void)(addr), (void)(size))
+#define ASAN_UNPOISON_MEMORY_REGION(addr, size) ((void)(addr), (void)(size))
+#endif
+
 namespace xgrad
 {
 namespace
@@ -28,6 +41,17 @@ std::size_t class_of(std::size_t bytes, std::size_t* rounded)
     return small_limit / alignment + static_cast<std::size_t>(top - 12) * 4 + (quarters - 4);
 }
 
+// The bytes of every buffer in class c (the inverse of class_of).
+std::size_t class_bytes(std::size_t c)
+{
+    if (c < small_limit / alignment)
+    {
+        return (c + 1) * alignment;
+    }
+    const std::size_t k = c - small_limit / alignment;
+    return (4 + k % 4) << (12 + k / 4 - 2);
+}
+
 class pool
 {
 public:
@@ -46,10 +70,13 @@ public:
                 void* p = free_[c].back();
                 free_[c].pop_back();
                 cached_ -= rounded;
+                ASAN_UNPOISON_MEMORY_REGION(p, bytes);
                 return p;
             }
         }
-        return plain_allocate(rounded);
+        void* p = plain_allocate(rounded);
+        ASAN_POISON_MEMORY_REGION(static_cast<char*>(p) + bytes, rounded - bytes);  // the class's slack
+        return p;
     }
 
     void deallocate(void* p, std::size_t bytes) noexcept
@@ -72,6 +99,7 @@ public:
                     }
                     free_[c].push_back(p);
                     cached_ += rounded;
+                    ASAN_POISON_MEMORY_REGION(p, rounded);
                     return;
                 }
                 catch (...)
@@ -80,6 +108,7 @@ public:
                 }
             }
         }
+        ASAN_UNPOISON_MEMORY_REGION(p, rounded);
         std::free(p);
     }
 
@@ -98,13 +127,14 @@ public:
     void release()
     {
         std::lock_guard<std::mutex> lock(mutex_);
-        for (auto& list : free_)
+        for (std::size_t c = 0; c < free_.size(); ++c)
         {
-            for (void* p : list)
+            for (void* p : free_[c])
             {
+                ASAN_UNPOISON_MEMORY_REGION(p, class_bytes(c));
                 std::free(p);
             }
-            list.clear();
+            free_[c].clear();
         }
         cached_ = 0;
     }

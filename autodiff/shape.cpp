@@ -14,6 +14,17 @@ std::string shape_str(const shape_t& shape)
     return s + ")";
 }
 
+std::string position_str(std::size_t flat, const shape_t& shape)
+{
+    shape_t index(shape.size());
+    for (std::size_t ax = shape.size(); ax-- > 0;)
+    {
+        index[ax] = flat % shape[ax];
+        flat /= shape[ax];
+    }
+    return shape_str(index);
+}
+
 std::size_t element_count(const shape_t& shape)
 {
     std::size_t n = 1;

@@ -6,7 +6,16 @@
 #include <string>
 #include <vector>
 
+// GCC 12 flags xtensor's small-vector copy as "may be used uninitialized" when it is inlined into a caller
+// that builds a shape from a brace list (a false positive); off inside xtensor's headers only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <xtensor/xstorage.hpp>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 namespace xgrad
 {
@@ -15,6 +24,9 @@ using shape_t = xt::svector<std::size_t, 4>;
 
 // "(2, 3, 4)"; a scalar prints as "()".
 std::string shape_str(const shape_t& shape);
+
+// "(1, 2)": the multi-index of flat (row-major) position `flat` in an array of shape `shape`.
+std::string position_str(std::size_t flat, const shape_t& shape);
 
 template <class S>
 shape_t to_shape(const S& s)

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,6 +37,24 @@ namespace detail
 template <class T>
 struct tape_state;
 }
+
+// Thrown in anomaly mode (tape::detect_anomaly) by the first op whose forward value, or whose backward
+// rule's gradient, holds NaN or +-inf although everything it read was finite. what() is the summary line
+// and then the forward trace: the node and the chain of nodes that fed it, oldest first.
+struct anomaly_error : std::runtime_error
+{
+    anomaly_error(std::string summary_line, std::vector<std::string> trace_lines);
+    // The report on one line, for a tool's stderr: the summary, then "; forward trace: " and the nodes.
+    std::string one_line() const;
+
+    std::string summary;             // one line: op, label, node, pass, shapes, the first bad element
+    std::vector<std::string> trace;  // "%3 Q = matmul(%0, %1)  (2, 5, 8)", the failing node last
+    std::uint32_t node = 0;          // the node whose forward or backward went non-finite
+    std::string op, label;
+    bool in_backward = false;
+    std::size_t element = 0;  // flat (row-major) index of the first non-finite element
+    double value = 0;         // that element: NaN, inf or -inf
+};
 
 // A learnable tensor that outlives tapes (a training loop records a fresh tape each step).
 // Copies share one value and one gradient. The gradient accumulates over backward calls until zero_grad.
@@ -104,6 +123,7 @@ struct node
     unsigned saves = saves_nothing;  // what this node's rule reads (saves flags)
     bool value_saved = false;  // some live backward rule reads this value
     bool released = false;     // its rule was freed by a backward that did not retain the graph
+    std::int8_t finite = -1;   // anomaly mode's memo: value all finite (1), not (0), not yet looked at (-1)
     std::uint64_t multiply_adds = 0;
     std::shared_ptr<typename parameter<T>::state> param;  // set on leaves bound to a parameter
 
@@ -152,6 +172,11 @@ struct tape_state
 
     std::uint64_t generation = 0;
     int no_grad_depth = 0;
+    // Anomaly mode. The newest op's value is checked once it has its label: when it is named, read, used
+    // by the next op, or when backward starts (`unchecked` is its index until then).
+    static constexpr std::uint32_t no_node = static_cast<std::uint32_t>(-1);
+    bool detect_anomaly = false;
+    std::uint32_t unchecked = no_node;
 
     node<T>& at(std::uint32_t index, std::uint64_t generation_of_handle) const;
 };
@@ -186,6 +211,11 @@ var<T> record_range(const char* op, const Inputs& inputs, array<T>&& value, unsi
                     std::uint64_t multiply_adds);
 
 [[noreturn]] void throw_stale(std::uint32_t index);
+
+// Anomaly mode's forward check of the node state.unchecked (then none is): throws anomaly_error if its
+// value is not all finite while its inputs are.
+template <class T>
+void check_forward_anomaly(tape_state<T>& state);
 }  // namespace detail
 
 // A constant leaf (no gradient) on the tape `on_same_tape` was recorded on: for functions that build a
@@ -237,8 +267,10 @@ template <class T>
 class backward_context
 {
 public:
-    backward_context(detail::tape_state<T>& s, detail::node<T>& n, bool grad_is_disposable)
-        : state_(s), node_(n), disposable_(grad_is_disposable)
+    backward_context(detail::tape_state<T>& s, std::uint32_t index, bool grad_is_disposable,
+                     bool check_finite = false)
+        : state_(s), node_(*s.nodes[index]), index_(index), disposable_(grad_is_disposable),
+          check_finite_(check_finite)
     {
     }
     const array<T>& grad() const { return node_.grad; }
@@ -253,9 +285,13 @@ public:
 
 private:
     detail::node<T>& input_node(std::size_t k) const { return *state_.nodes[node_.inputs[k]]; }
+    // Anomaly mode: input k's gradient g went non-finite (in the rule's own result, or in the sum).
+    [[noreturn]] void throw_backward_anomaly(std::size_t k, const array<T>& g, bool in_sum) const;
     detail::tape_state<T>& state_;
     detail::node<T>& node_;
+    std::uint32_t index_;
     bool disposable_;
+    bool check_finite_;  // anomaly mode, and everything this rule reads is finite
 };
 
 // One line of tape::nodes(): what the shape trace and the DOT export print.
@@ -306,6 +342,19 @@ public:
         tape& t_;
     };
     no_grad_guard no_grad() { return no_grad_guard(*this); }
+
+    // Anomaly mode, off by default. When on, the first op whose forward value or backward gradient holds
+    // NaN or +-inf although everything it read was finite throws xgrad::anomaly_error naming the node (op,
+    // label, index, shapes, the first bad element) with the forward trace that led to it. A NaN that was
+    // already in an input only propagates: not an anomaly. An op's value is checked as soon as it is
+    // named, read or used, so the report carries the label .named() gives it. Costs one branch per op when
+    // off; when on, each value is scanned once, and each gradient a rule sends.
+    void detect_anomaly(bool on = true)
+    {
+        state_->detect_anomaly = on;
+        state_->unchecked = detail::tape_state<T>::no_node;
+    }
+    bool detecting_anomaly() const { return state_->detect_anomaly; }
 
     // Introspection.
     std::size_t size() const { return state_->nodes.size(); }
@@ -373,6 +422,14 @@ var<T> record_range(const char* op, const Inputs& inputs, array<T>&& value, unsi
     }
     const auto index = static_cast<std::uint32_t>(state->nodes.size());
     state->nodes.push_back(std::move(n));
+    if (state->detect_anomaly)
+    {
+        if (state->unchecked != tape_state<T>::no_node)
+        {
+            check_forward_anomaly(*state);  // the op before this one, which nothing named or read
+        }
+        state->unchecked = index;
+    }
     return var<T>(state, index, state->generation);
 }
 template <class T, class Rule>
@@ -408,4 +465,6 @@ extern template class parameter<float>;
 extern template class parameter<double>;
 extern template class backward_context<float>;
 extern template class backward_context<double>;
+extern template void detail::check_forward_anomaly(detail::tape_state<float>&);
+extern template void detail::check_forward_anomaly(detail::tape_state<double>&);
 }  // namespace xgrad

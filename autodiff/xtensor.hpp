@@ -4,14 +4,22 @@
 
 #include <cstdint>
 
-#include <xtensor/xarray.hpp>
-
 #include "autodiff/memory.hpp"
 #include "autodiff/shape.hpp"
+
+// GCC 12's -Wmaybe-uninitialized has false positives inside xtensor's headers (see shape.hpp); off there.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <xtensor/xarray.hpp>
 #include <xtensor/xbuilder.hpp>
 #include <xtensor/xio.hpp>
 #include <xtensor/xmath.hpp>
 #include <xtensor/xview.hpp>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 namespace xgrad
 {

@@ -8,10 +8,12 @@
 #include <random>
 #include <string>
 
+#include "examples/random_ids.hpp"
 #include "models/gpt.hpp"
 
 using namespace xgrad;
 using namespace xgrad::models;
+using xgrad::examples::random_ids;
 
 namespace
 {
@@ -68,17 +70,6 @@ std::string term_of(const std::vector<node_info>& nodes, const node_info& n)
         }
     }
     return "attention";
-}
-
-ids_t random_ids(std::size_t batch, std::size_t length, std::size_t vocab, std::mt19937_64& rng)
-{
-    std::uniform_int_distribution<std::int64_t> id(0, static_cast<std::int64_t>(vocab) - 1);
-    ids_t ids = ids_t::from_shape({batch, length});
-    for (auto& v : ids)
-    {
-        v = id(rng);
-    }
-    return ids;
 }
 }  // namespace
 

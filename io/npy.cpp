@@ -16,6 +16,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "io/escape.hpp"
+
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "tools/npy.cpp reads and writes little-endian data in place; port it before using a big-endian host"
 #endif
@@ -33,25 +35,10 @@ constexpr std::size_t header_align = 64;  // NumPy's ARRAY_ALIGN
     throw error(path + ": " + problem);
 }
 
-// Printable form of header text for messages: one line, bounded length.
+// Header text as messages quote it: one line, bounded, every non-printable byte as \xNN.
 std::string printable(const std::string& s, std::size_t limit = 60)
 {
-    std::string out = "'";
-    for (std::size_t i = 0; i < s.size() && i < limit; ++i)
-    {
-        const unsigned char c = static_cast<unsigned char>(s[i]);
-        if (c >= 0x20 && c < 0x7f)
-        {
-            out += static_cast<char>(c);
-        }
-        else
-        {
-            char buf[8];
-            std::snprintf(buf, sizeof buf, "\\x%02x", c);
-            out += buf;
-        }
-    }
-    return out + (s.size() > limit ? "...'" : "'");
+    return io::quoted(s, limit);
 }
 
 // A shape as Python writes the tuple: (), (3,), (2, 3).
@@ -109,11 +96,11 @@ public:
                 bad("dict keys must be strings");
             }
             skip_space();
-            expect(':', "expected ':' after key '" + key.text + "'");
+            expect(':', "expected ':' after key " + printable(key.text));
             value v = parse_value(0);
             if (!d.emplace(key.text, std::move(v)).second)
             {
-                bad("key '" + key.text + "' appears twice");
+                bad("key " + printable(key.text) + " appears twice");
             }
             skip_space();
             if (peek() == ',')
@@ -123,7 +110,7 @@ public:
             }
             else if (peek() != '}')
             {
-                bad("expected ',' or '}' after the value of '" + key.text + "'");
+                bad("expected ',' or '}' after the value of " + printable(key.text));
             }
         }
         ++i_;
@@ -332,11 +319,26 @@ enum class dtype
     f8,
     f4,
     b1,
+    i8,
+    i4,
+};
+
+// The family of dtypes a caller accepts.
+enum class wanted
+{
+    floats,
+    bools,
+    ints,
 };
 
 std::size_t item_size(dtype t)
 {
-    return t == dtype::f8 ? 8 : t == dtype::f4 ? 4 : 1;
+    return t == dtype::f8 || t == dtype::i8 ? 8 : t == dtype::f4 || t == dtype::i4 ? 4 : 1;
+}
+
+wanted family_of(dtype t)
+{
+    return t == dtype::b1 ? wanted::bools : t == dtype::i8 || t == dtype::i4 ? wanted::ints : wanted::floats;
 }
 
 struct opened
@@ -347,36 +349,44 @@ struct opened
     std::size_t count;  // elements
 };
 
-const char* needed(bool want_bool)
+const char* needed(wanted want)
 {
-    return want_bool ? "a bool array ('|b1') is needed"
-                     : "a float array is needed (float64 '<f8' or float32 '<f4')";
+    switch (want)
+    {
+    case wanted::bools: return "a bool array ('|b1') is needed";
+    case wanted::ints: return "an integer array is needed (int64 '<i8' or int32 '<i4')";
+    default: return "a float array is needed (float64 '<f8' or float32 '<f4')";
+    }
 }
 
-std::string dtype_problem(const std::string& descr, bool want_bool)
+std::string dtype_problem(const std::string& descr, wanted want)
 {
     const char kind = descr.size() >= 2 ? descr[1] : '?';
-    const int bits = descr.size() > 2 ? std::atoi(descr.c_str() + 2) * 8 : 0;
-    if (!want_bool && descr.size() > 2 && descr[0] == '>' && kind == 'f')
+    const std::string bytes = descr.size() > 2 ? descr.substr(2) : "";
+    const bool sized = !bytes.empty() && bytes.size() <= 2 &&
+                       std::all_of(bytes.begin(), bytes.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const char wanted_kind = want == wanted::floats ? 'f' : want == wanted::ints ? 'i' : '\0';
+    if (descr.size() > 2 && descr[0] == '>' && kind == wanted_kind)
     {
-        return "dtype " + printable(descr) +
-               " is big-endian; a little-endian float array is needed ('<f8' or " +
-               "'<f4'; in NumPy: a.astype('<f" + descr.substr(2) + "'))";
+        const char* family = kind == 'f' ? "float" : "integer";
+        return "dtype " + printable(descr) + " is big-endian; a little-endian " + family +
+               " array is needed (in NumPy: a.astype(" + printable(std::string("<") + kind + bytes) + "))";
     }
     std::string name;
     if (descr == "|b1")
     {
         name = " (bool)";
     }
-    else if (kind == 'i' || kind == 'u' || kind == 'f' || kind == 'c')
+    else if (sized && (kind == 'i' || kind == 'u' || kind == 'f' || kind == 'c'))
     {
+        const int bits = std::stoi(bytes) * 8;
         const char* family = kind == 'i' ? "int" : kind == 'u' ? "uint" : kind == 'f' ? "float" : "complex";
         name = " (" + std::string(family) + std::to_string(bits) + ")";
     }
-    return "dtype " + printable(descr) + name + " is not supported; " + needed(want_bool);
+    return "dtype " + printable(descr) + name + " is not supported; " + needed(want);
 }
 
-opened open_npy(const std::string& path, bool want_bool)
+opened open_npy(const std::string& path, wanted want)
 {
     // stat before opening: opening a FIFO for reading would block until someone writes to it.
     struct stat st
@@ -456,7 +466,7 @@ opened open_npy(const std::string& path, bool want_bool)
     {
         if (key != "descr" && key != "fortran_order" && key != "shape")
         {
-            fail(path, "malformed header (unexpected key '" + key + "'): " + printable(text));
+            fail(path, "malformed header (unexpected key " + printable(key) + "): " + printable(text));
         }
     }
     for (const char* key : {"descr", "fortran_order", "shape"})
@@ -471,7 +481,7 @@ opened open_npy(const std::string& path, bool want_bool)
     if (descr.kind != value::string)
     {
         fail(path, descr.text == "list"
-                       ? "structured dtypes are not supported; " + std::string(needed(want_bool))
+                       ? "structured dtypes are not supported; " + std::string(needed(want))
                        : "malformed header ('descr' must be a dtype string): " + printable(text));
     }
     dtype type;
@@ -487,13 +497,21 @@ opened open_npy(const std::string& path, bool want_bool)
     {
         type = dtype::b1;
     }
+    else if (descr.text == "<i8")
+    {
+        type = dtype::i8;
+    }
+    else if (descr.text == "<i4")
+    {
+        type = dtype::i4;
+    }
     else
     {
-        fail(path, dtype_problem(descr.text, want_bool));
+        fail(path, dtype_problem(descr.text, want));
     }
-    if ((type == dtype::b1) != want_bool)
+    if (family_of(type) != want)
     {
-        fail(path, dtype_problem(descr.text, want_bool));
+        fail(path, dtype_problem(descr.text, want));
     }
 
     const value& fortran = d.at("fortran_order");
@@ -635,7 +653,7 @@ void write_npy(const std::string& path, const char* descr, const shape_t& shape,
 template <class T>
 array<T> load_float(const std::string& path)
 {
-    opened o = open_npy(path, false);
+    opened o = open_npy(path, wanted::floats);
     array<T> a = array<T>::from_shape(o.shape);
     if ((o.type == dtype::f8) == std::is_same<T, double>::value)
     {
@@ -657,7 +675,7 @@ array<T> load_float(const std::string& path)
 
 mask_t load_bool(const std::string& path)
 {
-    opened o = open_npy(path, true);
+    opened o = open_npy(path, wanted::bools);
     std::vector<unsigned char> bytes(o.count);
     if (o.count > 0 && std::fread(bytes.data(), 1, o.count, o.file.get()) != o.count)
     {
@@ -676,6 +694,24 @@ mask_t load_bool(const std::string& path)
     return m;
 }
 
+ids_t load_ids(const std::string& path)
+{
+    opened o = open_npy(path, wanted::ints);
+    ids_t ids = ids_t::from_shape(o.shape);
+    if (o.type == dtype::i8)
+    {
+        if (o.count > 0 && std::fread(ids.data(), sizeof(std::int64_t), o.count, o.file.get()) != o.count)
+        {
+            fail(path, "cannot read the data (file changed while reading?)");
+        }
+    }
+    else
+    {
+        read_converted<std::int32_t>(path, o.file.get(), ids.data(), o.count);
+    }
+    return ids;
+}
+
 template <class T>
 void save(const std::string& path, const array<T>& a)
 {
@@ -688,6 +724,26 @@ void save_bool(const std::string& path, const mask_t& m)
     std::vector<unsigned char> bytes(m.size());
     std::copy(m.begin(), m.end(), bytes.begin());
     write_npy(path, "|b1", to_shape(m.shape()), bytes.data(), bytes.size());
+}
+
+void save_ids(const std::string& path, const ids_t& ids, int_width width)
+{
+    if (width == int_width::int64)
+    {
+        write_npy(path, "<i8", to_shape(ids.shape()), ids.data(), ids.size() * sizeof(std::int64_t));
+        return;
+    }
+    std::vector<std::int32_t> narrow(ids.size());
+    for (std::size_t k = 0; k < ids.size(); ++k)
+    {
+        const std::int64_t v = ids.data()[k];
+        if (v < std::numeric_limits<std::int32_t>::min() || v > std::numeric_limits<std::int32_t>::max())
+        {
+            fail(path, "cannot write " + std::to_string(v) + " as int32 (element " + std::to_string(k) + ")");
+        }
+        narrow[k] = static_cast<std::int32_t>(v);
+    }
+    write_npy(path, "<i4", to_shape(ids.shape()), narrow.data(), narrow.size() * sizeof(std::int32_t));
 }
 
 template array<float> load_float<float>(const std::string&);

@@ -27,9 +27,13 @@ struct stored_tensor
 
 struct safetensors_file
 {
-    std::map<std::string, std::string> metadata;       // "__metadata__"
-    std::map<std::string, stored_tensor> tensors;      // by name
+    std::map<std::string, std::string> metadata;   // "__metadata__"
+    std::map<std::string, stored_tensor> tensors;  // by name
 };
+
+// `s` quoted for a message: one line, at most `limit` bytes shown, every byte outside printable ASCII
+// (and the quote and backslash) escaped as \xNN.
+std::string printable(const std::string& s, std::size_t limit = 80);
 
 // Throws format_error naming the file and what is wrong (header longer than the file, JSON that does
 // not parse, a dtype other than F32/F64, offsets outside the buffer, overlapping or of the wrong length,

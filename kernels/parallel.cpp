@@ -169,5 +169,19 @@ void parallel_for(std::size_t count, const std::function<void(std::size_t)>& bod
 {
     the_pool().run(count, body);
 }
+
+void for_rows(std::size_t rows, std::size_t row_length, const std::function<void(std::size_t)>& body)
+{
+    constexpr std::size_t parallel_threshold = 1 << 16;  // elements in all
+    if (rows * row_length < parallel_threshold)
+    {
+        for (std::size_t r = 0; r < rows; ++r)
+        {
+            body(r);
+        }
+        return;
+    }
+    parallel_for(rows, body);
+}
 }  // namespace kernels
 }  // namespace xgrad

@@ -6,13 +6,19 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
-#include <xsimd/xsimd.hpp>
 
-// GCC 12 flags its own AVX-512 intrinsics (_mm512_undefined_* inside xsimd's hadd, nearbyint, ...) as
-// using uninitialised values once they are inlined here; a known false positive of those headers.
+// GCC 12 reports -Wuninitialized / -Wmaybe-uninitialized from its own avx512fintrin.h wherever xsimd's
+// AVX-512 code is inlined (_mm256_undefined_pd() is `__m256d __Y = __Y;` on purpose): hundreds of lines
+// of a known false positive on an AVX-512 machine. The two warnings are off for the xsimd headers only
+// (GCC judges them where the xsimd function is written); xgrad's own code keeps them.
 #if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <xsimd/xsimd.hpp>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
 #endif
 
 namespace xgrad::kernels::simd

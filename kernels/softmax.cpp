@@ -18,22 +18,6 @@ namespace kernels
 {
 namespace
 {
-// Rows above this many elements in total are split across threads.
-constexpr std::size_t parallel_threshold = 1 << 16;
-
-void for_rows(std::size_t rows, std::size_t row_length, const std::function<void(std::size_t)>& body)
-{
-    if (rows * row_length < parallel_threshold)
-    {
-        for (std::size_t r = 0; r < rows; ++r)
-        {
-            body(r);
-        }
-        return;
-    }
-    parallel_for(rows, body);
-}
-
 // Where row r of x (shape `shape`, last axis excluded) starts inside a mask broadcast to that shape.
 struct mask_rows
 {

@@ -43,18 +43,6 @@ void copy_elements(T* to, const T* from, std::size_t count)
     }
 }
 
-// "(1, 2)": the multi-index of flat position `flat` in an array of shape `shape`.
-std::string position_str(std::size_t flat, const shape_t& shape)
-{
-    shape_t index(shape.size());
-    for (std::size_t ax = shape.size(); ax-- > 0;)
-    {
-        index[ax] = flat % shape[ax];
-        flat /= shape[ax];
-    }
-    return shape_str(index);
-}
-
 std::string shapes_str(const std::vector<shape_t>& shapes)
 {
     std::string s;

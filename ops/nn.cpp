@@ -21,22 +21,6 @@ namespace xgrad::ops
 {
 namespace
 {
-// Arrays above this many elements have their rows split across threads.
-constexpr std::size_t parallel_threshold = 1 << 16;
-
-void for_rows(std::size_t rows, std::size_t row_length, const std::function<void(std::size_t)>& body)
-{
-    if (rows * row_length < parallel_threshold)
-    {
-        for (std::size_t r = 0; r < rows; ++r)
-        {
-            body(r);
-        }
-        return;
-    }
-    kernels::parallel_for(rows, body);
-}
-
 // Rows of the last axis: `count` rows of `length` elements. The row count comes from the leading axes,
 // so an empty last axis still has its rows.
 struct rows_of
@@ -166,17 +150,6 @@ T log_sum_exp(const T* x, std::size_t n)
     return top + std::log(sum_exp_shifted(x, n, top));
 }
 
-std::string position_str(std::size_t flat, const shape_t& shape)
-{
-    shape_t index(shape.size());
-    for (std::size_t ax = shape.size(); ax-- > 0;)
-    {
-        index[ax] = flat % shape[ax];
-        flat /= shape[ax];
-    }
-    return shape_str(index);
-}
-
 template <class T>
 std::string number_str(T value)
 {
@@ -233,7 +206,7 @@ var<T> log_softmax(const var<T>& x)
     const rows_of rows(x.shape());
     array<T> y = array<T>::from_shape(x.shape());
     const T* in = x.value().data();
-    for_rows(rows.count, rows.length, [&](std::size_t r) {
+    kernels::for_rows(rows.count, rows.length, [&](std::size_t r) {
         const T* xr = in + r * rows.length;
         T* yr = y.data() + r * rows.length;
         const T top = kernels::simd::max_of(xr, rows.length);
@@ -246,7 +219,7 @@ var<T> log_softmax(const var<T>& x)
     auto rule = [rows](backward_context<T>& ctx) {
         array<T> dx = ctx.take_grad();  // g, turned into dL/dx row by row in place
         const T* y = ctx.output().data();
-        for_rows(rows.count, rows.length, [&](std::size_t r) {
+        kernels::for_rows(rows.count, rows.length, [&](std::size_t r) {
             T* dr = dx.data() + r * rows.length;
             const T* yr = y + r * rows.length;
             subtract_exp_times(dr, yr, rows.length, sum_of(dr, rows.length));
@@ -270,7 +243,7 @@ var<T> cross_entropy(const var<T>& logits, const ids_t& targets)
     const T* x = logits.value().data();
     std::vector<T> lse(rows.count, T(0));
     std::vector<T> row_loss(rows.count, T(0));
-    for_rows(rows.count, rows.length, [&](std::size_t r) {
+    kernels::for_rows(rows.count, rows.length, [&](std::size_t r) {
         const std::int64_t t = targets.flat(r);
         if (t == -1)
         {
@@ -299,7 +272,7 @@ var<T> cross_entropy(const var<T>& logits, const ids_t& targets)
         {
             const T per_row = ctx.grad().flat(0) / static_cast<T>(kept);  // g / n
             const T* x = ctx.input(0).data();
-            for_rows(rows.count, rows.length, [&](std::size_t r) {
+            kernels::for_rows(rows.count, rows.length, [&](std::size_t r) {
                 const std::int64_t t = targets.flat(r);
                 if (t == -1)
                 {
@@ -336,7 +309,7 @@ var<T> layer_norm(const var<T>& x, const var<T>& weight, const var<T>& bias, T e
     const T* in = x.value().data();
     const T* w = weight.value().data();
     const T* b = bias.value().data();
-    for_rows(rows.count, d, [&](std::size_t r) {
+    kernels::for_rows(rows.count, d, [&](std::size_t r) {
         const T* xr = in + r * d;
         T* yr = y.data() + r * d;
         const T mu = sum_of(xr, d) / static_cast<T>(d);
@@ -359,7 +332,7 @@ var<T> layer_norm(const var<T>& x, const var<T>& weight, const var<T>& bias, T e
         if (ctx.needs_grad(0))
         {
             array<T> dx = array<T>::from_shape(ctx.input(0).shape());
-            for_rows(rows.count, d, [&](std::size_t r) {
+            kernels::for_rows(rows.count, d, [&](std::size_t r) {
                 const T* gr = g + r * d;
                 T* dxhat = dx.data() + r * d;  // dxhat = g w, then turned into dx in place
                 for (std::size_t j = 0; j < d; ++j)

@@ -7,8 +7,7 @@
 
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
+#include <functional>
 #include <random>
 #include <string>
 
@@ -16,24 +15,14 @@
 #include "io/npy.hpp"
 
 using namespace xgrad;
+using xgrad::test::read_bytes;
 using xgrad::test::temp_dir;
+using xgrad::test::write_bytes;
 namespace fs = std::filesystem;
 
 namespace
 {
 const std::string data_dir = std::string(XGRAD_SOURCE_DIR) + "/tests/data/npy/";
-
-std::string read_bytes(const std::string& path)
-{
-    std::ifstream f(path, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
-void write_bytes(const std::string& path, const std::string& bytes)
-{
-    std::ofstream f(path, std::ios::binary);
-    f << bytes;
-}
 
 // A .npy file with any header text and data, laid out as NumPy lays it out (unless the caller breaks it).
 std::string npy_file(const std::string& dict, const std::string& data, int major = 1)
@@ -348,4 +337,55 @@ TEST_CASE("npy save reports a file it cannot write")
     {
         CHECK(std::string(e.what()) == path + ": cannot write (No such file or directory)");
     }
+}
+
+TEST_CASE("npy integer ids: int64 and int32 round trips, NumPy's layout, and the dtypes refused")
+{
+    temp_dir dir;
+    const ids_t ids{{0, 5, -1}, {2147483647, -2147483648LL, 7}};
+    for (const auto width : {npy::int_width::int64, npy::int_width::int32})
+    {
+        const std::string path = dir / "ids.npy";
+        npy::save_ids(path, ids, width);
+        CHECK(npy::load_ids(path) == ids);
+        const std::string bytes = read_bytes(path);
+        const bool wide = width == npy::int_width::int64;
+        CHECK(bytes.find(wide ? "'descr': '<i8'" : "'descr': '<i4'") != std::string::npos);
+        CHECK(bytes.size() == 128 + ids.size() * (wide ? 8 : 4));
+        CHECK(bytes.substr(128 + (wide ? 8 : 4), 4) == std::string("\x05\x00\x00\x00", 4));  // ids(0, 1) = 5, LE
+    }
+
+    // A file laid out by hand: int32 (2, 2) of 1, -2, 3, 4.
+    const std::string i4 = std::string("\x01\x00\x00\x00\xfe\xff\xff\xff\x03\x00\x00\x00\x04\x00\x00\x00", 16);
+    const std::string path = dir / "hand.npy";
+    write_bytes(path, npy_file("{'descr': '<i4', 'fortran_order': False, 'shape': (2, 2), }", i4));
+    CHECK(npy::load_ids(path) == ids_t{{1, -2}, {3, 4}});
+
+    CHECK_THROWS_AS(npy::save_ids(dir / "big.npy", ids_t{1LL << 40}, npy::int_width::int32), npy::error);
+
+    const auto message_of = [](const std::function<void()>& f) -> std::string {
+        try
+        {
+            f();
+        }
+        catch (const npy::error& e)
+        {
+            return e.what();
+        }
+        return "(no error)";
+    };
+    npy::save(dir / "f.npy", array<double>{1.0, 2.0});
+    CHECK(message_of([&] { npy::load_ids(dir / "f.npy"); }) ==
+          dir / "f.npy" + ": dtype '<f8' (float64) is not supported; an integer array is needed (int64 '<i8' or int32 '<i4')");
+    CHECK(message_of([&] { npy::load_float<double>(path); }) ==
+          path + ": dtype '<i4' (int32) is not supported; a float array is needed (float64 '<f8' or float32 '<f4')");
+    write_bytes(path, npy_file("{'descr': '>i8', 'fortran_order': False, 'shape': (1,), }", std::string(8, '\0')));
+    CHECK(message_of([&] { npy::load_ids(path); }) ==
+          path + ": dtype '>i8' is big-endian; a little-endian integer array is needed (in NumPy: a.astype('<i8'))");
+    write_bytes(path, npy_file("{'descr': '|u1', 'fortran_order': False, 'shape': (1,), }", std::string(1, '\0')));
+    CHECK(message_of([&] { npy::load_ids(path); }).find("dtype '|u1' (uint8) is not supported; an integer array") !=
+          std::string::npos);
+    npy::save_bool(dir / "b.npy", mask_t{true});
+    CHECK(message_of([&] { npy::load_ids(dir / "b.npy"); }).find("(bool) is not supported; an integer array") !=
+          std::string::npos);
 }

@@ -54,33 +54,6 @@ f64 run_unary(var<double> (*op)(const var<double>&), const f64& x)
     tape<double> t;
     return op(t.input(x)).value();
 }
-
-// What the what() of the exception thrown by f says; fails the test if f does not throw
-// std::invalid_argument.
-template <class F>
-std::string invalid_argument_message(F&& f)
-{
-    try
-    {
-        f();
-    }
-    catch (const std::invalid_argument& e)
-    {
-        return e.what();
-    }
-    catch (...)
-    {
-        FAIL("threw something other than std::invalid_argument");
-        return "";
-    }
-    FAIL("did not throw");
-    return "";
-}
-
-bool contains(const std::string& text, const std::string& part)
-{
-    return text.find(part) != std::string::npos;
-}
 }  // namespace
 
 // ---- elementwise -----------------------------------------------------------------------------------
@@ -241,16 +214,6 @@ const std::vector<reduce_case> reduce_cases = {
     {{2, 3, 4}, {1}},    {{2, 3, 4}, {2}},       {{2, 3, 4}, {0, 2}}, {{2, 3, 4}, {2, 0}},
     {{2, 3, 4}, {1, 2}}, {{2, 3, 4}, {0, 1, 2}}, {{2, 1, 3}, {1}},
 };
-
-std::string axes_str(const std::vector<std::size_t>& axes)
-{
-    std::string s = "{";
-    for (auto a : axes)
-    {
-        s += (s.size() > 1 ? ", " : "") + std::to_string(a);
-    }
-    return s + "}";
-}
 
 std::size_t reduced_count(const shape_t& shape, const std::vector<std::size_t>& axes)
 {

@@ -14,33 +14,6 @@ using namespace xgrad::test;
 
 namespace
 {
-// What the what() of the std::invalid_argument thrown by f says; fails the test if f throws nothing or
-// something else.
-template <class F>
-std::string invalid_argument_message(F&& f)
-{
-    try
-    {
-        f();
-    }
-    catch (const std::invalid_argument& e)
-    {
-        return e.what();
-    }
-    catch (...)
-    {
-        FAIL("threw something other than std::invalid_argument");
-        return "";
-    }
-    FAIL("did not throw");
-    return "";
-}
-
-bool contains(const std::string& text, const std::string& part)
-{
-    return text.find(part) != std::string::npos;
-}
-
 // x[..., begin:end, ...] along `axis`, element by element.
 f64 ref_slice(const f64& x, std::size_t axis, std::size_t begin, std::size_t end)
 {
@@ -105,13 +78,6 @@ std::vector<f64> concat_parts(const shape_t& base, std::size_t axis, const std::
         parts.push_back(random_array(shape, seed++));
     }
     return parts;
-}
-
-ids_t make_ids(const shape_t& shape, const std::vector<std::int64_t>& values)
-{
-    ids_t ids = ids_t::from_shape(shape);
-    std::copy(values.begin(), values.end(), ids.begin());
-    return ids;
 }
 }  // namespace
 

@@ -19,42 +19,6 @@ namespace
 const double nan_v = std::numeric_limits<double>::quiet_NaN();
 const double inf_v = std::numeric_limits<double>::infinity();
 
-// What the what() of the std::invalid_argument thrown by f says; fails the test otherwise.
-template <class F>
-std::string invalid_argument_message(F&& f)
-{
-    try
-    {
-        f();
-    }
-    catch (const std::invalid_argument& e)
-    {
-        return e.what();
-    }
-    catch (...)
-    {
-        FAIL("threw something other than std::invalid_argument");
-        return "";
-    }
-    FAIL("did not throw");
-    return "";
-}
-
-bool contains(const std::string& text, const std::string& part)
-{
-    return text.find(part) != std::string::npos;
-}
-
-std::string axes_str(const std::vector<std::size_t>& axes)
-{
-    std::string s = "{";
-    for (auto a : axes)
-    {
-        s += (s.size() > 1 ? ", " : "") + std::to_string(a);
-    }
-    return s + "}";
-}
-
 // The value of f at `inputs` and the gradients of sum(f * G) for a seeded G, computed in T.
 template <class T>
 struct evaluation

@@ -19,40 +19,6 @@ namespace
 {
 const double not_a_number = std::numeric_limits<double>::quiet_NaN();
 
-// What the what() of the std::invalid_argument thrown by f says; fails the test if f throws nothing or
-// something else.
-template <class F>
-std::string invalid_argument_message(F&& f)
-{
-    try
-    {
-        f();
-    }
-    catch (const std::invalid_argument& e)
-    {
-        return e.what();
-    }
-    catch (...)
-    {
-        FAIL("threw something other than std::invalid_argument");
-        return "";
-    }
-    FAIL("did not throw");
-    return "";
-}
-
-bool contains(const std::string& text, const std::string& part)
-{
-    return text.find(part) != std::string::npos;
-}
-
-ids_t make_ids(const shape_t& shape, const std::vector<std::int64_t>& values)
-{
-    ids_t ids = ids_t::from_shape(shape);
-    std::copy(values.begin(), values.end(), ids.begin());
-    return ids;
-}
-
 std::size_t row_length(const f64& x)
 {
     return x.shape().back();

@@ -1,6 +1,7 @@
-// Helpers shared by the tape, ops and gradcheck tests: seeded random arrays and masks, loop-written
-// reference implementations (no xtensor expressions, so no lazy-reducer traps), a closeness check and a
-// gradcheck wrapper that prints the report when it fails.
+// Helpers shared by the tests: temporary folders and whole-file reads, seeded random arrays, masks and
+// token ids, loop-written reference implementations (no xtensor expressions, so no lazy-reducer traps),
+// closeness checks, the message of an expected std::invalid_argument, and a gradcheck wrapper that prints
+// the report when it fails.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -9,11 +10,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -47,6 +52,18 @@ struct temp_dir
     temp_dir& operator=(const temp_dir&) = delete;
     std::string operator/(const std::string& name) const { return (path / name).string(); }
 };
+
+inline std::string read_bytes(const std::string& path)
+{
+    std::ifstream f(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+inline void write_bytes(const std::string& path, const std::string& bytes)
+{
+    std::ofstream f(path, std::ios::binary);
+    f << bytes;
+}
 
 // ---- seeded data ---------------------------------------------------------------------------------
 
@@ -109,6 +126,27 @@ inline mask_t full_mask(const shape_t& shape, bool value)
     mask_t m = mask_t::from_shape(shape);
     std::fill(m.begin(), m.end(), value);
     return m;
+}
+
+// Ids of `shape` holding `values` in row-major order.
+inline ids_t make_ids(const shape_t& shape, const std::vector<std::int64_t>& values)
+{
+    ids_t ids = ids_t::from_shape(shape);
+    std::copy(values.begin(), values.end(), ids.begin());
+    return ids;
+}
+
+// (batch, length) token ids drawn uniformly from [0, vocab).
+inline ids_t random_ids(std::size_t batch, std::size_t length, std::size_t vocab, unsigned seed)
+{
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<std::int64_t> id(0, static_cast<std::int64_t>(vocab) - 1);
+    ids_t ids = ids_t::from_shape({batch, length});
+    for (auto& v : ids)
+    {
+        v = id(rng);
+    }
+    return ids;
 }
 
 template <class T>
@@ -379,6 +417,18 @@ double closeness(const array<TA>& a, const array<TB>& b, double rtol, double ato
     return worst;
 }
 
+// Largest |a - b| / max(1, |b|): relative where |b| > 1, absolute below. Shapes must agree.
+inline double max_relative_difference(const array<double>& a, const array<double>& b)
+{
+    REQUIRE(a.shape() == b.shape());
+    double worst = 0;
+    for (std::size_t k = 0; k < a.size(); ++k)
+    {
+        worst = std::max(worst, std::abs(a.flat(k) - b.flat(k)) / std::max(1.0, std::abs(b.flat(k))));
+    }
+    return worst;
+}
+
 template <class T>
 double max_abs(const array<T>& a)
 {
@@ -416,6 +466,37 @@ std::string describe(const array<T>& actual, const array<T>& expected)
     return out.str();
 }
 
+// ---- errors ----------------------------------------------------------------------------------------
+
+// What the what() of the std::invalid_argument thrown by f says; fails the test if f throws nothing or
+// something else.
+template <class F>
+std::string invalid_argument_message(F&& f)
+{
+    try
+    {
+        f();
+    }
+    catch (const std::invalid_argument& e)
+    {
+        return e.what();
+    }
+    catch (...)
+    {
+        FAIL("threw something other than std::invalid_argument");
+        return "";
+    }
+    FAIL("did not throw");
+    return "";
+}
+
+inline bool contains(const std::string& text, const std::string& part)
+{
+    return text.find(part) != std::string::npos;
+}
+
+// ---- checks ----------------------------------------------------------------------------------------
+
 // Elementwise |actual - expected| <= atol + rtol |expected|, with equal shapes.
 #define XGRAD_CHECK_CLOSE(actual, expected, rtol, atol)                                  \
     CHECK_MESSAGE(::xgrad::test::closeness((actual), (expected), (rtol), (atol)) <= 1.0, \
@@ -439,6 +520,17 @@ inline gradcheck_report run_gradcheck(const checked_function<double>& f, const s
         report.ok = false;
     }
     return report;
+}
+
+// "{0, 2}"
+inline std::string axes_str(const std::vector<std::size_t>& axes)
+{
+    std::string s = "{";
+    for (auto a : axes)
+    {
+        s += (s.size() > 1 ? ", " : "") + std::to_string(a);
+    }
+    return s + "}";
 }
 
 inline std::string shapes_str(const std::vector<shape_t>& shapes)

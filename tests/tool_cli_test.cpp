@@ -16,6 +16,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
@@ -198,6 +199,24 @@ void write_int64(const fs::path& p, const shape_t& shape)
     std::ofstream f(p, std::ios::binary);
     f << std::string("\x93NUMPY\x01\x00", 8) << static_cast<char>(header.size()) << '\0' << header
       << std::string(element_count(shape) * 8, '\0');
+}
+
+// A .npy file with the header dict `dict` (any bytes) and `data_bytes` zero bytes of data.
+void write_raw_npy(const fs::path& p, const std::string& dict, std::size_t data_bytes)
+{
+    std::string header = dict;
+    header.append((10 + header.size() + 1 + 63) / 64 * 64 - 10 - header.size() - 1, ' ');
+    header += '\n';
+    std::ofstream f(p, std::ios::binary);
+    f << std::string("\x93NUMPY\x01\x00", 8) << static_cast<char>(header.size() % 256)
+      << static_cast<char>(header.size() / 256) << header << std::string(data_bytes, '\0');
+}
+
+// True when every byte is printable ASCII (the final newline of a message aside).
+bool printable_line(const std::string& line)
+{
+    return std::all_of(line.begin(), line.end() - (line.empty() || line.back() != '\n' ? 0 : 1),
+                       [](char c) { return c >= 0x20 && c < 0x7f; });
 }
 }  // namespace
 
@@ -443,6 +462,28 @@ TEST_CASE("xgrad-mha-npy bad input: non-zero status, one line on stderr, no outp
          "--heads 2 --dtype f16"},
         {"flag twice", "--heads given twice", 2, [](const fs::path&) {}, "--heads 2 --heads 2"},
         {"stray argument", "unexpected argument 'extra'", 2, [](const fs::path&) {}, "--heads 2 extra"},
+        {"control byte in a header key", "unexpected key '\\x1d'", 2,
+         [](const fs::path& in) {
+             write_raw_npy(in / "X.npy", "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3, 4), '\x1d': 1}",
+                           2 * 3 * 4 * 8);
+         }},
+        {"control and non-ASCII bytes in a dtype", "dtype '<f\\x1f\\xff' is not supported", 2,
+         [](const fs::path& in) {
+             write_raw_npy(in / "W_Q.npy", "{'descr': '<f\x1f\xff', 'fortran_order': False, 'shape': (4, 4)}",
+                           128);
+         }},
+        {"control byte in an argument", "got '\\x1b[31m'", 2, [](const fs::path&) {},
+         "--heads 2 --dtype \"$(printf '\\033[31m')\""},
+        {"--detect-anomaly: finite X and W_Q whose product overflows", "anomaly in forward: ", 3,
+         [](const fs::path& in) {
+             npy::save((in / "X.npy").string(), test::filled<double>({2, 3, 4}, 1e300));
+             npy::save((in / "W_Q.npy").string(), test::filled<double>({4, 4}, 1e10));
+         },
+         "--heads 2 --detect-anomaly"},
+        {"--detect-anomaly with --grad manual", "--detect-anomaly watches the tape's ops", 2,
+         [](const fs::path&) {}, "--heads 2 --detect-anomaly --grad manual"},
+        {"--detect-anomaly given a value", "--detect-anomaly takes no value", 2, [](const fs::path&) {},
+         "--heads 2 --detect-anomaly=yes"},
     };
 
     int index = 0;
@@ -469,6 +510,7 @@ TEST_CASE("xgrad-mha-npy bad input: non-zero status, one line on stderr, no outp
             CHECK((!r.err.empty() && r.err.back() == '\n'));
             CHECK(r.err.rfind("xgrad-mha-npy: ", 0) == 0);
             CHECK(r.err.find(c.needle) != std::string::npos);
+            CHECK(printable_line(r.err));  // bytes from files and arguments are escaped as \xNN
             CHECK(fs::exists(out) == out_exists);
             if (out_exists)
             {
@@ -537,4 +579,50 @@ TEST_CASE("xgrad-mha-npy usage and output-directory failures")
         CHECK(bad.status == 2);
         CHECK_FALSE(fs::exists(scratch.path / "q1"));
     }
+}
+
+TEST_CASE("xgrad-mha-npy --detect-anomaly: the same files when nothing is anomalous, NaN inputs propagate, "
+          "an overflow is named with its trace")
+{
+    temp_dir scratch;
+    const std::size_t B = 2, T = 3, d = 4;
+    const fs::path in = scratch.path / "in";
+    write_case(in, true, B, T, T, d, 2, 2, 21);
+    const shapes want = expected_shapes(B, T, T, d, 2, 2, true);
+    const auto plain = run_good(scratch, in, scratch.path / "plain", "--heads 2 --causal", want, "float64");
+    const auto watched =
+        run_good(scratch, in, scratch.path / "watched", "--heads 2 --causal --detect-anomaly", want, "float64");
+    for (const auto& [name, a] : plain)
+    {
+        CAPTURE(name);
+        CHECK(read_text(scratch.path / "plain" / (name + ".npy")) ==
+              read_text(scratch.path / "watched" / (name + ".npy")));  // byte for byte
+    }
+
+    // A NaN in X is not an anomaly: it propagates into the outputs and the run succeeds.
+    array<double> x = test::normal_array<double>({B, T, d}, 21);
+    x(1, 2, 3) = std::numeric_limits<double>::quiet_NaN();
+    npy::save((in / "X.npy").string(), x);
+    const auto with_nan = run_good(scratch, in, scratch.path / "nan", "--heads 2 --detect-anomaly", want, "float64");
+    CHECK(std::isnan(with_nan.at("output")(1, 2, 0)));
+    CHECK(std::isfinite(with_nan.at("output")(0, 0, 0)));
+
+    // An overflow from finite inputs: status 3, one line naming the op and its label, with the trace.
+    npy::save((in / "X.npy").string(), test::filled<double>({B, T, d}, 1e300));
+    npy::save((in / "W_Q.npy").string(), test::filled<double>({d, d}, 1e10));
+    const fs::path out = scratch.path / "overflow";
+    const run_result r =
+        run_tool(scratch, "--in " + quote(in) + " --out " + quote(out) + " --heads 2 --detect-anomaly");
+    CAPTURE(r.err);
+    CHECK(r.status == 3);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK(r.err.find("anomaly in forward: ") != std::string::npos);
+    CHECK(r.err.find("matmul 'Q_linear'") != std::string::npos);
+    CHECK(r.err.find("gave inf at index [0, 0, 0]") != std::string::npos);
+    CHECK(r.err.find("; forward trace: %0 input 'X' (2, 3, 4); ") != std::string::npos);
+    CHECK_FALSE(fs::exists(out));
+
+    // Without the mode, the same inputs run through and write non-finite outputs.
+    const auto unwatched = run_good(scratch, in, scratch.path / "unwatched", "--heads 2", want, "float64");
+    CHECK_FALSE(std::isfinite(unwatched.at("output")(0, 0, 0)));
 }

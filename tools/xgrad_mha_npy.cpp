@@ -6,12 +6,10 @@
 #include <stdlib.h>
 
 #include <cerrno>
-#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
-#include <map>
 #include <optional>
 #include <string>
 #include <system_error>
@@ -20,17 +18,20 @@
 
 #include "models/mha.hpp"
 #include "models/mha_manual.hpp"
+#include "io/escape.hpp"
 #include "io/npy.hpp"
+#include "tools/mha_npy_args.hpp"
 
 namespace fs = std::filesystem;
 using namespace xgrad;
+using namespace xgrad::tools::mha_npy;
 
 namespace
 {
 const char* const program = "xgrad-mha-npy";
 
 const char* const usage_text = R"(usage: xgrad-mha-npy --in DIR --out DIR --heads H [--kv-heads G] [--causal]
-                     [--grad tape|manual] [--dtype float64|float32]
+                     [--grad tape|manual] [--dtype float64|float32] [--detect-anomaly]
 
 Runs multi-head attention (row-vector convention, Q = Xq W_Q, scores scaled by 1/sqrt(d/H)) forward and
 backward on NumPy .npy files.
@@ -63,126 +64,22 @@ Options:
   --causal                 causal mask, bottom-right aligned: query i sees key j iff j <= i + (Tk - Tq)
   --grad tape|manual       backward by the autodiff tape (default) or the hand-derived backward
   --dtype float64|float32  compute and output dtype (default float64)
+  --detect-anomaly         stop at the first op of the tape whose value or gradient turns NaN or inf
+                           from finite inputs, and name it (exit status 3); NaN or inf already in the
+                           inputs only propagates. Not with --grad manual.
   --help                   print this text and exit
 A value may also be attached with '=', as in --heads=8.
 
 Exit status: 0 on success (one summary line on stdout); 2 on bad usage or bad input, 1 when the
-outputs cannot be written. On failure one line goes to stderr and no output file is left behind.
+outputs cannot be written, 3 when --detect-anomaly finds an anomaly. On failure one line goes to
+stderr and no output file is left behind.
 )";
-
-// Bad usage or bad input: exit status 2.
-struct input_error : std::runtime_error
-{
-    using std::runtime_error::runtime_error;
-};
 
 // The outputs could not be written: exit status 1.
 struct output_error : std::runtime_error
 {
     using std::runtime_error::runtime_error;
 };
-
-struct options
-{
-    fs::path in, out;
-    std::size_t heads = 0, kv_heads = 0;
-    bool causal = false;
-    bool manual = false;
-    bool float32 = false;
-};
-
-std::size_t parse_count(const std::string& flag, const std::string& text)
-{
-    std::size_t n = 0;
-    const char* end = text.data() + text.size();
-    const auto [ptr, ec] = std::from_chars(text.data(), end, n);
-    if (ec != std::errc() || ptr != end || n == 0)
-    {
-        throw input_error(flag + " needs a positive integer, got '" + text + "'");
-    }
-    return n;
-}
-
-options parse_arguments(const std::vector<std::string>& args)
-{
-    options o;
-    std::map<std::string, std::string> seen;
-    for (std::size_t i = 0; i < args.size(); ++i)
-    {
-        std::string flag = args[i], value;
-        const bool has_inline_value = flag.rfind("--", 0) == 0 && flag.find('=') != std::string::npos;
-        if (has_inline_value)
-        {
-            value = flag.substr(flag.find('=') + 1);
-            flag = flag.substr(0, flag.find('='));
-        }
-        const bool takes_value = flag == "--in" || flag == "--out" || flag == "--heads" ||
-                                 flag == "--kv-heads" || flag == "--grad" || flag == "--dtype";
-        if (!takes_value && flag != "--causal")
-        {
-            throw input_error(flag.rfind("-", 0) == 0 ? "unknown option '" + flag + "' (see --help)"
-                                                      : "unexpected argument '" + flag + "' (see --help)");
-        }
-        if (seen.count(flag))
-        {
-            throw input_error(flag + " given twice");
-        }
-        if (!takes_value && has_inline_value)
-        {
-            throw input_error(flag + " takes no value");
-        }
-        if (takes_value && !has_inline_value)
-        {
-            if (i + 1 == args.size())
-            {
-                throw input_error(flag + " needs a value (see --help)");
-            }
-            value = args[++i];
-        }
-        seen[flag] = value;
-    }
-    for (const char* required : {"--in", "--out", "--heads"})
-    {
-        if (!seen.count(required))
-        {
-            throw input_error(std::string("missing required option ") + required + " (see --help)");
-        }
-    }
-    for (const char* path_flag : {"--in", "--out"})
-    {
-        if (seen[path_flag].empty())
-        {
-            throw input_error(std::string(path_flag) + " needs a non-empty directory name");
-        }
-    }
-    o.in = seen["--in"];
-    o.out = seen["--out"];
-    o.heads = parse_count("--heads", seen["--heads"]);
-    if (seen.count("--kv-heads"))
-    {
-        o.kv_heads = parse_count("--kv-heads", seen["--kv-heads"]);
-    }
-    o.causal = seen.count("--causal") > 0;
-    if (seen.count("--grad"))
-    {
-        const std::string& g = seen["--grad"];
-        if (g != "tape" && g != "manual")
-        {
-            throw input_error("--grad must be 'tape' or 'manual', got '" + g + "'");
-        }
-        o.manual = g == "manual";
-    }
-    if (seen.count("--dtype"))
-    {
-        const std::string& t = seen["--dtype"];
-        if (t != "float64" && t != "float32")
-        {
-            throw input_error("--dtype must be 'float64' or 'float32', got '" + t + "'");
-        }
-        o.float32 = t == "float32";
-    }
-    return o;
-}
 
 // True when there is a directory entry (even a broken link: loading it then reports the problem).
 bool entry_exists(const fs::path& p)
@@ -334,9 +231,10 @@ template <class T>
 using named_arrays = std::vector<std::pair<std::string, array<T>>>;
 
 template <class T>
-named_arrays<T> run_tape(const problem<T>& p, const models::mha_options& mo)
+named_arrays<T> run_tape(const problem<T>& p, const models::mha_options& mo, bool detect_anomaly)
 {
     tape<T> t;
+    t.detect_anomaly(detect_anomaly);
     const var<T> xq = t.input(p.xq, p.self ? "X" : "Xq");
     const var<T> xk = p.self ? xq : t.input(p.xk, "Xk");
     const var<T> xv = p.self ? xq : t.input(p.xv, "Xv");
@@ -492,7 +390,7 @@ std::string run(const options& o)
     named_arrays<T> arrays;
     try
     {
-        arrays = o.manual ? run_manual(p, mo) : run_tape(p, mo);
+        arrays = o.manual ? run_manual(p, mo) : run_tape(p, mo, o.detect_anomaly);
     }
     catch (const std::invalid_argument& e)
     {
@@ -521,22 +419,9 @@ std::string run(const options& o)
            std::to_string(arrays.size()) + " files to " + o.out.string();
 }
 
-// One line, whatever the message holds (paths and library messages may contain newlines).
-std::string one_line(std::string s)
-{
-    for (char& c : s)
-    {
-        if (c == '\n' || c == '\r')
-        {
-            c = ' ';
-        }
-    }
-    return s;
-}
-
 int fail_with(int status, const std::string& message)
 {
-    std::cerr << program << ": " << one_line(message) << std::endl;
+    std::cerr << program << ": " << io::one_line(message) << std::endl;
     return status;
 }
 }  // namespace
@@ -558,7 +443,7 @@ int main(int argc, char** argv)
         const options o = parse_arguments(args);
         check_output_directory(o.out);
         const std::string summary = o.float32 ? run<float>(o) : run<double>(o);
-        std::cout << program << ": " << one_line(summary) << std::endl;
+        std::cout << program << ": " << io::one_line(summary) << std::endl;
         return 0;
     }
     catch (const input_error& e)
@@ -572,6 +457,10 @@ int main(int argc, char** argv)
     catch (const output_error& e)
     {
         return fail_with(1, e.what());
+    }
+    catch (const anomaly_error& e)
+    {
+        return fail_with(3, e.one_line());
     }
     catch (const std::bad_alloc&)
     {

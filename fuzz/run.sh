@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang in build-fuzz/ and runs each for a bounded time.
+#
+#   fuzz/run.sh [SECONDS]     (default 30 per target; ./dev fuzz installs clang first)
+#
+# Each target starts from its committed seeds (fuzz/corpus/<name>) and every input that ever found a bug
+# (fuzz/regressions/<name>); what it discovers goes to build-fuzz/corpus/<name>, not into the repository.
+# Any crash, leak, timeout (10 s for one input), out-of-memory or sanitizer report fails the run; the
+# input that caused it is left in build-fuzz/artifacts/<name>/. Once the bug is fixed, copy that input to
+# fuzz/regressions/<name>/: ctest replays it from then on (fuzz_replay_<name>).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${1:-30}
+
+cmake -S fuzz -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ >/dev/null
+cmake --build build-fuzz -j "$(nproc)"
+
+failed=()
+summary=()
+for name in $(cat build-fuzz/targets.txt | tr ';' ' '); do
+    work=build-fuzz/corpus/$name
+    artifacts=build-fuzz/artifacts/$name
+    mkdir -p "$work" "$artifacts"
+    dict=()
+    [ -f "fuzz/$name.dict" ] && dict=(-dict="fuzz/$name.dict")
+    log=build-fuzz/$name.log
+    echo "fuzzing $name for ${seconds}s"
+    status=0
+    "./build-fuzz/fuzz_$name" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=4096 \
+        -print_final_stats=1 -artifact_prefix="$artifacts/" "${dict[@]}" \
+        "$work" "fuzz/corpus/$name" "fuzz/regressions/$name" >"$log" 2>&1 || status=$?
+    runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+    coverage=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+    summary+=("$(printf '%-16s %12s executions  coverage %6s edges  corpus %5s inputs' "$name" "${runs:-?}" \
+        "${coverage:-?}" "$(ls "$work" | wc -l)")")
+    if [ "$status" -ne 0 ]; then
+        failed+=("$name")
+        echo "fuzz_$name FAILED (status $status); the end of its log ($log):" >&2
+        tail -40 "$log" >&2
+        echo "the input is in $artifacts/" >&2
+    fi
+done
+
+printf '%s\n' "${summary[@]}"
+if ((${#failed[@]})); then
+    echo "fuzzing found problems in: ${failed[*]}" >&2
+    exit 1
+fi
+echo "fuzzing: no crash, leak, timeout or sanitizer report"

@@ -1,0 +1,271 @@
+// GPT checkpoints on safetensors. The expected tensors are SPEC's table, computed from the sizes in the
+// metadata; the file is checked against it (missing, misshapen and unknown tensors) before any model
+// memory is allocated, so a file's claims cannot make the loader allocate more than the file holds.
+#include "io/checkpoint.hpp"
+
+#include <charconv>
+#include <limits>
+#include <set>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace xgrad::io
+{
+const char* const size_keys[6] = {"vocab_size", "block_size", "layers", "d_model", "heads", "kv_heads"};
+
+namespace
+{
+const std::string optimiser_prefix = "optim.";
+
+[[noreturn]] void fail(const std::string& path, const std::string& problem)
+{
+    throw format_error(path + ": " + problem);
+}
+
+bool is_optimiser_state(const std::string& name)
+{
+    return name.compare(0, optimiser_prefix.size(), optimiser_prefix) == 0;
+}
+
+template <class T>
+const char* dtype_name()
+{
+    return std::is_same<T, float>::value ? "F32" : "F64";
+}
+
+// One row of SPEC's table: a parameter's name, its shape, and the shape as SPEC writes it.
+struct expected_tensor
+{
+    std::string name;
+    shape_t shape;
+    const char* formula;
+};
+
+// SPEC's table in its order: wte, wpe, blocks.{i}.*, ln_f.*.
+std::vector<expected_tensor> spec_tensors(const models::gpt_config& c)
+{
+    const std::size_t d = c.d_model, kv = c.kv_head_count() * (c.d_model / c.heads), wide = 4 * c.d_model;
+    std::vector<expected_tensor> t{{"wte", {c.vocab_size, d}, "(V, d)"},
+                                   {"wpe", {c.block_size, d}, "(block_size, d)"}};
+    for (std::size_t i = 0; i < c.layers; ++i)
+    {
+        const std::string b = "blocks." + std::to_string(i) + ".";
+        t.push_back({b + "ln_1.weight", {d}, "(d)"});
+        t.push_back({b + "ln_1.bias", {d}, "(d)"});
+        t.push_back({b + "attn.W_Q", {d, d}, "(d, d)"});
+        t.push_back({b + "attn.W_K", {d, kv}, "(d, G*dh)"});
+        t.push_back({b + "attn.W_V", {d, kv}, "(d, G*dh)"});
+        t.push_back({b + "attn.W_O", {d, d}, "(d, d)"});
+        t.push_back({b + "ln_2.weight", {d}, "(d)"});
+        t.push_back({b + "ln_2.bias", {d}, "(d)"});
+        t.push_back({b + "mlp.W_fc", {d, wide}, "(d, 4d)"});
+        t.push_back({b + "mlp.b_fc", {wide}, "(4d)"});
+        t.push_back({b + "mlp.W_proj", {wide, d}, "(4d, d)"});
+        t.push_back({b + "mlp.b_proj", {d}, "(d)"});
+    }
+    t.push_back({"ln_f.weight", {d}, "(d)"});
+    t.push_back({"ln_f.bias", {d}, "(d)"});
+    return t;
+}
+
+std::string sizes_str(const models::gpt_config& c)
+{
+    return "vocab_size = " + std::to_string(c.vocab_size) + ", block_size = " + std::to_string(c.block_size) +
+           ", layers = " + std::to_string(c.layers) + ", d_model = " + std::to_string(c.d_model) +
+           ", heads = " + std::to_string(c.heads) + ", kv_heads = " + std::to_string(c.kv_head_count());
+}
+
+std::size_t parse_size(const std::string& path, const std::string& key, const std::string& text)
+{
+    std::size_t n = 0;
+    const char* end = text.data() + text.size();
+    const auto [ptr, ec] = std::from_chars(text.data(), end, n);
+    const bool digits_only = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+    if (!digits_only || ptr != end || ec == std::errc::invalid_argument)
+    {
+        fail(path, "metadata '" + key + "' = " + printable(text) + " is not a non-negative decimal integer");
+    }
+    if (ec == std::errc::result_out_of_range)
+    {
+        fail(path, "metadata '" + key + "' = " + printable(text) + " is too large");
+    }
+    return n;
+}
+
+// The values converted to another float type: a parameter widened to the double a file stores, or a
+// stored tensor narrowed to the model's T.
+template <class To, class From>
+array<To> converted(const array<From>& values)
+{
+    array<To> out = array<To>::from_shape(to_shape(values.shape()));
+    for (std::size_t k = 0; k < values.size(); ++k)
+    {
+        out.data()[k] = static_cast<To>(values.data()[k]);
+    }
+    return out;
+}
+
+// Every expected tensor present with its shape, and nothing else but optimiser state.
+void check_tensors(const std::string& path, const safetensors_file& file, const models::gpt_config& c,
+                   const std::vector<expected_tensor>& expected)
+{
+    std::set<std::string> names;
+    for (const expected_tensor& e : expected)
+    {
+        names.insert(e.name);
+        const auto found = file.tensors.find(e.name);
+        if (found == file.tensors.end())
+        {
+            fail(path, "tensor '" + e.name + "' is missing (the metadata's sizes: " + sizes_str(c) + ")");
+        }
+        const shape_t got = to_shape(found->second.values.shape());
+        if (got != e.shape)
+        {
+            fail(path, "tensor '" + e.name + "' has shape " + shape_str(got) + ", expected " + e.formula +
+                         " = " + shape_str(e.shape) + " (the metadata's sizes: " + sizes_str(c) + ")");
+        }
+    }
+    for (const auto& [name, t] : file.tensors)
+    {
+        if (!names.count(name) && !is_optimiser_state(name))
+        {
+            fail(path, "unknown tensor " + printable(name) + " with shape " +
+                         shape_str(to_shape(t.values.shape())) + " (not a parameter of a model with " +
+                         sizes_str(c) + "; optimiser state must be named 'optim.*')");
+        }
+    }
+}
+}  // namespace
+
+models::gpt_config config_from_metadata(const std::string& path,
+                                        const std::map<std::string, std::string>& metadata)
+{
+    std::size_t sizes[6];
+    for (std::size_t k = 0; k < 6; ++k)
+    {
+        const auto found = metadata.find(size_keys[k]);
+        if (found == metadata.end())
+        {
+            fail(path, std::string("metadata has no '") + size_keys[k] +
+                         "' (a checkpoint stores vocab_size, block_size, layers, d_model, heads, kv_heads)");
+        }
+        sizes[k] = parse_size(path, size_keys[k], found->second);
+    }
+    models::gpt_config c;
+    c.vocab_size = sizes[0];
+    c.block_size = sizes[1];
+    c.layers = sizes[2];
+    c.d_model = sizes[3];
+    c.heads = sizes[4];
+    c.kv_heads = sizes[5];
+    if (c.kv_heads == 0)
+    {
+        fail(path, "metadata 'kv_heads' = '0': a model has at least one key/value head");
+    }
+    if (c.d_model > std::numeric_limits<std::size_t>::max() / 4)
+    {
+        fail(path, "metadata 'd_model' = " + printable(metadata.at("d_model")) + " is too large");
+    }
+    try
+    {
+        c.validate("checkpoint");
+    }
+    catch (const std::invalid_argument& e)
+    {
+        fail(path, "the metadata's sizes (" + sizes_str(c) + ") do not make a model: " + e.what());
+    }
+    return c;
+}
+
+template <class T>
+void save_checkpoint(const std::string& path, const models::gpt_parameters<T>& params,
+                     const checkpoint_extras& extras)
+{
+    const models::gpt_config& c = params.config;
+    safetensors_file file;
+    const std::string sizes[6] = {std::to_string(c.vocab_size), std::to_string(c.block_size),
+                                  std::to_string(c.layers),     std::to_string(c.d_model),
+                                  std::to_string(c.heads),      std::to_string(c.kv_head_count())};
+    file.metadata = extras.metadata;
+    for (std::size_t k = 0; k < 6; ++k)
+    {
+        const auto [at, inserted] = file.metadata.emplace(size_keys[k], sizes[k]);
+        if (!inserted && at->second != sizes[k])
+        {
+            throw std::invalid_argument("save_checkpoint: extra metadata '" + std::string(size_keys[k]) +
+                                        "' = '" + at->second + "' disagrees with the model's " + sizes[k]);
+        }
+    }
+
+    const std::vector<expected_tensor> expected = spec_tensors(c);
+    const std::vector<parameter<T>> named = params.named_parameters();
+    if (named.size() != expected.size())
+    {
+        throw std::invalid_argument("save_checkpoint: the model has " + std::to_string(named.size()) +
+                                    " parameters, its sizes (" + sizes_str(c) + ") call for " +
+                                    std::to_string(expected.size()));
+    }
+    for (std::size_t k = 0; k < named.size(); ++k)
+    {
+        const shape_t shape = to_shape(named[k].value().shape());
+        if (named[k].name() != expected[k].name || shape != expected[k].shape)
+        {
+            throw std::invalid_argument("save_checkpoint: parameter " + std::to_string(k) + " is '" +
+                                        named[k].name() + "' " + shape_str(shape) + ", expected '" +
+                                        expected[k].name + "' " + shape_str(expected[k].shape));
+        }
+        file.tensors.emplace(named[k].name(),
+                             stored_tensor{dtype_name<T>(), converted<double>(named[k].value())});
+    }
+    for (const auto& [name, t] : extras.tensors)
+    {
+        if (!is_optimiser_state(name))
+        {
+            throw std::invalid_argument("save_checkpoint: extra tensor '" + name +
+                                        "' must be optimiser state, named 'optim.*'");
+        }
+        file.tensors.emplace(name, t);
+    }
+    write_safetensors(path, file);
+}
+
+template <class T>
+checkpoint<T> load_checkpoint(const std::string& path)
+{
+    safetensors_file file = read_safetensors(path);
+    const models::gpt_config c = config_from_metadata(path, file.metadata);
+    const std::vector<expected_tensor> expected = spec_tensors(c);
+    check_tensors(path, file, c, expected);
+
+    checkpoint<T> out{models::gpt_parameters<T>::init(c, 0), std::move(file.metadata), {}};
+    for (parameter<T>& p : out.params.named_parameters())
+    {
+        const auto found = file.tensors.find(p.name());
+        if (found == file.tensors.end() ||
+            to_shape(found->second.values.shape()) != to_shape(p.value().shape()))
+        {
+            throw std::logic_error("load_checkpoint: models::gpt_parameters::init made '" + p.name() +
+                                   "' unlike SPEC's table");
+        }
+        p.value() = converted<T>(found->second.values);
+        p.zero_grad();
+    }
+    for (auto& [name, t] : file.tensors)
+    {
+        if (is_optimiser_state(name))
+        {
+            out.optimiser.emplace(name, std::move(t));
+        }
+    }
+    return out;
+}
+
+template void save_checkpoint<float>(const std::string&, const models::gpt_parameters<float>&,
+                                     const checkpoint_extras&);
+template void save_checkpoint<double>(const std::string&, const models::gpt_parameters<double>&,
+                                      const checkpoint_extras&);
+template checkpoint<float> load_checkpoint<float>(const std::string&);
+template checkpoint<double> load_checkpoint<double>(const std::string&);
+}  // namespace xgrad::io

@@ -1,0 +1,250 @@
+// The training loop of xgrad-train: log.csv and checkpoints as SPEC says, the same losses for the same
+// flags, --resume that logs exactly what an unbroken run logs, and clear errors.
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "io/checkpoint.hpp"
+#include "test_util.hpp"
+#include "train/progress.hpp"
+#include "train/trainer.hpp"
+
+using namespace xgrad;
+using namespace xgrad::train;
+using xgrad::test::temp_dir;
+
+namespace
+{
+// A few kilobytes of text with structure to learn.
+std::string practice_text()
+{
+    std::string text;
+    const char* words[] = {"the ", "cat ", "sat ", "on ", "a ", "mat. ", "dogs ", "run ", "fast!\n"};
+    std::mt19937 rng(3);
+    for (int i = 0; i < 1500; ++i)
+    {
+        text += words[rng() % 9];
+    }
+    return text;
+}
+
+std::string write_text(const temp_dir& dir, const std::string& text, const std::string& name = "text.txt")
+{
+    const std::string path = dir / name;
+    std::ofstream(path, std::ios::binary) << text;
+    return path;
+}
+
+train_options tiny_run(const std::string& data, const std::string& out, std::int64_t steps)
+{
+    train_options o;
+    o.data = data;
+    o.out = out;
+    o.steps = steps;
+    o.model = {0, 16, 2, 16, 2, 0};
+    o.batch = 4;
+    o.lr = 1e-2;
+    o.eval_every = 4;
+    o.eval_windows = 8;
+    o.save_every = 5;
+    o.sample_tokens = 0;
+    o.plots = false;
+    return o;
+}
+
+std::vector<std::vector<std::string>> read_log(const std::string& path)
+{
+    std::ifstream in(path);
+    std::vector<std::vector<std::string>> rows;
+    std::string line;
+    while (std::getline(in, line))
+    {
+        std::vector<std::string> cells;
+        std::stringstream cells_in(line);
+        std::string cell;
+        while (std::getline(cells_in, cell, ','))
+        {
+            cells.push_back(cell);
+        }
+        if (!line.empty() && line.back() == ',')
+        {
+            cells.push_back("");
+        }
+        rows.push_back(cells);
+    }
+    return rows;
+}
+
+// step, train_loss, val_loss, lr of each row (the columns that must match bit for bit).
+std::vector<std::string> loss_columns(const std::vector<std::vector<std::string>>& rows, std::size_t first_row = 1)
+{
+    std::vector<std::string> out;
+    for (std::size_t i = first_row; i < rows.size(); ++i)
+    {
+        out.push_back(rows[i][0] + "," + rows[i][1] + "," + rows[i][2] + "," + rows[i][3]);
+    }
+    return out;
+}
+}  // namespace
+
+TEST_CASE("a run writes log.csv with a row per step and a checkpoint with the step, vocab and optimiser state")
+{
+    temp_dir dir;
+    const std::string data = write_text(dir, practice_text());
+    const auto summary = run_training(tiny_run(data, dir / "run", 9));
+    CHECK(summary.last_step == 9);
+    const auto rows = read_log(dir / "run/log.csv");
+    REQUIRE(rows.size() == 10);
+    CHECK(rows[0] == std::vector<std::string>{"step", "train_loss", "val_loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s", "rss_mib"});
+    for (std::size_t s = 1; s <= 9; ++s)
+    {
+        CHECK(rows[s][0] == std::to_string(s));
+        CHECK(rows[s][2].empty() == !(s == 4 || s == 8 || s == 9));  // validation every 4 steps and at the last
+    }
+    // lr: W = min(100, 9 / 10) = 0 (no warm-up), so the cosine starts at step 1 and ends at X / 10 at D = 9
+    const double pi = std::acos(-1.0);
+    CHECK(std::stod(rows[1][3]) == doctest::Approx(1e-3 + 9e-3 * (1 + std::cos(pi / 9)) / 2).epsilon(1e-8));
+    CHECK(std::stod(rows[9][3]) == doctest::Approx(1e-3));
+    const auto ck = io::load_checkpoint<float>(dir / "run/model.safetensors");
+    CHECK(ck.metadata.at("step") == "9");
+    CHECK(ck.metadata.at("vocab") == "[10, 32, 33, 46, 97, 99, 100, 101, 102, 103, 104, 109, 110, 111, 114, 115, 116, 117]");
+    CHECK(ck.params.config.vocab_size == 18);
+    CHECK(ck.optimiser.count("optim.step") == 1);
+    CHECK(ck.optimiser.count("optim.exp_avg.wte") == 1);
+}
+
+TEST_CASE("the same flags and seed give the same losses; another seed does not")
+{
+    temp_dir dir;
+    const std::string data = write_text(dir, practice_text());
+    run_training(tiny_run(data, dir / "a", 6));
+    run_training(tiny_run(data, dir / "b", 6));
+    auto other = tiny_run(data, dir / "c", 6);
+    other.seed = 2;
+    run_training(other);
+    CHECK(loss_columns(read_log(dir / "a/log.csv")) == loss_columns(read_log(dir / "b/log.csv")));
+    CHECK(loss_columns(read_log(dir / "a/log.csv")) != loss_columns(read_log(dir / "c/log.csv")));
+}
+
+TEST_CASE("--resume logs exactly what a run that never stopped logs (SPEC's 60/120 example, scaled down)")
+{
+    temp_dir dir;
+    const std::string data = write_text(dir, practice_text());
+    auto first = tiny_run(data, dir / "resumed", 6);
+    first.decay_steps = 12;
+    run_training(first);
+    auto second = first;
+    second.steps = 12;
+    second.resume = true;
+    const auto summary = run_training(second);
+    CHECK(summary.first_step == 6);
+    auto straight = tiny_run(data, dir / "straight", 12);
+    straight.decay_steps = 12;
+    run_training(straight);
+    const auto resumed_rows = read_log(dir / "resumed/log.csv");
+    const auto straight_rows = read_log(dir / "straight/log.csv");
+    REQUIRE(resumed_rows.size() == 13);
+    // Rows 7..12 match in every loss column. Row 6 differs only in val_loss: the first run ended there,
+    // and a run measures validation at its last step.
+    CHECK(loss_columns(resumed_rows, 7) == loss_columns(straight_rows, 7));
+    for (std::size_t s = 1; s <= 6; ++s)
+    {
+        CHECK(resumed_rows[s][1] == straight_rows[s][1]);
+    }
+    CHECK(resumed_rows[6][2] != "");
+    CHECK(straight_rows[6][2] == "");
+}
+
+TEST_CASE("a resumed run drops log rows written after its checkpoint")
+{
+    temp_dir dir;
+    const std::string data = write_text(dir, practice_text());
+    auto o = tiny_run(data, dir / "run", 7);  // checkpoints at 5 and 7
+    o.save_every = 5;
+    run_training(o);
+    // pretend the run was killed after logging step 7 but before its checkpoint: put step 5's back
+    auto five = tiny_run(data, dir / "five", 5);
+    run_training(five);
+    std::filesystem::copy_file(dir / "five/model.safetensors", dir / "run/model.safetensors",
+                               std::filesystem::copy_options::overwrite_existing);
+    o.resume = true;
+    o.steps = 8;
+    run_training(o);
+    const auto rows = read_log(dir / "run/log.csv");
+    REQUIRE(rows.size() == 9);
+    for (std::size_t s = 1; s <= 8; ++s)
+    {
+        CHECK(rows[s][0] == std::to_string(s));
+    }
+}
+
+TEST_CASE("an interrupt stops after the current step with a checkpoint of it")
+{
+    temp_dir dir;
+    const std::string data = write_text(dir, practice_text());
+    volatile std::sig_atomic_t flag = 1;
+    auto o = tiny_run(data, dir / "run", 50);
+    o.interrupt = &flag;
+    const auto s = run_training(o);
+    CHECK(s.interrupted);
+    CHECK(s.last_step == 1);
+    CHECK(io::load_checkpoint<float>(dir / "run/model.safetensors").metadata.at("step") == "1");
+}
+
+TEST_CASE("training lowers the loss")
+{
+    temp_dir dir;
+    const std::string data = write_text(dir, practice_text());
+    auto o = tiny_run(data, dir / "run", 60);
+    o.eval_every = 0;
+    const auto s = run_training(o);
+    const auto rows = read_log(dir / "run/log.csv");
+    CHECK(std::stod(rows[1][1]) > 2.5);  // about log(18) = 2.89 at the start
+    CHECK(s.val_loss < 2.0);
+}
+
+TEST_CASE("bad options and bad data are refused with one clear message")
+{
+    temp_dir dir;
+    const std::string data = write_text(dir, practice_text());
+    auto expect = [&](train_options o, const std::string& words) {
+        CAPTURE(words);
+        try
+        {
+            run_training(o);
+            FAIL("no error");
+        }
+        catch (const std::exception& e)
+        {
+            CHECK(std::string(e.what()).find(words) != std::string::npos);
+            CHECK(std::string(e.what()).find('\n') == std::string::npos);
+        }
+    };
+    auto o = tiny_run(data, dir / "run", 3);
+    o.steps = 0;
+    expect(o, "--steps");
+    o = tiny_run(data, dir / "run", 3);
+    o.model.heads = 3;
+    expect(o, "not divisible");
+    o = tiny_run(dir / "missing.txt", dir / "run", 3);
+    expect(o, "cannot read");
+    o = tiny_run(write_text(dir, "short", "short.txt"), dir / "run", 3);
+    expect(o, "split has");
+    o = tiny_run(data, dir / "nothing-here", 3);
+    o.resume = true;
+    expect(o, "no checkpoint");
+    run_training(tiny_run(data, dir / "run", 2));
+    o = tiny_run(data, dir / "run", 4);
+    o.resume = true;
+    o.model.layers = 3;
+    expect(o, "--layers 2");
+}
+
+TEST_CASE("durations print as m:ss or h:mm:ss")
+{
+    CHECK(format_duration(0) == "0:00");
+    CHECK(format_duration(61) == "1:01");
+    CHECK(format_duration(3723) == "1:02:03");
+    CHECK(format_duration(-1) == "--:--");
+}

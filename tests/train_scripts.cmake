@@ -1,0 +1,10 @@
+# Whole-program checks of xgrad-train: memory over a long run, and a checkpoint that survives SIGKILL.
+if(TARGET xgrad-train)
+  add_test(NAME soak_memory
+    COMMAND ${CMAKE_CURRENT_LIST_DIR}/soak_memory.sh $<TARGET_FILE:xgrad-train> ${CMAKE_CURRENT_BINARY_DIR}/soak_memory)
+  set_tests_properties(soak_memory PROPERTIES TIMEOUT 600)
+  add_test(NAME checkpoint_kill
+    COMMAND ${CMAKE_CURRENT_LIST_DIR}/checkpoint_kill.sh $<TARGET_FILE:xgrad-train> $<TARGET_FILE:xgrad-sample>
+            ${CMAKE_CURRENT_BINARY_DIR}/checkpoint_kill)
+  set_tests_properties(checkpoint_kill PROPERTIES TIMEOUT 600)
+endif()

@@ -1,0 +1,36 @@
+// The command line of xgrad-gpt-npy (CLI11), parsed apart from the program so that tests and the fuzzer
+// (fuzz/gpt_npy_args.cpp) can call the parser directly.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace xgrad::tools::gpt_npy
+{
+// Bad usage or bad input: exit status 2.
+struct input_error : std::runtime_error
+{
+    using std::runtime_error::runtime_error;
+};
+
+struct options
+{
+    std::string checkpoint, in, out;
+    std::string grad = "tape";
+    std::string dtype = "float64";
+    bool detect_anomaly = false;
+};
+
+// What the command line asks for: the help text, or a run with these options.
+struct command_line
+{
+    bool help = false;
+    std::string help_text;  // when help
+    options run;            // otherwise
+};
+
+// The arguments after the program name. Throws input_error with a one-line message for an unknown,
+// malformed or missing option or a stray argument (unknown options are named before missing ones).
+command_line parse_arguments(const std::vector<std::string>& args);
+}  // namespace xgrad::tools::gpt_npy

@@ -1,0 +1,423 @@
+// xgrad-gpt-npy: the small GPT of a checkpoint on token ids stored as NumPy .npy files: logits, and with
+// targets the loss and the gradient of every parameter, by the tape or by the hand-derived backward
+// (../shared/SPEC.md, "xgrad-gpt-npy"). Everything is computed in memory first; the outputs are then
+// written to a temporary directory and renamed into place, so a run leaves either every output or none.
+#include <signal.h>
+#include <stdlib.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "io/checkpoint.hpp"
+#include "io/escape.hpp"
+#include "io/npy.hpp"
+#include "io/safetensors.hpp"
+#include "models/gpt.hpp"
+#include "models/gpt_manual.hpp"
+#include "tools/gpt_npy_args.hpp"
+
+namespace fs = std::filesystem;
+using namespace xgrad;
+using namespace xgrad::tools::gpt_npy;
+
+namespace
+{
+const char* const program = "xgrad-gpt-npy";
+
+// The outputs could not be written: exit status 1.
+struct output_error : std::runtime_error
+{
+    using std::runtime_error::runtime_error;
+};
+
+// ---- inputs -----------------------------------------------------------------------------------------
+
+// True when there is a directory entry (even a broken link: loading it then reports the problem).
+bool entry_exists(const fs::path& p)
+{
+    std::error_code ec;
+    return fs::symlink_status(p, ec).type() != fs::file_type::not_found && !ec;
+}
+
+template <class T>
+struct problem
+{
+    io::checkpoint<T> model;
+    ids_t tokens;
+    std::optional<ids_t> targets;
+};
+
+// tokens.npy: (B, T) with B >= 1 and 1 <= T <= block_size, ids in [0, V).
+ids_t load_tokens(const std::string& file, const models::gpt_config& c)
+{
+    ids_t tokens = npy::load_ids(file);
+    const shape_t s = to_shape(tokens.shape());
+    if (s.size() != 2)
+    {
+        throw input_error(file + ": shape " + shape_str(s) + " must be 2-D (B, T)");
+    }
+    if (s[0] == 0 || s[1] == 0)
+    {
+        throw input_error(file + ": shape " + shape_str(s) + " is empty (B and T must be at least 1)");
+    }
+    if (s[1] > c.block_size)
+    {
+        throw input_error(file + ": T = " + std::to_string(s[1]) + " (shape " + shape_str(s) +
+                          ") is longer than the checkpoint's block_size = " + std::to_string(c.block_size));
+    }
+    for (std::size_t k = 0; k < tokens.size(); ++k)
+    {
+        const std::int64_t id = tokens.data()[k];
+        if (id < 0 || static_cast<std::uint64_t>(id) >= c.vocab_size)
+        {
+            throw input_error(file + ": token " + std::to_string(id) + " at (" + std::to_string(k / s[1]) +
+                              ", " + std::to_string(k % s[1]) + ") is outside [0, V) with V = " +
+                              std::to_string(c.vocab_size) + " (the checkpoint's vocab_size)");
+        }
+    }
+    return tokens;
+}
+
+// targets.npy: the shape of tokens, ids in [0, V) or -1.
+ids_t load_targets(const std::string& file, const std::string& tokens_file, const shape_t& tokens_shape,
+                   const models::gpt_config& c)
+{
+    ids_t targets = npy::load_ids(file);
+    const shape_t s = to_shape(targets.shape());
+    if (s != tokens_shape)
+    {
+        throw input_error(file + ": shape " + shape_str(s) + " must be the shape of " + tokens_file + " " +
+                          shape_str(tokens_shape));
+    }
+    for (std::size_t k = 0; k < targets.size(); ++k)
+    {
+        const std::int64_t id = targets.data()[k];
+        if (id < -1 || (id >= 0 && static_cast<std::uint64_t>(id) >= c.vocab_size))
+        {
+            throw input_error(file + ": target " + std::to_string(id) + " at (" + std::to_string(k / s[1]) +
+                              ", " + std::to_string(k % s[1]) + ") is outside [0, V) with V = " +
+                              std::to_string(c.vocab_size) + " and is not -1 (ignored)");
+        }
+    }
+    return targets;
+}
+
+template <class T>
+problem<T> load_problem(const options& o)
+{
+    const fs::path in(o.in);
+    std::error_code ec;
+    if (!fs::is_directory(in, ec))
+    {
+        throw input_error("--in " + o.in + ": " +
+                          (entry_exists(in) ? "not a directory" : "no such directory"));
+    }
+    problem<T> p{io::load_checkpoint<T>(o.checkpoint), {}, {}};
+    const std::string tokens_file = (in / "tokens.npy").string();
+    p.tokens = load_tokens(tokens_file, p.model.params.config);
+    if (entry_exists(in / "targets.npy"))
+    {
+        p.targets = load_targets((in / "targets.npy").string(), tokens_file, to_shape(p.tokens.shape()),
+                                 p.model.params.config);
+    }
+    p.model.optimiser.clear();  // optimiser state plays no part here
+    return p;
+}
+
+// ---- the computation --------------------------------------------------------------------------------
+
+template <class T>
+struct results
+{
+    array<T> logits;                                      // (B, T, V)
+    std::optional<array<T>> loss;                         // () with targets
+    std::vector<std::pair<std::string, array<T>>> grads;  // with targets, by parameter name
+};
+
+template <class T>
+results<T> run_tape(const problem<T>& p, bool detect_anomaly)
+{
+    tape<T> t;
+    t.detect_anomaly(detect_anomaly);
+    const ids_t* targets = p.targets ? &*p.targets : nullptr;
+    const models::gpt_result<T> r = models::gpt_forward(t, p.model.params, p.tokens, targets);
+    results<T> out{r.logits.value(), {}, {}};
+    if (targets)
+    {
+        out.loss = r.loss.value();
+        t.backward(r.loss);
+        for (const parameter<T>& w : p.model.params.named_parameters())
+        {
+            out.grads.emplace_back(w.name(), w.grad());
+        }
+    }
+    return out;
+}
+
+// The hand-derived forward and backward of models/gpt_manual.hpp: no tape.
+template <class T>
+results<T> run_manual(const problem<T>& p)
+{
+    const ids_t* targets = p.targets ? &*p.targets : nullptr;
+    models::manual::gpt_forward_result<T> f = models::manual::gpt_forward(p.model.params, p.tokens, targets);
+    results<T> out{std::move(f.logits), {}, {}};
+    if (targets)
+    {
+        out.loss = array<T>::from_shape({});
+        (*out.loss)() = f.loss;
+        out.grads = models::manual::gpt_backward(f.cache).parameters();
+    }
+    return out;
+}
+
+// ---- outputs ----------------------------------------------------------------------------------------
+
+// One output file: its name in --out and how to write it to a given path.
+using output_file = std::pair<std::string, std::function<void(const std::string&)>>;
+
+template <class T>
+std::vector<output_file> output_files(const results<T>& r, const std::map<std::string, std::string>& metadata)
+{
+    std::vector<output_file> files{{"logits.npy", [&](const std::string& f) { npy::save(f, r.logits); }}};
+    if (r.loss)
+    {
+        files.emplace_back("loss.npy", [&](const std::string& f) { npy::save(f, *r.loss); });
+        files.emplace_back(
+          "grads.safetensors",
+          [&](const std::string& f)
+          {
+              io::safetensors_file grads{metadata, {}};
+              for (const auto& [name, g] : r.grads)
+              {
+                  array<double> wide = array<double>::from_shape(to_shape(g.shape()));
+                  std::copy(g.begin(), g.end(), wide.begin());
+                  grads.tensors.emplace(
+                    name, io::stored_tensor{std::is_same<T, float>::value ? "F32" : "F64", std::move(wide)});
+              }
+              io::write_safetensors(f, grads);
+          });
+    }
+    return files;
+}
+
+// The directories that creating `dir` would add, outermost first.
+std::vector<fs::path> missing_directories(const fs::path& dir)
+{
+    std::vector<fs::path> missing;
+    fs::path p = fs::absolute(dir).lexically_normal();
+    if (!p.has_filename())
+    {
+        p = p.parent_path();  // "out/" names the directory "out"
+    }
+    for (; !p.empty() && !entry_exists(p); p = p.parent_path())
+    {
+        missing.insert(missing.begin(), p);
+        if (p == p.parent_path())
+        {
+            break;
+        }
+    }
+    return missing;
+}
+
+void check_output_directory(const fs::path& out)
+{
+    std::error_code ec;
+    if (entry_exists(out) && !fs::is_directory(out, ec))
+    {
+        throw input_error("--out " + out.string() + ": exists and is not a directory");
+    }
+}
+
+// Writes every file into a temporary directory in `out`, then renames them into place; on any failure
+// leaves no file and no directory it made.
+void write_all(const fs::path& out, const std::vector<output_file>& files)
+{
+    const std::vector<fs::path> created = missing_directories(out);
+    std::string temp;
+    std::vector<fs::path> placed;
+    try
+    {
+        for (const fs::path& dir : created)
+        {
+            std::error_code ec;
+            if (!fs::create_directory(dir, ec) && ec)
+            {
+                throw output_error("--out " + out.string() + ": cannot create " + dir.string() + " (" +
+                                   ec.message() + ")");
+            }
+        }
+        temp = (out / ".xgrad-gpt-npy.tmp-XXXXXX").string();
+        if (!mkdtemp(temp.data()))
+        {
+            const std::string reason = std::strerror(errno);
+            temp.clear();
+            throw output_error("--out " + out.string() + ": cannot create a temporary directory (" + reason +
+                               ")");
+        }
+        for (const auto& [name, write] : files)
+        {
+            write((fs::path(temp) / name).string());
+        }
+        for (const auto& [name, write] : files)
+        {
+            const fs::path target = out / name;
+            std::error_code ec;
+            if (fs::is_directory(target, ec))
+            {
+                throw output_error(target.string() + ": is a directory, cannot replace it with a file");
+            }
+            fs::rename(fs::path(temp) / name, target, ec);
+            if (ec)
+            {
+                throw output_error(target.string() + ": cannot write (" + ec.message() + ")");
+            }
+            placed.push_back(target);
+        }
+        fs::remove(temp);
+    }
+    catch (...)
+    {
+        std::error_code ec;
+        for (const fs::path& f : placed)
+        {
+            fs::remove(f, ec);
+        }
+        if (!temp.empty())
+        {
+            fs::remove_all(temp, ec);
+        }
+        for (auto dir = created.rbegin(); dir != created.rend(); ++dir)
+        {
+            fs::remove(*dir, ec);  // only removes it while empty
+        }
+        throw;
+    }
+}
+
+template <class T>
+std::string run(const options& o)
+{
+    const problem<T> p = load_problem<T>(o);
+    const bool manual = o.grad == "manual";
+    results<T> r;
+    try
+    {
+        r = manual ? run_manual(p) : run_tape(p, o.detect_anomaly);
+    }
+    catch (const std::invalid_argument& e)
+    {
+        throw input_error(e.what());  // a check of the library's that the ones above did not anticipate
+    }
+    const std::vector<output_file> files = output_files(r, p.model.metadata);
+    try
+    {
+        write_all(o.out, files);
+    }
+    catch (const npy::error& e)
+    {
+        throw output_error(e.what());
+    }
+    catch (const fs::filesystem_error& e)
+    {
+        throw output_error(e.what());
+    }
+    catch (const output_error&)
+    {
+        throw;
+    }
+    catch (const std::runtime_error& e)  // write_safetensors
+    {
+        throw output_error(e.what());
+    }
+    const models::gpt_config& c = p.model.params.config;
+    const shape_t s = to_shape(p.tokens.shape());
+    std::string summary = "B=" + std::to_string(s[0]) + " T=" + std::to_string(s[1]) +
+                          " V=" + std::to_string(c.vocab_size) + " L=" + std::to_string(c.layers) +
+                          " d=" + std::to_string(c.d_model) + " H=" + std::to_string(c.heads) +
+                          " G=" + std::to_string(c.kv_head_count()) + ", " + o.dtype;
+    if (r.loss)
+    {
+        summary +=
+          ", " + o.grad + " backward, loss " + std::to_string(static_cast<double>(r.loss->data()[0]));
+    }
+    return summary + ": wrote " + std::to_string(files.size()) + " files to " + o.out;
+}
+
+// One line, whatever the message holds: control bytes (a newline in a path, say) as \xNN.
+std::string one_line(const std::string& s)
+{
+    std::string line = io::one_line(s);
+    while (!line.empty() && line.back() == ' ')
+    {
+        line.pop_back();
+    }
+    return line;
+}
+
+int fail_with(int status, const std::string& message)
+{
+    std::cerr << program << ": " << one_line(message) << std::endl;
+    return status;
+}
+}  // namespace
+
+int main(int argc, char** argv)
+{
+    signal(SIGPIPE, SIG_IGN);  // a closed stdout or stderr must not kill the process
+    try
+    {
+        const command_line c = parse_arguments(std::vector<std::string>(argv + 1, argv + argc));
+        if (c.help)
+        {
+            std::cout << c.help_text << std::flush;
+            return std::cout ? 0 : 1;
+        }
+        const options& o = c.run;
+        check_output_directory(o.out);
+        const std::string summary = o.dtype == "float32" ? run<float>(o) : run<double>(o);
+        std::cout << program << ": " << one_line(summary) << std::endl;
+        return 0;
+    }
+    catch (const input_error& e)
+    {
+        return fail_with(2, e.what());
+    }
+    catch (const npy::error& e)
+    {
+        return fail_with(2, e.what());
+    }
+    catch (const io::format_error& e)
+    {
+        return fail_with(2, e.what());
+    }
+    catch (const output_error& e)
+    {
+        return fail_with(1, e.what());
+    }
+    catch (const anomaly_error& e)
+    {
+        return fail_with(3, e.one_line());
+    }
+    catch (const std::bad_alloc&)
+    {
+        return fail_with(1, "out of memory");
+    }
+    catch (const std::exception& e)
+    {
+        return fail_with(1, std::string("internal error: ") + e.what());
+    }
+    catch (...)
+    {
+        return fail_with(1, "internal error: unknown exception");
+    }
+}

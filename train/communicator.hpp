@@ -1,0 +1,29 @@
+// How processes of a data-parallel run talk: a rank, a size, a sum across processes. One process is a
+// communicator of size 1 that does nothing; Open MPI's is in train/mpi_communicator.cpp (built when
+// MPI is found).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+namespace xgrad::train
+{
+class communicator
+{
+public:
+    virtual ~communicator() = default;
+    virtual int rank() const { return 0; }
+    virtual int size() const { return 1; }
+    // In place: every process ends with the element-wise sum over all processes.
+    virtual void allreduce_sum(float* /*data*/, std::size_t /*count*/) {}
+    virtual void allreduce_sum(double* /*data*/, std::size_t /*count*/) {}
+    // Seconds spent inside allreduce so far.
+    virtual double allreduce_seconds() const { return 0; }
+};
+
+// The MPI communicator when this process was started by mpirun (and xgrad was built with MPI);
+// otherwise the single-process one. Initialises MPI on first use and finalises it at exit.
+std::unique_ptr<communicator> make_communicator();
+// True when xgrad was built with MPI.
+bool built_with_mpi();
+}  // namespace xgrad::train

@@ -1,0 +1,150 @@
+#include "train/plots.hpp"
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace xgrad::train
+{
+namespace fs = std::filesystem;
+
+bool gnuplot_available()
+{
+    return std::system("command -v gnuplot >/dev/null 2>&1") == 0;
+}
+
+namespace
+{
+// A gnuplot string literal: single quotes, with any single quote doubled.
+std::string quoted(const std::string& s)
+{
+    std::string out = "'";
+    for (char c : s)
+    {
+        out += c == '\'' ? std::string("''") : std::string(1, c);
+    }
+    return out + "'";
+}
+
+// Runs `script` through gnuplot, drawing into png + ".tmp", then renames it over png.
+plot_note run_gnuplot(const std::string& script, const std::string& png, int width = 1200, int height = 800)
+{
+    if (!gnuplot_available())
+    {
+        return "note: gnuplot not found, " + png + " not drawn (apt-get install gnuplot-nox)";
+    }
+    const std::string tmp_png = png + ".tmp";
+    const std::string script_path = png + ".gp";
+    {
+        std::ofstream out(script_path);
+        out << "set terminal pngcairo size " << width << "," << height << " noenhanced font ',10'\nset output "
+            << quoted(tmp_png) << "\n"
+            << script << "\nunset output\n";
+        if (!out)
+        {
+            return "note: cannot write " + script_path + ", " + png + " not drawn";
+        }
+    }
+    const std::string command = "gnuplot " + quoted(script_path) + " 2>&1";
+    std::string output;
+    if (FILE* pipe = popen(command.c_str(), "r"))
+    {
+        char buf[256];
+        while (std::fgets(buf, sizeof buf, pipe))
+        {
+            output += buf;
+        }
+        const int status = pclose(pipe);
+        std::error_code ec;
+        fs::remove(script_path, ec);
+        if (status == 0 && fs::exists(tmp_png))
+        {
+            fs::rename(tmp_png, png, ec);
+            if (!ec)
+            {
+                return std::nullopt;
+            }
+        }
+    }
+    std::error_code ec;
+    fs::remove(tmp_png, ec);
+    fs::remove(script_path, ec);
+    const std::string first_line = output.substr(0, output.find('\n'));
+    return "note: gnuplot could not draw " + png + (first_line.empty() ? "" : ": " + first_line);
+}
+}  // namespace
+
+plot_note plot_loss_curves(const std::vector<std::string>& logs, const std::vector<std::string>& labels,
+                           const std::string& png, const std::string& title)
+{
+    std::ostringstream s;
+    s << "set datafile separator ','\nset key outside right top\nset grid\nset xlabel 'step'\n"
+      << "set ylabel 'loss (nats per token)'\nset title " << quoted(title) << "\n";
+    s << "plot ";
+    for (std::size_t i = 0; i < logs.size(); ++i)
+    {
+        const std::string label = i < labels.size() ? labels[i] : logs[i];
+        s << (i ? ", \\\n     " : "") << quoted(logs[i]) << " using 1:2 every ::1 with lines lw 1 lc " << i + 1
+          << " title " << quoted(label + " train") << ", " << quoted(logs[i])
+          << " using 1:($3 == $3 ? $3 : 1/0) every ::1 with linespoints lw 2 pt 7 ps 0.6 dt 2 lc " << i + 1
+          << " title " << quoted(label + " validation");
+    }
+    s << "\n";
+    return run_gnuplot(s.str(), png);
+}
+
+plot_note plot_attention_maps(const std::vector<array<double>>& weights, const std::string& text,
+                              const std::string& png, const std::string& title)
+{
+    if (weights.empty())
+    {
+        return "note: no attention weights to draw";
+    }
+    const std::size_t layers = weights.size(), heads = weights.front().shape()[0], t = weights.front().shape()[1];
+    std::ostringstream s;
+    s << "set palette defined (0 'white', 0.5 '#6baed6', 1 '#08306b')\nset cbrange [0:1]\nunset colorbox\n"
+      << "set size ratio -1\nset xrange [-0.5:" << t - 0.5 << "]\nset yrange [" << t - 0.5 << ":-0.5]\n"
+      << "set tics scale 0 font ',7'\n";
+    // The sentence's characters as tick labels (spaces and newlines shown as symbols).
+    std::string tics;
+    for (std::size_t i = 0; i < t && i < text.size(); ++i)
+    {
+        const char c = text[i];
+        const std::string shown = c == ' '    ? "_"
+                                  : c == '\n' ? "\\\\n"
+                                  : c == '\t' ? "\\\\t"
+                                  : c == '"'  ? "''"
+                                              : std::string(1, c);
+        tics += (i ? ", " : "") + std::string("\"") + (c == '\\' ? "\\\\" : shown) + "\" " + std::to_string(i);
+    }
+    s << "set xtics (" << tics << ")\nset ytics (" << tics << ")\n";
+    s << "set multiplot layout " << layers << "," << heads << " title " << quoted(title) << "\n";
+    for (std::size_t l = 0; l < layers; ++l)
+    {
+        for (std::size_t h = 0; h < heads; ++h)
+        {
+            s << "set title 'layer " << l << ", head " << h << "'\n";
+            s << "plot '-' matrix with image notitle\n";
+            for (std::size_t i = 0; i < t; ++i)
+            {
+                for (std::size_t j = 0; j < t; ++j)
+                {
+                    s << (j ? " " : "") << weights[l](h, i, j);
+                }
+                s << "\n";
+            }
+            s << "e\n";
+        }
+    }
+    s << "unset multiplot\n";
+    // Panels of about 300 x 300 pixels, one row per layer.
+    const int width = static_cast<int>(std::max<std::size_t>(2, heads)) * 300;
+    const int height = static_cast<int>(layers) * 320 + 60;
+    return run_gnuplot(s.str(), png, width, height);
+}
+}  // namespace xgrad::train

@@ -1,0 +1,28 @@
+// Pictures of a run, drawn by gnuplot (Debian's gnuplot-nox): the loss curves of log.csv and the
+// attention maps of every head for one sentence. Without gnuplot these return a one-line note instead
+// of failing; a picture is written to a temporary name and renamed, so a half-drawn PNG never appears.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "autodiff/xtensor.hpp"
+
+namespace xgrad::train
+{
+// Empty when the picture was written; otherwise one line saying why not (no gnuplot, gnuplot failed).
+using plot_note = std::optional<std::string>;
+
+bool gnuplot_available();
+
+// Train and validation loss against step, from one or more log.csv files (one curve pair per file,
+// labelled by `labels`).
+plot_note plot_loss_curves(const std::vector<std::string>& logs, const std::vector<std::string>& labels,
+                           const std::string& png, const std::string& title);
+
+// One panel per (layer, head): weights (H, T, T) per layer for a single sequence, rows = queries,
+// columns = keys, the sentence's characters on the axes.
+plot_note plot_attention_maps(const std::vector<array<double>>& weights, const std::string& text,
+                              const std::string& png, const std::string& title);
+}  // namespace xgrad::train

@@ -1,0 +1,63 @@
+// The training loop behind xgrad-train (../shared/SPEC.md, "Training on text"): a GPT on byte tokens,
+// AdamW with warm-up and cosine decay, gradient clipping, validation at intervals, log.csv, atomic
+// checkpoints with the optimiser's state, and --resume that continues exactly where a run stopped.
+// Data-parallel runs plug in a communicator (train/communicator.hpp); everything else is the same.
+#pragma once
+
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+
+#include "models/gpt.hpp"
+#include "train/communicator.hpp"
+
+namespace xgrad::train
+{
+struct train_options
+{
+    std::string data;  // a text file
+    std::string out;   // folder for model.safetensors, log.csv and the pictures
+    std::int64_t steps = 2000;
+    models::gpt_config model{0, 64, 2, 64, 4, 0};  // vocab_size comes from the data
+    std::size_t batch = 16;                        // windows per step (per process under MPI)
+    double lr = 3e-3;
+    std::optional<std::int64_t> warmup;       // SPEC: min(100, D / 10)
+    std::optional<std::int64_t> decay_steps;  // SPEC: the number of steps
+    std::uint64_t seed = 1;
+    int threads = 1;
+    bool resume = false;
+
+    double weight_decay = 0.1;   // AdamW, on matrices only
+    double beta2 = 0.99;
+    double clip = 1.0;           // global gradient norm
+    std::int64_t eval_every = 100;   // validation every so many steps, and at the last step
+    std::size_t eval_windows = 64;   // validation windows (evenly spaced over the split)
+    std::int64_t save_every = 100;   // checkpoint every so many steps, and at the last step
+    std::size_t sample_tokens = 200; // printed at the end (0: none)
+    bool plots = true;               // loss.png and attention.png at the end
+    bool detect_anomaly = false;
+    // Set (by a SIGINT handler, say) to stop after the current step with a checkpoint of it.
+    const volatile std::sig_atomic_t* interrupt = nullptr;
+};
+
+struct train_summary
+{
+    std::int64_t first_step = 0;  // the step a resumed run started after (0 for a fresh run)
+    std::int64_t last_step = 0;   // less than the steps asked for when interrupted
+    bool interrupted = false;
+    double train_loss = 0;        // at the last step
+    double val_loss = 0;          // at the last step
+    double tokens_per_s = 0;      // median over the last 1,000 steps, all processes together
+    std::uint64_t parameters = 0;
+    std::string sample;           // generated at the end
+};
+
+// Throws std::invalid_argument (bad options) or std::runtime_error (unreadable data, a checkpoint that
+// does not match the options or the data) with one clear line; never leaves a half-written checkpoint.
+// `progress` gets the progress bar (terminal) or plain lines; nullptr shows nothing.
+train_summary run_training(const train_options& options, std::FILE* progress, bool terminal,
+                           communicator& comm);
+train_summary run_training(const train_options& options, std::FILE* progress = nullptr, bool terminal = false);
+}  // namespace xgrad::train
