@@ -19,11 +19,6 @@ namespace
 const double infinity = std::numeric_limits<double>::infinity();
 const double not_a_number = std::numeric_limits<double>::quiet_NaN();
 
-bool contains(const std::string& text, const std::string& part)
-{
-    return text.find(part) != std::string::npos;
-}
-
 // Runs f, which must throw anomaly_error, and returns the error.
 template <class F>
 anomaly_error anomaly_of(F&& f)

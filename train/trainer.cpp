@@ -326,7 +326,7 @@ train_summary run_training(const train_options& o, std::FILE* progress, bool ter
         const auto offsets = training_offsets(data.train.size(), block, o.batch * world, o.seed, static_cast<std::uint64_t>(s));
         const token_batch b = make_batch(data.train, offsets, block, static_cast<std::size_t>(comm.rank()) * o.batch, o.batch);
         tape<float> t;
-        // ANOMALY: t.detect_anomaly(o.detect_anomaly);
+        t.detect_anomaly(o.detect_anomaly);
         const auto r = models::gpt_forward(t, params, b.inputs, &b.targets);
         t.backward(r.loss);
         float loss = r.loss.value()();
