@@ -1,8 +1,9 @@
 # The fuzz targets, one fuzz/<name>.cpp each, and the sources of xgrad each one needs besides io/*.cpp
 # and its helpers. Read by fuzz/CMakeLists.txt (the libFuzzer build with clang) and by
 # tests/fuzz_replay.cmake (the ctest replay of fuzz/regressions and fuzz/corpus in the normal build).
-set(XGRAD_FUZZ_TARGETS npy safetensors mha_npy_args gpt_npy_args)
+set(XGRAD_FUZZ_TARGETS npy safetensors mha_npy_args gpt_npy_args train_args)
 set(XGRAD_FUZZ_SOURCES_npy "")
 set(XGRAD_FUZZ_SOURCES_safetensors "")
 set(XGRAD_FUZZ_SOURCES_mha_npy_args tools/mha_npy_args.cpp)
 set(XGRAD_FUZZ_SOURCES_gpt_npy_args tools/gpt_npy_args.cpp)
+set(XGRAD_FUZZ_SOURCES_train_args tools/train_args.cpp)

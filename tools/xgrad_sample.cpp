@@ -3,10 +3,10 @@
 #include <cstdio>
 #include <exception>
 #include <string>
-
-#include <CLI/CLI.hpp>
+#include <vector>
 
 #include "io/checkpoint.hpp"
+#include "tools/train_args.hpp"
 #include "models/gpt_decode.hpp"
 #include "train/text_data.hpp"
 
@@ -41,29 +41,23 @@ train::byte_vocabulary vocabulary_of(const io::checkpoint<float>& ck, const std:
 
 int main(int argc, char** argv)
 {
-    std::string checkpoint, prompt = "\n";
-    models::sampling_options o;
-    CLI::App app{"Sample text from a checkpoint written by xgrad-train", program};
-    app.add_option("--checkpoint", checkpoint, "model.safetensors written by xgrad-train")->required();
-    app.add_option("--prompt", prompt, "text to continue (every byte must be in the model's vocabulary)");
-    app.add_option("--tokens", o.tokens, "tokens to generate")->capture_default_str();
-    app.add_option("--temperature", o.temperature, "0 picks the most likely token")->capture_default_str()->check(
-        CLI::Range(0.0, 100.0));
-    app.add_option("--top-k", o.top_k, "sample among the k most likely (0: all)")->capture_default_str();
-    app.add_option("--seed", o.seed, "seeds the sampling")->capture_default_str();
+    tools::train_cli::sample_command command;
     try
     {
-        app.parse(argc, argv);
+        command = tools::train_cli::parse_sample_arguments(std::vector<std::string>(argv + 1, argv + argc));
     }
-    catch (const CLI::CallForHelp&)
-    {
-        std::fputs(app.help().c_str(), stdout);
-        return 0;
-    }
-    catch (const CLI::ParseError& e)
+    catch (const tools::train_cli::input_error& e)
     {
         return fail_with(e.what(), 2);
     }
+    if (command.help)
+    {
+        std::fputs(command.help_text.c_str(), stdout);
+        return 0;
+    }
+    const std::string& checkpoint = command.checkpoint;
+    const std::string& prompt = command.prompt;
+    const models::sampling_options& o = command.run;
     try
     {
         const io::checkpoint<float> ck = io::load_checkpoint<float>(checkpoint);

@@ -8,9 +8,9 @@
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <vector>
 
-#include <CLI/CLI.hpp>
-
+#include "tools/train_args.hpp"
 #include "train/communicator.hpp"
 #include "train/trainer.hpp"
 
@@ -31,63 +31,26 @@ int fail_with(const std::string& message, int status)
     return status;
 }
 
-void add_flags(CLI::App& app, train::train_options& o, std::int64_t& warmup, std::int64_t& decay)
-{
-    app.add_option("--data", o.data, "text file to train on (bytes are tokens)")->required();
-    app.add_option("--out", o.out, "folder for model.safetensors, log.csv, loss.png, attention.png")->required();
-    app.add_option("--steps", o.steps, "train up to this step")->capture_default_str();
-    app.add_option("--layers", o.model.layers, "transformer blocks L")->capture_default_str();
-    app.add_option("--d-model", o.model.d_model, "width d")->capture_default_str();
-    app.add_option("--heads", o.model.heads, "query heads H (d % H == 0)")->capture_default_str();
-    app.add_option("--kv-heads", o.model.kv_heads, "key/value heads G (H % G == 0; default H)");
-    app.add_option("--block", o.model.block_size, "context length T")->capture_default_str();
-    app.add_option("--batch", o.batch, "windows per step (per process under MPI)")->capture_default_str();
-    app.add_option("--lr", o.lr, "peak learning rate X")->capture_default_str();
-    app.add_option("--warmup", warmup, "warm-up steps W (default min(100, D / 10))");
-    app.add_option("--decay-steps", decay, "cosine decay to X/10 ends at step D (default --steps)");
-    app.add_option("--seed", o.seed, "seeds the initial weights and the batches")->capture_default_str();
-    app.add_option("--threads", o.threads, "threads per process")->capture_default_str();
-    app.add_flag("--resume", o.resume, "continue from --out/model.safetensors up to --steps");
-    app.add_option("--weight-decay", o.weight_decay, "AdamW weight decay on matrices")->capture_default_str();
-    app.add_option("--clip", o.clip, "clip the global gradient norm to this")->capture_default_str();
-    app.add_option("--eval-every", o.eval_every, "validation loss every so many steps (and at the last)")->capture_default_str();
-    app.add_option("--eval-windows", o.eval_windows, "validation windows, evenly spaced")->capture_default_str();
-    app.add_option("--save-every", o.save_every, "checkpoint every so many steps (and at the last)")->capture_default_str();
-    app.add_option("--sample-tokens", o.sample_tokens, "tokens sampled at the end (0: none)")->capture_default_str();
-    app.add_flag("!--no-plots", o.plots, "do not draw loss.png and attention.png");
-    app.add_flag("--detect-anomaly", o.detect_anomaly, "stop at the first op that makes a NaN or Inf");
-}
 }  // namespace
 
 int main(int argc, char** argv)
 {
-    train::train_options o;
-    std::int64_t warmup = -1, decay = -1;
-    bool quiet = false;
-    CLI::App app{"Train a small GPT on a text file (SPEC's model; byte tokens; AdamW, warm-up + cosine)", program};
-    add_flags(app, o, warmup, decay);
-    app.add_flag("--quiet", quiet, "no progress output");
+    tools::train_cli::train_command command;
     try
     {
-        app.parse(argc, argv);
+        command = tools::train_cli::parse_train_arguments(std::vector<std::string>(argv + 1, argv + argc));
     }
-    catch (const CLI::CallForHelp&)
-    {
-        std::fputs(app.help().c_str(), stdout);
-        return 0;
-    }
-    catch (const CLI::ParseError& e)
+    catch (const tools::train_cli::input_error& e)
     {
         return fail_with(e.what(), 2);
     }
-    if (warmup != -1)
+    if (command.help)
     {
-        o.warmup = warmup;
+        std::fputs(command.help_text.c_str(), stdout);
+        return 0;
     }
-    if (decay != -1)
-    {
-        o.decay_steps = decay;
-    }
+    train::train_options& o = command.run;
+    const bool quiet = command.quiet;
     try
     {
         auto comm = train::make_communicator();

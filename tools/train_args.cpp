@@ -1,0 +1,108 @@
+// Parsing xgrad-train's and xgrad-sample's options with CLI11, every error as one line.
+#include "tools/train_args.hpp"
+
+#include <CLI/CLI.hpp>
+
+namespace xgrad::tools::train_cli
+{
+namespace
+{
+void add_train_flags(CLI::App& app, train::train_options& o, std::int64_t& warmup, std::int64_t& decay, bool& quiet)
+{
+    app.add_option("--data", o.data, "text file to train on (bytes are tokens)")->required();
+    app.add_option("--out", o.out, "folder for model.safetensors, log.csv, loss.png, attention.png")->required();
+    app.add_option("--steps", o.steps, "train up to this step")->capture_default_str();
+    app.add_option("--layers", o.model.layers, "transformer blocks L")->capture_default_str();
+    app.add_option("--d-model", o.model.d_model, "width d")->capture_default_str();
+    app.add_option("--heads", o.model.heads, "query heads H (d % H == 0)")->capture_default_str();
+    app.add_option("--kv-heads", o.model.kv_heads, "key/value heads G (H % G == 0; default H)");
+    app.add_option("--block", o.model.block_size, "context length T")->capture_default_str();
+    app.add_option("--batch", o.batch, "windows per step (per process under MPI)")->capture_default_str();
+    app.add_option("--lr", o.lr, "peak learning rate X")->capture_default_str();
+    app.add_option("--warmup", warmup, "warm-up steps W (default min(100, D / 10))");
+    app.add_option("--decay-steps", decay, "cosine decay to X/10 ends at step D (default --steps)");
+    app.add_option("--seed", o.seed, "seeds the initial weights and the batches")->capture_default_str();
+    app.add_option("--threads", o.threads, "threads per process")->capture_default_str();
+    app.add_flag("--resume", o.resume, "continue from --out/model.safetensors up to --steps");
+    app.add_option("--weight-decay", o.weight_decay, "AdamW weight decay on matrices")->capture_default_str();
+    app.add_option("--clip", o.clip, "clip the global gradient norm to this")->capture_default_str();
+    app.add_option("--eval-every", o.eval_every, "validation loss every so many steps (and at the last)")
+        ->capture_default_str();
+    app.add_option("--eval-windows", o.eval_windows, "validation windows, evenly spaced")->capture_default_str();
+    app.add_option("--save-every", o.save_every, "checkpoint every so many steps (and at the last)")
+        ->capture_default_str();
+    app.add_option("--sample-tokens", o.sample_tokens, "tokens sampled at the end (0: none)")->capture_default_str();
+    app.add_flag("!--no-plots", o.plots, "do not draw loss.png and attention.png");
+    app.add_flag("--detect-anomaly", o.detect_anomaly, "stop at the first op that makes a NaN or Inf");
+    app.add_flag("--quiet", quiet, "no progress output");
+}
+
+// Runs CLI11 on `args`; false when help was asked for. CLI11's errors become one-line input_errors.
+bool parse(CLI::App& app, const std::vector<std::string>& args)
+{
+    std::vector<const char*> argv{app.get_name().c_str()};
+    for (const std::string& a : args)
+    {
+        argv.push_back(a.c_str());
+    }
+    try
+    {
+        app.parse(static_cast<int>(argv.size()), argv.data());
+        return true;
+    }
+    catch (const CLI::CallForHelp&)
+    {
+        return false;
+    }
+    catch (const CLI::ParseError& e)
+    {
+        const std::string what = e.what();
+        throw input_error(what.substr(0, what.find('\n')) + " (see --help)");
+    }
+}
+}  // namespace
+
+train_command parse_train_arguments(const std::vector<std::string>& args)
+{
+    train_command c;
+    std::int64_t warmup = -1, decay = -1;
+    CLI::App app{"Train a small GPT on a text file (SPEC's model; byte tokens; AdamW, warm-up + cosine)",
+                 "xgrad-train"};
+    add_train_flags(app, c.run, warmup, decay, c.quiet);
+    if (!parse(app, args))
+    {
+        c.help = true;
+        c.help_text = app.help();
+        return c;
+    }
+    if (warmup != -1)
+    {
+        c.run.warmup = warmup;
+    }
+    if (decay != -1)
+    {
+        c.run.decay_steps = decay;
+    }
+    return c;
+}
+
+sample_command parse_sample_arguments(const std::vector<std::string>& args)
+{
+    sample_command c;
+    CLI::App app{"Sample text from a checkpoint written by xgrad-train", "xgrad-sample"};
+    app.add_option("--checkpoint", c.checkpoint, "model.safetensors written by xgrad-train")->required();
+    app.add_option("--prompt", c.prompt, "text to continue (every byte must be in the model's vocabulary)");
+    app.add_option("--tokens", c.run.tokens, "tokens to generate")->capture_default_str();
+    app.add_option("--temperature", c.run.temperature, "0 picks the most likely token")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 100.0));
+    app.add_option("--top-k", c.run.top_k, "sample among the k most likely (0: all)")->capture_default_str();
+    app.add_option("--seed", c.run.seed, "seeds the sampling")->capture_default_str();
+    if (!parse(app, args))
+    {
+        c.help = true;
+        c.help_text = app.help();
+    }
+    return c;
+}
+}  // namespace xgrad::tools::train_cli

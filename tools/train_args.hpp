@@ -1,0 +1,41 @@
+// The command lines of xgrad-train and xgrad-sample (CLI11), parsed apart from the programs so that the
+// fuzzer (fuzz/train_args.cpp) can call the parsers directly.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "models/gpt_decode.hpp"
+#include "train/trainer.hpp"
+
+namespace xgrad::tools::train_cli
+{
+// Bad usage: exit status 2, one line.
+struct input_error : std::runtime_error
+{
+    using std::runtime_error::runtime_error;
+};
+
+struct train_command
+{
+    bool help = false;
+    std::string help_text;        // when help
+    train::train_options run;     // otherwise
+    bool quiet = false;
+};
+
+struct sample_command
+{
+    bool help = false;
+    std::string help_text;
+    std::string checkpoint;
+    std::string prompt = "\n";
+    models::sampling_options run;
+};
+
+// The arguments after the program name. Throw input_error with a one-line message for an unknown,
+// malformed or missing option or a stray argument.
+train_command parse_train_arguments(const std::vector<std::string>& args);
+sample_command parse_sample_arguments(const std::vector<std::string>& args);
+}  // namespace xgrad::tools::train_cli
