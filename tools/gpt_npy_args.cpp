@@ -112,6 +112,14 @@ command_line parse_arguments(const std::vector<std::string>& args)
     }
     refuse_extras(app);
     require_options(app);
+    for (const auto& [name, value] : {std::pair{"--checkpoint", &c.run.checkpoint}, std::pair{"--in", &c.run.in},
+                                      std::pair{"--out", &c.run.out}})
+    {
+        if (value->empty())
+        {
+            throw input_error(std::string(name) + " needs a non-empty path (see --help)");
+        }
+    }
     if (c.run.detect_anomaly && c.run.grad == "manual")
     {
         throw input_error("--detect-anomaly watches the tape's ops; it does not apply to --grad manual");
