@@ -60,7 +60,7 @@ void xgrad_gemm(std::size_t n, const T* a, const T* b, T* c);
 std::string openblas_core();
 
 // One product shape of the GEMM backend table, timed through every backend that can run it and through
-// xgrad's calibrated door (thread CPU time, median of `reps` runs).
+// xgrad's door (thread CPU time, median of `reps` runs).
 struct gemm_shape
 {
     std::string label;
@@ -71,20 +71,13 @@ struct gemm_row
 {
     gemm_shape shape;
     std::string dtype;
-    std::string chosen;     // the backend xgrad::kernels::gemm uses for this shape's class
+    std::string chosen;     // the backend xgrad::kernels::gemm uses for this product
     double door_gflops = 0;  // through xgrad::kernels::gemm
     std::vector<std::pair<std::string, double>> backends;  // GFLOP/s per backend
 };
 template <class T>
 gemm_row xgrad_gemm_row(const gemm_shape& shape, int reps);
 
-// One shape class xgrad's GEMM door has calibrated in this process (kernels::gemm_calibration).
-struct gemm_class
-{
-    std::string dtype, op, m, n, k, probe, chosen;
-    std::vector<std::pair<std::string, double>> gflops;  // per candidate, as the calibration timed it
-};
-std::vector<gemm_class> xgrad_gemm_classes();
 
 // ---- the machine's FMA peak (fma_peak.cpp, always compiled with -march=native) ----
 // GFLOP/s (2 FLOP per FMA) of a loop of independent vector FMAs, summed over `threads` threads.

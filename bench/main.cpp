@@ -688,11 +688,11 @@ double one_thread_fma(const std::vector<peak_row>& peaks, const std::string& dty
 }
 
 void print_gemm_tables(std::ostream& out, const std::vector<bench::gemm_row>& rows,
-                       const std::vector<bench::gemm_class>& classes, const std::vector<peak_row>& peaks)
+                       const std::vector<peak_row>& peaks)
 {
     out << "\n=== GEMM backends, one thread: GFLOP/s (thread CPU time, median) and share of the one-thread FMA "
            "peak ===\n"
-        << "door = xgrad::kernels::gemm, which runs the backend its calibration chose for the product's class\n";
+        << "door = xgrad::kernels::gemm, through the backend its rule picks for the product (kernels/gemm.cpp)\n";
     const std::vector<std::string> names = {"openblas", "onednn", "libxsmm", "libxsmm_tiled"};
     out << pad("dtype", 7, true) << " | " << pad("product", 18, true) << " | " << pad("op", 7, true) << " | "
         << pad("m x n x k", 16) << " | " << pad("door uses", 13, true) << " | " << pad("door", 6) << " | "
@@ -722,18 +722,6 @@ void print_gemm_tables(std::ostream& out, const std::vector<bench::gemm_row>& ro
                 }
             }
             out << " | " << pad(cell, 13);
-        }
-        out << "\n";
-    }
-    out << "\n=== GEMM shape classes calibrated in this run (first product of each class, sides capped at 256; "
-           "GFLOP/s by thread CPU time) ===\n";
-    for (const auto& c : classes)
-    {
-        out << pad(c.dtype, 7, true) << " | " << pad(c.op, 7, true) << " | m " << pad(c.m, 7) << " n " << pad(c.n, 7)
-            << " k " << pad(c.k, 7) << " | probe " << pad(c.probe, 11) << " | -> " << pad(c.chosen, 13, true) << " |";
-        for (const auto& [backend, gflops] : c.gflops)
-        {
-            out << " " << backend << " " << fixed(gflops, 1);
         }
         out << "\n";
     }
@@ -795,7 +783,7 @@ std::string json_escape(const std::string& s)
 void write_json(const std::string& path, const std::vector<std::pair<std::string, std::string>>& machine,
                 const std::vector<row>& rows, const std::vector<peak_row>& peaks,
                 const std::vector<overhead_row>& overheads, const std::vector<bench::gemm_row>& gemms,
-                const std::vector<bench::gemm_class>& classes, const std::vector<gpt_row>& gpt_rows,
+                const std::vector<gpt_row>& gpt_rows,
                 const settings& opt)
 {
     std::ofstream out(path);
@@ -894,19 +882,6 @@ void write_json(const std::string& path, const std::vector<std::pair<std::string
             out << (j ? ", " : "") << "\"" << r.backends[j].first << "\": " << fixed(r.backends[j].second, 3);
         }
         out << "}}" << (i + 1 < gemms.size() ? "," : "") << "\n";
-    }
-    out << "  ],\n  \"gemm_classes\": [\n";
-    for (std::size_t i = 0; i < classes.size(); ++i)
-    {
-        const auto& c = classes[i];
-        out << "    {\"dtype\": \"" << c.dtype << "\", \"op\": \"" << c.op << "\", \"m\": \"" << c.m
-            << "\", \"n\": \"" << c.n << "\", \"k\": \"" << c.k << "\", \"probe\": \"" << c.probe
-            << "\", \"chosen\": \"" << c.chosen << "\", \"gflops\": {";
-        for (std::size_t j = 0; j < c.gflops.size(); ++j)
-        {
-            out << (j ? ", " : "") << "\"" << c.gflops[j].first << "\": " << fixed(c.gflops[j].second, 3);
-        }
-        out << "}}" << (i + 1 < classes.size() ? "," : "") << "\n";
     }
     out << "  ]\n}\n";
 }
@@ -1074,7 +1049,6 @@ int main(int argc, char** argv)
         }
     }
     const std::vector<bench::gemm_row> gemms = gemm_table(opt);
-    const std::vector<bench::gemm_class> classes = bench::xgrad_gemm_classes();
     const double minutes =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 60.0;
     machine.push_back({"busy_cores_at_end", fixed(busy_cores(), 2)});
@@ -1085,8 +1059,8 @@ int main(int argc, char** argv)
         print_table(std::cout, dtype, rows, peaks, overheads);
     }
     print_gpt_table(std::cout, gpt_rows);
-    print_gemm_tables(std::cout, gemms, classes, peaks);
-    write_json(opt.json_path, machine, rows, peaks, overheads, gemms, classes, gpt_rows, opt);
+    print_gemm_tables(std::cout, gemms, peaks);
+    write_json(opt.json_path, machine, rows, peaks, overheads, gemms, gpt_rows, opt);
     std::cout << "\nload average at end: " << machine[machine.size() - 2].second << "; cores busy with other work: "
               << machine[machine.size() - 3].second << "  (wall " << fixed(minutes, 1)
               << " min)\nJSON: " << opt.json_path << "\n";

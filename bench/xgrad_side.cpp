@@ -279,28 +279,6 @@ double gflops_of(double flop, int reps, F&& product)
 }
 }  // namespace
 
-std::vector<gemm_class> xgrad_gemm_classes()
-{
-    std::vector<gemm_class> out;
-    for (const auto& r : xgrad::kernels::gemm_calibration())
-    {
-        gemm_class c;
-        c.dtype = r.dtype;
-        c.op = std::string(r.transpose_a ? "A^T" : "A") + (r.transpose_b ? " B^T" : " B");
-        c.m = r.m;
-        c.n = r.n;
-        c.k = r.k;
-        c.probe = std::to_string(r.probe_m) + "x" + std::to_string(r.probe_n) + "x" + std::to_string(r.probe_k);
-        c.chosen = xgrad::kernels::name(r.chosen);
-        for (const auto& [backend, gflops] : r.gflops)
-        {
-            c.gflops.emplace_back(xgrad::kernels::name(backend), gflops);
-        }
-        out.push_back(c);
-    }
-    return out;
-}
-
 template <class T>
 gemm_row xgrad_gemm_row(const gemm_shape& s, int reps)
 {
@@ -323,8 +301,7 @@ gemm_row xgrad_gemm_row(const gemm_shape& s, int reps)
     row.door_gflops = gflops_of(flop, reps, [&] {
         k::gemm(s.ta, s.tb, s.m, s.n, s.k, a.data(), lda, b.data(), ldb, T(0), c.data(), s.n);
     });
-    const auto chosen = k::gemm_choice(sizeof(T) == 8, s.ta, s.tb, s.m, s.n, s.k);
-    row.chosen = chosen ? k::name(*chosen) : "?";
+    row.chosen = k::name(k::gemm_choice(sizeof(T) == 8, s.ta, s.tb, s.m, s.n, s.k));
     for (k::gemm_backend backend : k::all_gemm_backends)
     {
         if (!k::gemm_backend_supports(backend, sizeof(T) == 8, s.m, s.n, s.k))

@@ -1,13 +1,10 @@
-// The one door to matrix products: a row-major GEMM on raw pointers, sent to whichever of the installed
-// libraries (OpenBLAS, oneDNN, LIBXSMM) is fastest on this machine for products of that shape class and
-// dtype (kernels/gemm.cpp measures it once per class, on first use). Kept free of xtensor so that no
-// library header meets xtensor headers in one translation unit.
+// The one door to matrix products: a row-major GEMM on raw pointers, sent to the installed library that
+// the bench measured fastest for products of that shape and dtype (oneDNN or LIBXSMM; see the rule in
+// kernels/gemm.cpp). Kept free of xtensor so that no library header meets xtensor headers in one
+// translation unit.
 #pragma once
 
 #include <cstddef>
-#include <optional>
-#include <string>
-#include <vector>
 
 namespace xgrad::kernels
 {
@@ -17,7 +14,7 @@ void gemm(bool transpose_a, bool transpose_b, std::size_t m, std::size_t n, std:
 void gemm(bool transpose_a, bool transpose_b, std::size_t m, std::size_t n, std::size_t k, const double* a,
           std::size_t lda, const double* b, std::size_t ldb, double beta, double* c, std::size_t ldc);
 
-// The backends gemm chooses from.
+// The backends behind gemm (its rule picks oneDNN or LIBXSMM; all four run through gemm_with).
 //   openblas       OpenBLAS's CBLAS (its kernels are the ones it detects for this CPU)
 //   onednn         oneDNN's dnnl_sgemm (float only: oneDNN has no double GEMM)
 //   libxsmm        one LIBXSMM JIT kernel over the whole product (every side at most 256)
@@ -46,21 +43,10 @@ void gemm_with(gemm_backend backend, bool transpose_a, bool transpose_b, std::si
                std::size_t k, const double* a, std::size_t lda, const double* b, std::size_t ldb, double beta,
                double* c, std::size_t ldc);
 
-// One shape class measured so far: what each candidate backend ran at and which one gemm now uses.
-struct gemm_class_report
-{
-    std::string dtype;  // "float32" or "float64"
-    bool transpose_a = false, transpose_b = false;
-    std::string m, n, k;  // the class's range of each side, e.g. "129-256" or "513+"
-    std::size_t probe_m = 0, probe_n = 0, probe_k = 0;  // the product the calibration timed
-    gemm_backend chosen = gemm_backend::openblas;
-    std::vector<std::pair<gemm_backend, double>> gflops;  // per candidate, best of its timed runs
-};
-std::vector<gemm_class_report> gemm_calibration();
-
-// The backend gemm uses for the class of this product; nothing while that class is not measured yet.
-std::optional<gemm_backend> gemm_choice(bool double_precision, bool transpose_a, bool transpose_b, std::size_t m,
-                                        std::size_t n, std::size_t k);
+// The backend gemm uses for this product (the fixed rule of kernels/gemm.cpp; transpose_a does not
+// matter to it).
+gemm_backend gemm_choice(bool double_precision, bool transpose_a, bool transpose_b, std::size_t m, std::size_t n,
+                         std::size_t k);
 
 // The CPU core OpenBLAS detected (e.g. "Haswell", "Zen", or "Prescott" when it does not know the CPU).
 const char* openblas_core();

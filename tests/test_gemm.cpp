@@ -1,6 +1,6 @@
 // kernels::gemm and each of its backends against a plain triple loop: transposed operands, beta = 0, 1
 // and other values, odd sizes, k = 1, empty products, leading dimensions wider than the row, float and
-// double, and sizes on both sides of every shape-class boundary and of the tiled backend's blocks.
+// double, and sizes on both sides of the door's 128 and 256 boundaries and of the tiled backend's blocks.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -119,8 +119,8 @@ void check(const problem& p, const gemm_backend* backend, T beta, unsigned seed)
     CHECK_MESSAGE(padding_intact, what << ": wrote outside C's m x n block");
 }
 
-// Sizes around every bucket edge (16, 32, ..., 256) and the tiled backend's blocks (64 x 128 x 256),
-// odd sizes, k = 1 and empty sides.
+// Sizes around 16, 32, ..., 256 (the door switches backends at 128 and 256) and the tiled backend's
+// blocks (64 x 128 x 256), odd sizes, k = 1 and empty sides.
 const std::vector<problem>& problems()
 {
     static const std::vector<problem> list = [] {
@@ -193,24 +193,24 @@ TEST_CASE("gemm: backends that cannot run a product refuse it by name")
                     std::invalid_argument);
 }
 
-TEST_CASE("gemm: the calibration reports every class it measured, with the backend it chose")
+TEST_CASE("gemm: the door's rule sends every product to oneDNN or LIBXSMM, the same every time")
 {
-    std::vector<float> a(200 * 200, 0.5f), b(200 * 200, 0.25f), c(200 * 200);
-    xgrad::kernels::gemm(false, true, 200, 200, 200, a.data(), 200, b.data(), 200, 0.0f, c.data(), 200);
-    CHECK(c[0] == doctest::Approx(200 * 0.125));
-    bool found = false;
-    for (const auto& r : xgrad::kernels::gemm_calibration())
+    using xgrad::kernels::gemm_choice;
+    // float32: per-head sizes to one LIBXSMM kernel, up to 256 too unless B is transposed; larger to oneDNN
+    CHECK(gemm_choice(false, false, true, 64, 64, 64) == gemm_backend::libxsmm);
+    CHECK(gemm_choice(false, true, false, 256, 64, 256) == gemm_backend::libxsmm);
+    CHECK(gemm_choice(false, false, true, 256, 256, 64) == gemm_backend::onednn);
+    CHECK(gemm_choice(false, false, false, 2048, 512, 512) == gemm_backend::onednn);
+    CHECK(gemm_choice(false, true, false, 512, 512, 2048) == gemm_backend::onednn);
+    // float64: oneDNN has no double GEMM; one LIBXSMM kernel up to 256, packed LIBXSMM blocks above
+    CHECK(gemm_choice(true, false, true, 256, 256, 64) == gemm_backend::libxsmm);
+    CHECK(gemm_choice(true, false, false, 2048, 512, 512) == gemm_backend::libxsmm_tiled);
+    for (bool dbl : {false, true})
     {
-        CHECK(!r.gflops.empty());
-        bool chosen_measured = false;
-        for (const auto& [backend, gflops] : r.gflops)
+        for (std::size_t side : {1u, 16u, 129u, 257u, 3000u})
         {
-            CHECK(gflops > 0);
-            chosen_measured = chosen_measured || backend == r.chosen;
+            CHECK(gemm_choice(dbl, false, false, side, side, side) != gemm_backend::openblas);
+            CHECK(xgrad::kernels::gemm_backend_supports(gemm_choice(dbl, false, true, side, 7, side), dbl, side, 7, side));
         }
-        CHECK(chosen_measured);
-        found = found || (r.dtype == "float32" && !r.transpose_a && r.transpose_b && r.m == "129-256" &&
-                          r.n == "129-256" && r.k == "129-256");
     }
-    CHECK(found);
 }
