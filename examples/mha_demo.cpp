@@ -5,7 +5,7 @@
 //   Memory         what the tape holds for backward, with the B*H*T*T attention weights called out
 // and writes the graph as Graphviz DOT (plus SVG and PNG when Graphviz's `dot` is installed).
 //
-// Usage: mha_demo [OUTPUT_DIR]     (default: the current directory)
+// Usage: mha_demo [OUTPUT_DIR]     (default: the current directory; --help prints the usage)
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +13,8 @@
 #include <fstream>
 #include <random>
 #include <string>
+
+#include <CLI/CLI.hpp>
 
 #include "autodiff/gradcheck.hpp"
 #include "models/mha_manual.hpp"
@@ -165,7 +167,24 @@ bool write_graph(const tape<double>& t, const std::string& dir)
 
 int main(int argc, char** argv)
 {
-    const std::string out_dir = argc > 1 ? argv[1] : ".";
+    CLI::App app{"Multi-head attention as a graph: shape trace, counting, memory and the three-way gradient check",
+                 "mha_demo"};
+    std::string out_dir = ".";
+    app.add_option("output_dir", out_dir, "folder for the graph (mha_graph.dot, .svg, .png)")->capture_default_str();
+    try
+    {
+        app.parse(argc, argv);
+    }
+    catch (const CLI::CallForHelp&)
+    {
+        std::printf("%s", app.help().c_str());
+        return 0;
+    }
+    catch (const CLI::ParseError& e)
+    {
+        std::fprintf(stderr, "mha_demo: %s (see --help)\n", e.what());
+        return 2;
+    }
     const std::size_t B = 2, T = 5, d = 8, H = 2;
     std::mt19937 rng(7);
     layer_inputs in;
