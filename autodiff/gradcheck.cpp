@@ -5,6 +5,9 @@
 #include <cstdio>
 #include <random>
 #include <sstream>
+#include <xtensor/xadapt.hpp>
+
+#include "autodiff/compare.hpp"
 
 namespace xgrad
 {
@@ -43,21 +46,27 @@ evaluation evaluate(const checked_function<double>& f, const std::vector<f64>& i
     return e;
 }
 
+// Collects analytic and numeric entries. Passing is PyTorch's rule, entry by entry:
+// |analytic - numeric| <= atol + rtol |numeric|; the reported errors are the project's one measure
+// (autodiff/compare.hpp) over all the entries checked.
 struct error_tracker
 {
     const gradcheck_options& options;
-    double max_abs = 0, max_rel = 0;
+    std::vector<double> analytic, numeric;
     bool ok = true;
-    std::size_t entries = 0;
 
-    void add(double analytic, double numeric)
+    void add(double a, double n)
     {
-        const double abs_err = std::abs(analytic - numeric);
-        const double scale = std::max(std::abs(analytic), std::abs(numeric));
-        max_abs = std::max(max_abs, abs_err);
-        max_rel = std::max(max_rel, scale > 0 ? abs_err / scale : 0.0);
-        ok = ok && abs_err <= options.atol + options.rtol * std::abs(numeric);
-        ++entries;
+        analytic.push_back(a);
+        numeric.push_back(n);
+        ok = ok && std::abs(a - n) <= options.atol + options.rtol * std::abs(n);
+    }
+
+    gradcheck_input_report report(std::size_t k, const shape_t& shape, const char* method) const
+    {
+        const shape_t entries{analytic.size()};
+        const difference d = compare(f64(xt::adapt(analytic, entries)), f64(xt::adapt(numeric, entries)));
+        return {k, shape, method, analytic.size(), d.max_abs, d.max_rel, ok};
     }
 };
 
@@ -77,7 +86,7 @@ gradcheck_input_report check_full(const checked_function<double>& f, const std::
                                   std::size_t k, const std::vector<f64>& jacobian_rows,
                                   const gradcheck_options& options)
 {
-    error_tracker errors{options};
+    error_tracker errors{options, {}, {}};
     f64 u = xt::zeros<double>(inputs[k].shape());
     for (std::size_t i = 0; i < u.size(); ++i)
     {
@@ -89,7 +98,7 @@ gradcheck_input_report check_full(const checked_function<double>& f, const std::
             errors.add(jacobian_rows[j].flat(i), column.flat(j));
         }
     }
-    return {k, to_shape(inputs[k].shape()), "full Jacobian", errors.entries, errors.max_abs, errors.max_rel, errors.ok};
+    return errors.report(k, to_shape(inputs[k].shape()), "full Jacobian");
 }
 
 gradcheck_input_report check_directions(const checked_function<double>& f, const std::vector<f64>& inputs,
@@ -102,7 +111,7 @@ gradcheck_input_report check_directions(const checked_function<double>& f, const
         std::generate(r.begin(), r.end(), [&] { return normal(rng); });
         return r;
     };
-    error_tracker errors{options};
+    error_tracker errors{options, {}, {}};
     for (std::size_t d = 0; d < options.directions; ++d)
     {
         const f64 u = random_like(to_shape(inputs[k].shape()));
@@ -111,8 +120,7 @@ gradcheck_input_report check_directions(const checked_function<double>& f, const
         const f64 grad = evaluate(f, inputs, &v).grads[k];
         errors.add(xt::sum(grad * u)(), numeric);
     }
-    return {k, to_shape(inputs[k].shape()), "random directions", errors.entries, errors.max_abs, errors.max_rel,
-            errors.ok};
+    return errors.report(k, to_shape(inputs[k].shape()), "random directions");
 }
 }  // namespace
 

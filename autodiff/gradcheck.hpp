@@ -36,8 +36,8 @@ struct gradcheck_input_report
     shape_t shape;
     std::string method;          // "full Jacobian" or "random directions"
     std::size_t entries_checked;
-    double max_abs_error;
-    double max_rel_error;
+    double max_abs_error;        // over the entries checked, as autodiff/compare.hpp measures it:
+    double max_rel_error;        // max |analytic - numeric| and that over the largest |entry|
     bool ok;
 };
 

@@ -1,9 +1,8 @@
-// The tape's walk, leaves, release and introspection.
+// The tape's core: parameters, handles, leaves, sum_to and accumulation, the backward walk and release.
 #include "autodiff/tape.hpp"
 
 #include <algorithm>
 #include <cmath>
-#include <sstream>
 #include <xtensor/xnoalias.hpp>
 #include <xtensor/xreducer.hpp>
 
@@ -28,33 +27,6 @@ void parameter<T>::zero_grad()
     s_->grad = xt::zeros<T>(s_->value.shape());
 }
 
-anomaly_error::anomaly_error(std::string summary_line, std::vector<std::string> trace_lines)
-    : std::runtime_error([&] {
-          std::string text = summary_line + "\nforward trace (the node and the nodes that fed it, oldest first):";
-          for (const std::string& line : trace_lines)
-          {
-              text += "\n  " + line;
-          }
-          return text;
-      }()),
-      summary(std::move(summary_line)),
-      trace(std::move(trace_lines))
-{
-}
-
-std::string anomaly_error::one_line() const
-{
-    std::string line = summary + "; forward trace: ";
-    for (std::size_t i = 0; i < trace.size(); ++i)
-    {
-        std::string node = trace[i];
-        node.erase(std::unique(node.begin(), node.end(), [](char a, char b) { return a == ' ' && b == ' '; }),
-                   node.end());  // the trace pads its columns
-        line += (i ? "; " : "") + node;
-    }
-    return line;
-}
-
 namespace detail
 {
 void throw_stale(std::uint32_t index)
@@ -74,202 +46,6 @@ node<T>& tape_state<T>::at(std::uint32_t index, std::uint64_t generation_of_hand
 }
 }  // namespace detail
 
-// ---- anomaly mode --------------------------------------------------------------------------------
-
-namespace
-{
-constexpr std::size_t all_finite = static_cast<std::size_t>(-1);
-
-// Flat index of the first NaN or +-inf in a, or all_finite.
-template <class T>
-std::size_t first_non_finite(const array<T>& a)
-{
-    const T* data = a.data();
-    for (std::size_t k = 0, n = a.size(); k < n; ++k)
-    {
-        if (!std::isfinite(data[k]))
-        {
-            return k;
-        }
-    }
-    return all_finite;
-}
-
-// Whether a node's value is all finite, looked at once and remembered.
-template <class T>
-bool value_is_finite(detail::node<T>& n)
-{
-    if (n.finite < 0)
-    {
-        n.finite = first_non_finite(n.value()) == all_finite ? 1 : 0;
-    }
-    return n.finite == 1;
-}
-
-// "[1, 0]": the row-major multi-index of flat element k of shape.
-std::string index_str(std::size_t k, const shape_t& shape)
-{
-    std::vector<std::size_t> index(shape.size());
-    for (std::size_t axis = shape.size(); axis-- > 0;)
-    {
-        index[axis] = shape[axis] ? k % shape[axis] : 0;
-        k = shape[axis] ? k / shape[axis] : 0;
-    }
-    std::string s = "[";
-    for (std::size_t axis = 0; axis < index.size(); ++axis)
-    {
-        s += (axis ? ", " : "") + std::to_string(index[axis]);
-    }
-    return s + "]";
-}
-
-std::string number_str(double v)
-{
-    return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
-}
-
-// "%7 log 'lp'(%6)": a node as the anomaly report names it.
-template <class T>
-std::string node_str(const detail::tape_state<T>& state, std::uint32_t i)
-{
-    const auto& n = *state.nodes[i];
-    std::string s = "%" + std::to_string(i) + " " + n.op + (n.label.empty() ? "" : " '" + n.label + "'");
-    for (std::size_t k = 0; k < n.input_count; ++k)
-    {
-        s += (k ? ", %" : "(%") + std::to_string(n.inputs[k]);
-    }
-    return s + (n.input_count ? ")" : "");
-}
-
-// The node and every node it was computed from, oldest first, one line each; at most `limit` lines (the
-// newest), after a line counting the ones left out.
-template <class T>
-std::vector<std::string> forward_trace(const detail::tape_state<T>& state, std::uint32_t index,
-                                       std::size_t limit = 32)
-{
-    std::vector<bool> feeds(index + 1, false);
-    feeds[index] = true;
-    std::vector<std::uint32_t> chain;
-    for (std::uint32_t i = index + 1; i-- > 0;)  // inputs precede their node: one reverse sweep finds them
-    {
-        if (!feeds[i])
-        {
-            continue;
-        }
-        chain.push_back(i);
-        const auto& n = *state.nodes[i];
-        for (std::size_t k = 0; k < n.input_count; ++k)
-        {
-            feeds[n.inputs[k]] = true;
-        }
-    }
-    std::vector<std::string> lines;
-    if (chain.size() > limit)
-    {
-        lines.push_back("... " + std::to_string(chain.size() - (limit - 1)) + " earlier nodes");
-        chain.resize(limit - 1);
-    }
-    for (auto i = chain.rbegin(); i != chain.rend(); ++i)
-    {
-        std::string line = node_str(state, *i);
-        line.resize(std::max<std::size_t>(line.size() + 2, 36), ' ');
-        lines.push_back(line + shape_str(to_shape(state.nodes[*i]->value().shape())));
-    }
-    return lines;
-}
-
-// "%6 (2, 3), %2 (3,)": the inputs of node n with their shapes.
-template <class T>
-std::string input_shapes(const detail::tape_state<T>& state, const detail::node<T>& n)
-{
-    std::string s;
-    for (std::size_t k = 0; k < n.input_count; ++k)
-    {
-        s += (k ? ", %" : "%") + std::to_string(n.inputs[k]) + " " +
-             shape_str(to_shape(state.nodes[n.inputs[k]]->value().shape()));
-    }
-    return s;
-}
-
-template <class T>
-anomaly_error make_anomaly(const detail::tape_state<T>& state, std::uint32_t index, bool in_backward,
-                           const array<T>& bad, std::size_t element, const std::string& summary)
-{
-    const auto& n = *state.nodes[index];
-    anomaly_error e(summary, forward_trace(state, index));
-    e.node = index;
-    e.op = n.op;
-    e.label = n.label;
-    e.in_backward = in_backward;
-    e.element = element;
-    e.value = static_cast<double>(bad.data()[element]);
-    return e;
-}
-
-// Everything node n's backward rule reads is finite: its incoming gradient, its value and its inputs'.
-template <class T>
-bool rule_reads_finite(detail::tape_state<T>& state, detail::node<T>& n)
-{
-    if (first_non_finite(n.grad) != all_finite || !value_is_finite(n))
-    {
-        return false;
-    }
-    for (std::size_t k = 0; k < n.input_count; ++k)
-    {
-        if (!value_is_finite(*state.nodes[n.inputs[k]]))
-        {
-            return false;
-        }
-    }
-    return true;
-}
-}  // namespace
-
-namespace detail
-{
-template <class T>
-void check_forward_anomaly(tape_state<T>& state)
-{
-    const std::uint32_t index = state.unchecked;
-    state.unchecked = tape_state<T>::no_node;
-    auto& n = *state.nodes[index];
-    if (value_is_finite(n))
-    {
-        return;
-    }
-    for (std::size_t k = 0; k < n.input_count; ++k)
-    {
-        if (!value_is_finite(*state.nodes[n.inputs[k]]))
-        {
-            return;  // a non-finite input only propagates: not this op's anomaly
-        }
-    }
-    const std::size_t bad = first_non_finite(n.value());
-    const shape_t shape = to_shape(n.value().shape());
-    throw make_anomaly(state, index, false, n.value(), bad,
-                       "anomaly in forward: " + node_str(state, index) + " gave " +
-                           number_str(static_cast<double>(n.value().data()[bad])) + " at index " +
-                           index_str(bad, shape) + " of its output " + shape_str(shape) +
-                           " from finite inputs " + input_shapes(state, n));
-}
-}  // namespace detail
-
-template <class T>
-void backward_context<T>::throw_backward_anomaly(std::size_t k, const array<T>& g, bool in_sum) const
-{
-    const std::size_t bad = first_non_finite(g);
-    const shape_t shape = to_shape(g.shape());
-    const std::string where = number_str(static_cast<double>(g.data()[bad])) + " at index " +
-                              index_str(bad, shape) + " of the gradient " + shape_str(shape) + " for input " +
-                              std::to_string(k) + " (%" + std::to_string(node_.inputs[k]) + ")";
-    throw make_anomaly(state_, index_, true, g, bad,
-                       "anomaly in backward: " + node_str(state_, index_) +
-                           (in_sum ? " gave a finite gradient, but adding it to the one already there gave "
-                                   : " gave ") +
-                           where + ", from a finite incoming gradient " + shape_str(to_shape(node_.value().shape())) +
-                           " and finite values " + input_shapes(state_, node_));
-}
-
 // ---- var -----------------------------------------------------------------------------------------
 
 template <class T>
@@ -278,7 +54,7 @@ const array<T>& var<T>::value() const
     const auto& n = node();
     if (state_->unchecked == index_)
     {
-        detail::check_forward_anomaly(*state_);  // anomaly mode: checked before anyone reads it
+        detail::anomaly::check_forward(*state_);  // anomaly mode: checked before anyone reads it
     }
     return n.value();
 }
@@ -307,7 +83,7 @@ const var<T>& var<T>::named(std::string label) const
     node().label = std::move(label);
     if (state_->unchecked == index_)
     {
-        detail::check_forward_anomaly(*state_);  // anomaly mode: checked once it has its name
+        detail::anomaly::check_forward(*state_);  // anomaly mode: checked once it has its name
     }
     return *this;
 }
@@ -343,6 +119,18 @@ array<T> sum_to(array<T>&& g, const shape_t& shape)
 }
 
 template <class T>
+void backward_context<T>::throw_undeclared_read(unsigned flag) const
+{
+    const std::string what = flag == saves_output ? "its output"
+                             : flag == saves_input0 ? "input 0"
+                             : flag == saves_input1 ? "input 1"
+                             : flag == saves_input2 ? "input 2"
+                                                    : "input 3";
+    throw std::logic_error(std::string(node_.op) + " backward reads " + what +
+                           ", which the op did not declare among its saved values when it was recorded");
+}
+
+template <class T>
 void backward_context<T>::accumulate(std::size_t k, array<T>&& g)
 {
     auto& in = input_node(k);
@@ -357,17 +145,17 @@ void backward_context<T>::accumulate(std::size_t k, array<T>&& g)
         throw std::logic_error(std::string(node_.op) + " backward: gradient shape " +
                                shape_str(to_shape(reduced.shape())) + " != input shape " + shape_str(in_shape));
     }
-    if (check_finite_ && first_non_finite(reduced) != all_finite)
+    if (check_finite_ && !detail::anomaly::is_finite(reduced))
     {
-        throw_backward_anomaly(k, reduced, false);
+        detail::anomaly::throw_backward(state_, index_, k, reduced, false);
     }
     if (in.has_grad)
     {
-        const bool sum_was_finite = check_finite_ && first_non_finite(in.grad) == all_finite;
+        const bool sum_was_finite = check_finite_ && detail::anomaly::is_finite(in.grad);
         xt::noalias(in.grad) += reduced;  // an input used several times receives the sum (no temporary)
-        if (sum_was_finite && first_non_finite(in.grad) != all_finite)
+        if (sum_was_finite && !detail::anomaly::is_finite(in.grad))
         {
-            throw_backward_anomaly(k, in.grad, true);
+            detail::anomaly::throw_backward(state_, index_, k, in.grad, true);
         }
     }
     else
@@ -458,7 +246,7 @@ void tape<T>::backward(const var<T>& root, const array<T>& seed, bool retain_gra
     auto& n = root.node();
     if (state_->unchecked != detail::tape_state<T>::no_node)
     {
-        detail::check_forward_anomaly(*state_);  // anomaly mode: the last op's value, before its backward
+        detail::anomaly::check_forward(*state_);  // anomaly mode: the last op's value, before its backward
     }
     if (root.state_ != state_)
     {
@@ -515,7 +303,7 @@ void tape<T>::walk(std::uint32_t root, bool retain_graph)
         {
             continue;
         }
-        const bool check_finite = state_->detect_anomaly && rule_reads_finite(*state_, n);
+        const bool check_finite = state_->detect_anomaly && detail::anomaly::rule_reads_finite(*state_, n);
         backward_context<T> ctx(*state_, i, !retain_graph && i != root, check_finite);
         n.run_rule(ctx);
         if (!retain_graph)
@@ -565,119 +353,6 @@ void tape<T>::clear()
     ++state_->generation;
 }
 
-// ---- introspection -------------------------------------------------------------------------------
-
-template <class T>
-std::vector<node_info> tape<T>::nodes() const
-{
-    std::vector<node_info> out;
-    out.reserve(state_->nodes.size());
-    for (std::uint32_t i = 0; i < state_->nodes.size(); ++i)
-    {
-        const auto& n = *state_->nodes[i];
-        out.push_back({i, n.op, n.label, std::vector<std::uint32_t>(n.inputs.begin(), n.inputs.begin() + n.input_count),
-                       to_shape(n.value().shape()), n.value().size() * sizeof(T), n.value_saved, n.multiply_adds});
-    }
-    return out;
-}
-
-template <class T>
-std::size_t tape<T>::bytes_saved_for_backward(bool include_leaves) const
-{
-    std::size_t bytes = 0;
-    for (const auto& n : state_->nodes)
-    {
-        const bool counted = n->value_saved && (include_leaves || n->input_count > 0);
-        bytes += counted ? n->owned.size() * sizeof(T) : 0;  // a borrowed parameter is not the tape's
-    }
-    return bytes;
-}
-
-template <class T>
-std::size_t tape<T>::bytes_held() const
-{
-    std::size_t bytes = 0;
-    for (const auto& n : state_->nodes)
-    {
-        bytes += (n->owned.size() + (n->has_grad ? n->grad.size() : 0)) * sizeof(T);
-    }
-    return bytes;
-}
-
-template <class T>
-std::uint64_t tape<T>::multiply_adds() const
-{
-    std::uint64_t total = 0;
-    for (const auto& n : state_->nodes)
-    {
-        total += n->multiply_adds;
-    }
-    return total;
-}
-
-namespace
-{
-std::string node_name(const node_info& n)
-{
-    return n.label.empty() ? n.op : n.label + " = " + n.op;
-}
-
-std::string input_list(const node_info& n)
-{
-    std::string s;
-    for (auto i : n.inputs)
-    {
-        s += (s.empty() ? "%" : ", %") + std::to_string(i);
-    }
-    return s;
-}
-}  // namespace
-
-template <class T>
-std::string tape<T>::trace() const
-{
-    std::ostringstream out;
-    for (const auto& n : nodes())
-    {
-        std::ostringstream line;
-        const std::string id = "%" + std::to_string(n.index);
-        line << id << std::string(id.size() < 5 ? 5 - id.size() : 1, ' ') << node_name(n);
-        if (!n.inputs.empty())
-        {
-            line << "(" << input_list(n) << ")";
-        }
-        std::string text = line.str();
-        text.resize(std::max<std::size_t>(text.size() + 1, 40), ' ');
-        out << text << shape_str(n.shape);
-        if (n.multiply_adds)
-        {
-            out << "  [" << n.multiply_adds << " multiply-adds]";
-        }
-        out << (n.saved_for_backward ? "  saved" : "") << "\n";
-    }
-    return out.str();
-}
-
-template <class T>
-std::string tape<T>::to_dot() const
-{
-    std::ostringstream out;
-    out << "digraph xgrad {\n  rankdir=TB;\n  node [shape=box, fontname=\"Helvetica\", fontsize=10];\n";
-    for (const auto& n : nodes())
-    {
-        const bool leaf = n.inputs.empty();
-        out << "  n" << n.index << " [label=\"%" << n.index << " " << node_name(n) << "\\n" << shape_str(n.shape)
-            << "\"" << (leaf ? ", style=filled, fillcolor=\"#dbe9f6\"" : "")
-            << (n.saved_for_backward ? ", penwidth=2" : "") << "];\n";
-        for (auto i : n.inputs)
-        {
-            out << "  n" << i << " -> n" << n.index << ";\n";
-        }
-    }
-    out << "}\n";
-    return out.str();
-}
-
 template class parameter<float>;
 template class parameter<double>;
 template class var<float>;
@@ -692,6 +367,4 @@ template array<float> sum_to(array<float>&&, const shape_t&);
 template array<double> sum_to(array<double>&&, const shape_t&);
 template struct detail::tape_state<float>;
 template struct detail::tape_state<double>;
-template void detail::check_forward_anomaly(detail::tape_state<float>&);
-template void detail::check_forward_anomaly(detail::tape_state<double>&);
 }  // namespace xgrad

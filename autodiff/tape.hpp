@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "autodiff/anomaly.hpp"
 #include "autodiff/shape.hpp"
 #include "autodiff/xtensor.hpp"
 
@@ -37,24 +38,6 @@ namespace detail
 template <class T>
 struct tape_state;
 }
-
-// Thrown in anomaly mode (tape::detect_anomaly) by the first op whose forward value, or whose backward
-// rule's gradient, holds NaN or +-inf although everything it read was finite. what() is the summary line
-// and then the forward trace: the node and the chain of nodes that fed it, oldest first.
-struct anomaly_error : std::runtime_error
-{
-    anomaly_error(std::string summary_line, std::vector<std::string> trace_lines);
-    // The report on one line, for a tool's stderr: the summary, then "; forward trace: " and the nodes.
-    std::string one_line() const;
-
-    std::string summary;             // one line: op, label, node, pass, shapes, the first bad element
-    std::vector<std::string> trace;  // "%3 Q = matmul(%0, %1)  (2, 5, 8)", the failing node last
-    std::uint32_t node = 0;          // the node whose forward or backward went non-finite
-    std::string op, label;
-    bool in_backward = false;
-    std::size_t element = 0;  // flat (row-major) index of the first non-finite element
-    double value = 0;         // that element: NaN, inf or -inf
-};
 
 // A learnable tensor that outlives tapes (a training loop records a fresh tape each step).
 // Copies share one value and one gradient. The gradient accumulates over backward calls until zero_grad.
@@ -212,10 +195,6 @@ var<T> record_range(const char* op, const Inputs& inputs, array<T>&& value, unsi
 
 [[noreturn]] void throw_stale(std::uint32_t index);
 
-// Anomaly mode's forward check of the node state.unchecked (then none is): throws anomaly_error if its
-// value is not all finite while its inputs are.
-template <class T>
-void check_forward_anomaly(tape_state<T>& state);
 }  // namespace detail
 
 // A constant leaf (no gradient) on the tape `on_same_tape` was recorded on: for functions that build a
@@ -277,16 +256,25 @@ public:
     // The incoming gradient for a rule to consume (call it last): moved out when the walk would free it
     // right after this rule anyway, copied when it is kept (retain_graph, or the root).
     array<T> take_grad() { return disposable_ ? std::move(node_.grad) : array<T>(node_.grad); }
-    const array<T>& output() const { return node_.value(); }
-    const array<T>& input(std::size_t k) const { return input_node(k).value(); }
+    // The saved values. A rule reads only what it declared when it was recorded (its `saves` flags:
+    // they decide what the tape keeps and counts as saved for backward); reading more is a logic_error.
+    const array<T>& output() const { return saved(saves_output, node_).value(); }
+    const array<T>& input(std::size_t k) const { return saved(saves_input(k), input_node(k)).value(); }
     bool needs_grad(std::size_t k) const { return input_node(k).requires_grad; }
     // Adds g into input k's gradient, first summing away any broadcasting (sum_to).
     void accumulate(std::size_t k, array<T>&& g);
 
 private:
     detail::node<T>& input_node(std::size_t k) const { return *state_.nodes[node_.inputs[k]]; }
-    // Anomaly mode: input k's gradient g went non-finite (in the rule's own result, or in the sum).
-    [[noreturn]] void throw_backward_anomaly(std::size_t k, const array<T>& g, bool in_sum) const;
+    const detail::node<T>& saved(unsigned flag, const detail::node<T>& n) const
+    {
+        if (!(node_.saves & flag))
+        {
+            throw_undeclared_read(flag);
+        }
+        return n;
+    }
+    [[noreturn]] void throw_undeclared_read(unsigned flag) const;
     detail::tape_state<T>& state_;
     detail::node<T>& node_;
     std::uint32_t index_;
@@ -426,7 +414,7 @@ var<T> record_range(const char* op, const Inputs& inputs, array<T>&& value, unsi
     {
         if (state->unchecked != tape_state<T>::no_node)
         {
-            check_forward_anomaly(*state);  // the op before this one, which nothing named or read
+            anomaly::check_forward(*state);  // the op before this one, which nothing named or read
         }
         state->unchecked = index;
     }
@@ -465,6 +453,4 @@ extern template class parameter<float>;
 extern template class parameter<double>;
 extern template class backward_context<float>;
 extern template class backward_context<double>;
-extern template void detail::check_forward_anomaly(detail::tape_state<float>&);
-extern template void detail::check_forward_anomaly(detail::tape_state<double>&);
 }  // namespace xgrad

@@ -16,6 +16,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "autodiff/compare.hpp"
 #include "autodiff/gradcheck.hpp"
 #include "models/mha_manual.hpp"
 
@@ -48,18 +49,6 @@ std::string with_commas(std::uint64_t n)
         s.insert(static_cast<std::size_t>(i), ",");
     }
     return s;
-}
-
-struct difference
-{
-    double abs, rel;
-};
-
-difference compare(const array<double>& a, const array<double>& b)
-{
-    const double abs = xt::amax(xt::abs(a - b))();
-    const double scale = std::max<double>(xt::amax(xt::abs(a))(), xt::amax(xt::abs(b))());
-    return {abs, scale > 0 ? abs / scale : 0.0};
 }
 
 // Everything one attention layer needs: inputs, weights, the upstream gradient G of loss = sum(Y * G).
@@ -131,7 +120,8 @@ three_way check_gradients(layer_inputs in)
         const auto tn = compare(r.tape[i], r.numeric[i]);
         const auto mn = compare(r.manual[i], r.numeric[i]);
         std::printf("  %-6s %-12s | %10.2e %10.2e | %10.2e %10.2e | %10.2e %10.2e\n", r.names[i].c_str(),
-                    shape_str(to_shape(r.tape[i].shape())).c_str(), tm.abs, tm.rel, tn.abs, tn.rel, mn.abs, mn.rel);
+                    shape_str(to_shape(r.tape[i].shape())).c_str(), tm.max_abs, tm.max_rel, tn.max_abs, tn.max_rel,
+                    mn.max_abs, mn.max_rel);
     }
     return r;
 }

@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 
+#include "autodiff/compare.hpp"
 #include "test_util.hpp"
 
 using namespace xgrad;
@@ -230,4 +231,24 @@ TEST_CASE("float32 and float64 agree on attention-like scores with long rows")
         const double scale = std::max(1e-3, max_abs(r64.grads[i]));
         XGRAD_CHECK_CLOSE(r32.grads[i], to_float_type<float>(r64.grads[i]), 1e-5, 1e-5 * scale);
     }
+}
+
+TEST_CASE("compare: the one measure of how far apart two arrays are")
+{
+    const f64 a = xt::xarray<double>{1.0, -4.0, 0.5};
+    const f64 b = xt::xarray<double>{1.0, -3.0, 0.5};
+    const difference d = compare(a, b);
+    CHECK(d.max_abs == 1.0);
+    CHECK(d.scale == 4.0);  // the largest |entry| of either
+    CHECK(d.max_rel == 0.25);
+    CHECK(d.within(0.0, 0.25));
+    CHECK_FALSE(d.within(0.0, 0.2));
+
+    CHECK(compare(f64(xt::zeros<double>({3})), f64(xt::zeros<double>({3}))).max_rel == 0.0);
+    const double nan = std::nan("");
+    CHECK(compare(f64(xt::xarray<double>{nan, 1.0}), f64(xt::xarray<double>{nan, 1.0})).max_abs == 0.0);
+    CHECK(std::isinf(compare(f64(xt::xarray<double>{nan, 1.0}), f64(xt::xarray<double>{0.0, 1.0})).max_abs));
+    CHECK(std::isinf(compare(f64(xt::xarray<double>{nan}), f64(xt::xarray<double>{0.0})).max_rel));
+    CHECK_THROWS_WITH_AS(compare(f64(xt::zeros<double>({2})), f64(xt::zeros<double>({3}))),
+                         doctest::Contains("compare"), std::invalid_argument);
 }

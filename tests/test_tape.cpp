@@ -566,3 +566,42 @@ TEST_CASE("the buffer pool keeps freed buffers for reuse, within its limit, unti
     CHECK(cached_buffer_bytes() == 0);
     set_buffer_cache_limit(std::size_t(2) << 30);
 }
+
+// ---- what a rule may read ---------------------------------------------------------------------------
+
+namespace
+{
+// y = x * w, whose rule reads the inputs it declared in `saved` (dy/dx = w, dy/dw = x).
+var<double> product_declaring(const var<double>& x, const var<double>& w, unsigned saved)
+{
+    array<double> y = x.value() * w.value();
+    return detail::record("product", {x, w}, std::move(y), saved, [](backward_context<double>& ctx) {
+        const array<double> g = ctx.grad();
+        ctx.accumulate(0, g * ctx.input(1));
+        ctx.accumulate(1, g * ctx.input(0));
+    });
+}
+}  // namespace
+
+TEST_CASE("a backward rule reads only the values it declared: reading more is a logic_error naming the op")
+{
+    tape<double> t;
+    const var<double> x = t.input(filled<double>({2}, 3.0)), w = t.input(filled<double>({2}, 5.0));
+    t.backward(ops::sum(product_declaring(x, w, saves_input0 | saves_input1)));
+    CHECK(x.grad()(0) == 5.0);
+    CHECK(w.grad()(1) == 3.0);
+
+    tape<double> u;
+    const var<double> a = u.input(filled<double>({2}, 3.0)), b = u.input(filled<double>({2}, 5.0));
+    const var<double> y = product_declaring(a, b, saves_input0);  // input 1 is read but not declared
+    CHECK(u.bytes_saved_for_backward() == 2 * sizeof(double));
+    try
+    {
+        u.backward(ops::sum(y));
+        FAIL("the undeclared read was allowed");
+    }
+    catch (const std::logic_error& e)
+    {
+        CHECK(contains(e.what(), "product backward reads input 1"));
+    }
+}
