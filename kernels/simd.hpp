@@ -1,4 +1,5 @@
-// Vectorised row kernels (xsimd) for the softmax: the few loops where per-element cost shows.
+// Vectorised row kernels (xsimd) for the softmax and the fused ops of ops/nn.cpp: the few loops where
+// per-element cost shows.
 // Internal to ops/*.cpp; everything is on raw contiguous rows of length n.
 #pragma once
 
@@ -90,24 +91,6 @@ void scale_in_place(T* x, std::size_t n, T factor)
     }
 }
 
-template <class T>
-T dot(const T* a, const T* b, std::size_t n)
-{
-    constexpr std::size_t w = batch<T>::size;
-    batch<T> acc(T(0));
-    std::size_t j = 0;
-    for (; j + w <= n; j += w)
-    {
-        acc = xsimd::fma(batch<T>::load_unaligned(a + j), batch<T>::load_unaligned(b + j), acc);
-    }
-    T total = xsimd::hadd(acc);
-    for (; j < n; ++j)
-    {
-        total += a[j] * b[j];
-    }
-    return total;
-}
-
 // out[j] = s y[j] (g[j] - d): the softmax backward of one row.
 template <class T>
 void softmax_row_backward(T* out, const T* y, const T* g, std::size_t n, T s, T d)
@@ -124,5 +107,114 @@ void softmax_row_backward(T* out, const T* y, const T* g, std::size_t n, T s, T 
     {
         out[j] = s * y[j] * (g[j] - d);
     }
+}
+// ---- the fused ops' row loops (ops/nn.cpp): log_softmax, cross_entropy, layer_norm -------------
+
+template <class T>
+constexpr std::size_t width = batch<T>::size;
+
+// sum_j x_j
+template <class T>
+T sum_of(const T* x, std::size_t n)
+{
+    batch<T> acc(T(0));
+    std::size_t j = 0;
+    for (; j + width<T> <= n; j += width<T>)
+    {
+        acc += batch<T>::load_unaligned(x + j);
+    }
+    T total = xsimd::hadd(acc);
+    for (; j < n; ++j)
+    {
+        total += x[j];
+    }
+    return total;
+}
+
+// sum_j (a_j - shift_a) (b_j - shift_b): centred before multiplying, so a large mean costs no digits.
+// With both shifts 0 it is the plain dot product, bit for bit (x - 0 is exact).
+template <class T>
+T centred_dot(const T* a, T shift_a, const T* b, T shift_b, std::size_t n)
+{
+    const batch<T> va(shift_a), vb(shift_b);
+    batch<T> acc(T(0));
+    std::size_t j = 0;
+    for (; j + width<T> <= n; j += width<T>)
+    {
+        acc = xsimd::fma(batch<T>::load_unaligned(a + j) - va, batch<T>::load_unaligned(b + j) - vb, acc);
+    }
+    T total = xsimd::hadd(acc);
+    for (; j < n; ++j)
+    {
+        total += (a[j] - shift_a) * (b[j] - shift_b);
+    }
+    return total;
+}
+
+// sum_j e^{x_j - shift}
+template <class T>
+T sum_exp_shifted(const T* x, std::size_t n, T shift)
+{
+    const batch<T> vshift(shift);
+    batch<T> acc(T(0));
+    std::size_t j = 0;
+    for (; j + width<T> <= n; j += width<T>)
+    {
+        acc += xsimd::exp(batch<T>::load_unaligned(x + j) - vshift);
+    }
+    T total = xsimd::hadd(acc);
+    for (; j < n; ++j)
+    {
+        total += std::exp(x[j] - shift);
+    }
+    return total;
+}
+
+// out_j = factor e^{x_j - shift}
+template <class T>
+void scaled_exp_shifted(T* out, const T* x, std::size_t n, T factor, T shift)
+{
+    const batch<T> vfactor(factor), vshift(shift);
+    std::size_t j = 0;
+    for (; j + width<T> <= n; j += width<T>)
+    {
+        (vfactor * xsimd::exp(batch<T>::load_unaligned(x + j) - vshift)).store_unaligned(out + j);
+    }
+    for (; j < n; ++j)
+    {
+        out[j] = factor * std::exp(x[j] - shift);
+    }
+}
+
+// g_j -= e^{y_j} s in place: the log_softmax backward of one row, s = sum_j g_j.
+template <class T>
+void subtract_exp_times(T* g, const T* y, std::size_t n, T s)
+{
+    const batch<T> vs(s);
+    std::size_t j = 0;
+    for (; j + width<T> <= n; j += width<T>)
+    {
+        const batch<T> gj = batch<T>::load_unaligned(g + j);
+        xsimd::fnma(xsimd::exp(batch<T>::load_unaligned(y + j)), vs, gj).store_unaligned(g + j);
+    }
+    for (; j < n; ++j)
+    {
+        g[j] -= std::exp(y[j]) * s;
+    }
+}
+
+// log sum_j e^{x_j}, stable: max + log sum e^{x_j - max}, so logits of 1e4 stay finite. A NaN in the row
+// makes it NaN; +inf makes it NaN through inf - inf, as IEEE arithmetic says.
+template <class T>
+T log_sum_exp(const T* x, std::size_t n)
+{
+    const T top = max_of(x, n);
+    return top + std::log(sum_exp_shifted(x, n, top));
+}
+
+template <class T>
+T dot(const T* a, const T* b, std::size_t n)
+{
+    return centred_dot(a, T(0), b, T(0), n);
 }
 }  // namespace xgrad::kernels::simd

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "autodiff/instantiate.hpp"
-#include "kernels/simd.hpp"
+#include "kernels/map.hpp"
 #include "ops/ops.hpp"
 
 namespace xgrad::ops
@@ -244,32 +244,14 @@ T stable_sigmoid(T x)
 // GELU's tanh approximation (SPEC): gelu(x) = 0.5 x (1 + tanh(u)), u = k (x + a x^3), k = sqrt(2/pi).
 constexpr double gelu_k = 0.7978845608028654;  // sqrt(2/pi)
 constexpr double gelu_a = 0.044715;
-
-template <class T>
-T gelu_inner(T x)
-{
-    return T(gelu_k) * (x + T(gelu_a) * (x * x * x));  // u; the operations in composed::gelu's order
-}
-
-template <class T, class F>
-array<T> map_values(const array<T>& x, F f)
-{
-    array<T> y = array<T>::from_shape(x.shape());
-    const T* in = x.data();
-    T* out = y.data();
-    for (std::size_t i = 0; i < x.size(); ++i)
-    {
-        out[i] = f(in[i]);
-    }
-    return y;
-}
 }  // namespace
 
 // y = 1 / (1 + e^-x).   dL/dx = g y (1 - y)
 template <class T>
 var<T> sigmoid(const var<T>& x)
 {
-    array<T> y = map_values(x.value(), stable_sigmoid<T>);
+    array<T> y = kernels::map_values<kernels::lanes::scalar>(
+        x.value(), static_cast<const array<T>*>(nullptr), [](T v, T) { return stable_sigmoid(v); });
     return detail::record("sigmoid", {x}, std::move(y), saves_output, [](backward_context<T>& ctx) {
         const auto& y = ctx.output();
         ctx.accumulate(0, array<T>(ctx.grad() * y * (T(1) - y)));
@@ -278,20 +260,12 @@ var<T> sigmoid(const var<T>& x)
 
 // GELU and its derivative on a batch of values, vectorised (xsimd's tanh, not libm's one value at a time:
 // the scalar tanh was 80% of a small GPT's training step).
-template <class V>
-struct scalar_of;
-template <class T, class A>
-struct scalar_of<xsimd::batch<T, A>>
-{
-    using type = T;
-};
-
 struct gelu_forward
 {
     template <class V>
     V operator()(V x, V) const
     {
-        using T = typename scalar_of<V>::type;
+        using T = typename kernels::scalar_of<V>::type;
         const V u = V(T(gelu_k)) * (x + V(T(gelu_a)) * (x * x * x));
         return V(T(0.5)) * (x * (xsimd::tanh(u) + V(T(1))));
     }
@@ -304,7 +278,7 @@ struct gelu_backward
     template <class V>
     V operator()(V x, V g) const
     {
-        using T = typename scalar_of<V>::type;
+        using T = typename kernels::scalar_of<V>::type;
         const V t = xsimd::tanh(V(T(gelu_k)) * (x + V(T(gelu_a)) * (x * x * x)));
         const V sech2 = V(T(1)) - t * t;
         const V slope = V(T(0.5)) * x * sech2 * V(T(gelu_k)) * (V(T(1)) + V(T(3 * gelu_a)) * x * x);
@@ -312,46 +286,14 @@ struct gelu_backward
     }
 };
 
-// out[i] = f(in[i], other[i]) (other = 0 when absent) on xsimd batches; the tail goes through the same
-// batch code in a zero-padded buffer, so every element sees the same arithmetic.
-template <class T, class F>
-array<T> map_batches(const array<T>& x, const array<T>* other, F f)
-{
-    using batch = xsimd::batch<T>;
-    constexpr std::size_t w = batch::size;
-    array<T> y = array<T>::from_shape(x.shape());
-    const T* in = x.data();
-    const T* in2 = other ? other->data() : nullptr;
-    T* out = y.data();
-    const std::size_t n = x.size();
-    std::size_t i = 0;
-    for (; i + w <= n; i += w)
-    {
-        const batch second = in2 ? batch::load_unaligned(in2 + i) : batch(T(0));
-        f(batch::load_unaligned(in + i), second).store_unaligned(out + i);
-    }
-    if (i < n)
-    {
-        alignas(64) T a[w] = {}, b[w] = {}, r[w];
-        std::copy(in + i, in + n, a);
-        if (in2)
-        {
-            std::copy(in2 + i, in2 + n, b);
-        }
-        f(batch::load_aligned(a), batch::load_aligned(b)).store_aligned(r);
-        std::copy(r, r + (n - i), out + i);
-    }
-    return y;
-}
-
 // y = 0.5 x (1 + tanh(k (x + a x^3))), k = sqrt(2/pi), a = 0.044715   (one fused op)
 // dL/dx = g [0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 a x^2)], t = tanh(k (x + a x^3)) recomputed from x
 template <class T>
 var<T> gelu(const var<T>& x)
 {
-    array<T> y = map_batches(x.value(), static_cast<const array<T>*>(nullptr), gelu_forward{});
+    array<T> y = kernels::map_values(x.value(), static_cast<const array<T>*>(nullptr), gelu_forward{});
     return detail::record("gelu", {x}, std::move(y), saves_input0, [](backward_context<T>& ctx) {
-        ctx.accumulate(0, map_batches(ctx.input(0), &ctx.grad(), gelu_backward{}));
+        ctx.accumulate(0, kernels::map_values(ctx.input(0), &ctx.grad(), gelu_backward{}));
     });
 }
 

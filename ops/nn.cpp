@@ -21,6 +21,8 @@ namespace xgrad::ops
 {
 namespace
 {
+namespace simd = kernels::simd;
+
 // Rows of the last axis: `count` rows of `length` elements. The row count comes from the leading axes,
 // so an empty last axis still has its rows.
 struct rows_of
@@ -44,110 +46,6 @@ void check_has_last_axis(const char* op, const shape_t& shape)
     {
         fail(op, "input must have at least one axis, got shape ()");
     }
-}
-
-// ---- vectorised row loops (xsimd): each walks one contiguous row of n entries ----------------------
-template <class T>
-using batch = kernels::simd::batch<T>;
-template <class T>
-constexpr std::size_t width = batch<T>::size;
-
-// sum_j x_j
-template <class T>
-T sum_of(const T* x, std::size_t n)
-{
-    batch<T> acc(T(0));
-    std::size_t j = 0;
-    for (; j + width<T> <= n; j += width<T>)
-    {
-        acc += batch<T>::load_unaligned(x + j);
-    }
-    T total = xsimd::hadd(acc);
-    for (; j < n; ++j)
-    {
-        total += x[j];
-    }
-    return total;
-}
-
-// sum_j (a_j - shift_a) (b_j - shift_b): centred before multiplying, so a large mean costs no digits.
-template <class T>
-T centred_dot(const T* a, T shift_a, const T* b, T shift_b, std::size_t n)
-{
-    const batch<T> va(shift_a), vb(shift_b);
-    batch<T> acc(T(0));
-    std::size_t j = 0;
-    for (; j + width<T> <= n; j += width<T>)
-    {
-        acc = xsimd::fma(batch<T>::load_unaligned(a + j) - va, batch<T>::load_unaligned(b + j) - vb, acc);
-    }
-    T total = xsimd::hadd(acc);
-    for (; j < n; ++j)
-    {
-        total += (a[j] - shift_a) * (b[j] - shift_b);
-    }
-    return total;
-}
-
-// sum_j e^{x_j - shift}
-template <class T>
-T sum_exp_shifted(const T* x, std::size_t n, T shift)
-{
-    const batch<T> vshift(shift);
-    batch<T> acc(T(0));
-    std::size_t j = 0;
-    for (; j + width<T> <= n; j += width<T>)
-    {
-        acc += xsimd::exp(batch<T>::load_unaligned(x + j) - vshift);
-    }
-    T total = xsimd::hadd(acc);
-    for (; j < n; ++j)
-    {
-        total += std::exp(x[j] - shift);
-    }
-    return total;
-}
-
-// out_j = factor e^{x_j - shift}
-template <class T>
-void scaled_exp_shifted(T* out, const T* x, std::size_t n, T factor, T shift)
-{
-    const batch<T> vfactor(factor), vshift(shift);
-    std::size_t j = 0;
-    for (; j + width<T> <= n; j += width<T>)
-    {
-        (vfactor * xsimd::exp(batch<T>::load_unaligned(x + j) - vshift)).store_unaligned(out + j);
-    }
-    for (; j < n; ++j)
-    {
-        out[j] = factor * std::exp(x[j] - shift);
-    }
-}
-
-// g_j -= e^{y_j} s in place: the log_softmax backward of one row, s = sum_j g_j.
-template <class T>
-void subtract_exp_times(T* g, const T* y, std::size_t n, T s)
-{
-    const batch<T> vs(s);
-    std::size_t j = 0;
-    for (; j + width<T> <= n; j += width<T>)
-    {
-        const batch<T> gj = batch<T>::load_unaligned(g + j);
-        xsimd::fnma(xsimd::exp(batch<T>::load_unaligned(y + j)), vs, gj).store_unaligned(g + j);
-    }
-    for (; j < n; ++j)
-    {
-        g[j] -= std::exp(y[j]) * s;
-    }
-}
-
-// log sum_j e^{x_j}, stable: max + log sum e^{x_j - max}, so logits of 1e4 stay finite. A NaN in the row
-// makes it NaN; +inf makes it NaN through inf - inf, as IEEE arithmetic says.
-template <class T>
-T log_sum_exp(const T* x, std::size_t n)
-{
-    const T top = kernels::simd::max_of(x, n);
-    return top + std::log(sum_exp_shifted(x, n, top));
 }
 
 template <class T>
@@ -209,8 +107,8 @@ var<T> log_softmax(const var<T>& x)
     kernels::for_rows(rows.count, rows.length, [&](std::size_t r) {
         const T* xr = in + r * rows.length;
         T* yr = y.data() + r * rows.length;
-        const T top = kernels::simd::max_of(xr, rows.length);
-        const T log_total = std::log(sum_exp_shifted(xr, rows.length, top));
+        const T top = simd::max_of(xr, rows.length);
+        const T log_total = std::log(simd::sum_exp_shifted(xr, rows.length, top));
         for (std::size_t j = 0; j < rows.length; ++j)
         {
             yr[j] = (xr[j] - top) - log_total;
@@ -222,7 +120,7 @@ var<T> log_softmax(const var<T>& x)
         kernels::for_rows(rows.count, rows.length, [&](std::size_t r) {
             T* dr = dx.data() + r * rows.length;
             const T* yr = y + r * rows.length;
-            subtract_exp_times(dr, yr, rows.length, sum_of(dr, rows.length));
+            simd::subtract_exp_times(dr, yr, rows.length, simd::sum_of(dr, rows.length));
         });
         ctx.accumulate(0, std::move(dx));
     };
@@ -250,7 +148,7 @@ var<T> cross_entropy(const var<T>& logits, const ids_t& targets)
             return;  // ignored: the row is not read
         }
         const T* xr = x + r * rows.length;
-        lse[r] = log_sum_exp(xr, rows.length);
+        lse[r] = simd::log_sum_exp(xr, rows.length);
         row_loss[r] = lse[r] - xr[t];
     });
     std::size_t kept = 0;
@@ -280,7 +178,7 @@ var<T> cross_entropy(const var<T>& logits, const ids_t& targets)
                 }
                 const T* xr = x + r * rows.length;
                 T* dr = dx.data() + r * rows.length;
-                scaled_exp_shifted(dr, xr, rows.length, per_row, lse[r]);  // softmax / n
+                simd::scaled_exp_shifted(dr, xr, rows.length, per_row, lse[r]);  // softmax / n
                 dr[t] -= per_row;
             });
         }
@@ -312,8 +210,9 @@ var<T> layer_norm(const var<T>& x, const var<T>& weight, const var<T>& bias, T e
     kernels::for_rows(rows.count, d, [&](std::size_t r) {
         const T* xr = in + r * d;
         T* yr = y.data() + r * d;
-        const T mu = sum_of(xr, d) / static_cast<T>(d);
-        const T squares = centred_dot(xr, mu, xr, mu, d);  // a second pass: no cancellation when |mean| >> std
+        const T mu = simd::sum_of(xr, d) / static_cast<T>(d);
+        // a second pass: no cancellation when |mean| >> std
+        const T squares = simd::centred_dot(xr, mu, xr, mu, d);
         const T r_std = T(1) / std::sqrt(squares / static_cast<T>(d) + eps);
         for (std::size_t j = 0; j < d; ++j)
         {
@@ -339,9 +238,10 @@ var<T> layer_norm(const var<T>& x, const var<T>& weight, const var<T>& bias, T e
                 {
                     dxhat[j] = gr[j] * w[j];
                 }
-                const T dxhat_mean = sum_of(dxhat, d) / static_cast<T>(d);
+                const T dxhat_mean = simd::sum_of(dxhat, d) / static_cast<T>(d);
                 // mean(dxhat xhat) = rstd mean(dxhat (x - mu))
-                const T dxhat_xhat_mean = rstd[r] * centred_dot(dxhat, T(0), x + r * d, mean[r], d) / static_cast<T>(d);
+                const T dxhat_xhat_mean =
+                    rstd[r] * simd::centred_dot(dxhat, T(0), x + r * d, mean[r], d) / static_cast<T>(d);
                 for (std::size_t j = 0; j < d; ++j)
                 {
                     dxhat[j] = rstd[r] * (dxhat[j] - dxhat_mean - xhat(r, j) * dxhat_xhat_mean);
