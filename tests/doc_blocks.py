@@ -14,11 +14,12 @@ library (`extract`) and run by one ctest (`run`). Kinds:
   program            a whole program with main(): compiled and run; exit status 0 (or status=N);
                      the default for a block that defines main()
   doctest            doctest TEST_CASEs: compiled and run with the file's other doctest blocks
+  ... continue       (with any kind) in the namespace of the C++ block before, as the rest of one file
   fragment [run]     statements: wrapped in a function after the hidden lines; compiled (and run)
   header             declarations at namespace scope: compiled
   file=NAME          saved as NAME beside the generated source, for a later block to #include
-  excerpt=PATH [new=WORD]   lines quoted from PATH: each line must occur in PATH (whitespace-normalised;
-                     "..." lines and lines containing WORD are exempt)
+  excerpt=PATH [new=REGEX]  lines quoted from PATH: each line must occur in PATH (whitespace-normalised;
+                     "..." lines and lines that REGEX matches, the ones a recipe adds, are exempt)
   skip="why"         not checked, with the reason
 Shell (sh, bash, shell): run by bash -euo pipefail in a scratch folder that links every top-level entry
 of the source tree and `build` (the build folder under test); exit status 0 (or status=N), at most
@@ -170,6 +171,7 @@ def cpp_kind(block, where):
 def generate(md, rel_md, blocks, outdir):
     includes, bodies, programs = [], [], []
     has_doctest = False
+    name = None
     for b in blocks:
         if b["lang"] not in CPP:
             continue
@@ -192,7 +194,8 @@ def generate(md, rel_md, blocks, outdir):
                 code.append(line)
         hidden = [line for line in b["hidden"] if not INCLUDE.match(line)]
         includes += [line.strip() for line in b["hidden"] if INCLUDE.match(line) and line.strip() not in includes]
-        name = f"doc_block_{b['index']}"
+        if not (b["options"].get("continue") and name):
+            name = f"doc_block_{b['index']}"
         text = "\n".join(code)
         out = [f"namespace {name}\n{{"]
         if kind == "program":
@@ -296,8 +299,9 @@ def compare_output(expected_lines, actual_text, options, where):
     small = float(options["small"]) if "small" in options else None
     expected = [normalise(line, ignores) for line in expected_lines]
     actual = [normalise(line, ignores) for line in actual_text.rstrip("\n").split("\n")]
-    while expected and not expected[-1]:
-        expected.pop()
+    for lines in (expected, actual):
+        while lines and not lines[-1]:
+            lines.pop()
     for k in range(max(len(expected), len(actual))):
         e = expected[k] if k < len(expected) else "<end of output>"
         a = actual[k] if k < len(actual) else "<end of output>"
@@ -356,7 +360,7 @@ class Runner:
         new = block["options"].get("new")
         for line in block["code"]:
             wanted = " ".join(line.split())
-            if not wanted or wanted == "..." or (new and new in wanted):
+            if not wanted or wanted == "..." or (new and re.search(new, wanted)):
                 continue
             if not any(wanted in have for have in lines):
                 raise DocError(f"{self.where(block)}: quoted from {block['options']['excerpt']}, which no "
@@ -416,7 +420,8 @@ class Runner:
         failures = []
         if self.has_doctest:
             try:
-                self.run_process([self.exe], {"options": {}, "line": 0})
+                first = next(b for b in self.blocks if b.get("kind") == "doctest")
+                self.run_process([self.exe], {"options": {}, "line": first["line"]})
             except DocError as e:
                 failures.append(f"{self.rel_md}: the doctest blocks fail:\n{e}")
         for k, block in enumerate(self.blocks):
