@@ -29,5 +29,6 @@ if(XGRAD_PYTHON3)
               --build ${PROJECT_BINARY_DIR} --exe $<TARGET_FILE:doc_blocks_${stem}>)
   endforeach()
 
+  add_test(NAME doc_blocks_selftest COMMAND ${XGRAD_PYTHON3} ${XGRAD_DOC_SCRIPT} selftest)
   add_test(NAME doc_citations COMMAND ${XGRAD_PYTHON3} ${XGRAD_DOC_SCRIPT} citations --source ${PROJECT_SOURCE_DIR})
 endif()

@@ -36,12 +36,16 @@ blanks what varies, such as timings. Lines are compared with runs of spaces coll
 Usage: doc_blocks.py extract MD OUTDIR --source S   (writes OUTDIR/doc_blocks.cpp, OUTDIR/blocks.json, files)
        doc_blocks.py run OUTDIR --source S --build B --exe E
        doc_blocks.py citations --source S     (every docs/spec.md citation names a heading there)
+       doc_blocks.py selftest                 (passes right blocks, fails wrong ones)
 """
 
+import contextlib
+import io
 import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -417,6 +421,12 @@ class Runner:
         self.checked += 1
 
     def run(self):
+        try:
+            return self.run_all()
+        finally:
+            shutil.rmtree(self.scratch, ignore_errors=True)  # the links go, not what they point to
+
+    def run_all(self):
         failures = []
         if self.has_doctest:
             try:
@@ -435,7 +445,87 @@ class Runner:
               f"marker{python_note}, {len(failures)} failed")
         for failure in failures:
             print("FAILED " + failure)
+        self.failures = failures
         return 1 if failures else 0
+
+
+# ---- selftest: the checker must pass what is right and fail what is wrong ------------------------------
+
+SELFTEST_GOOD = """
+```sh
+echo hello
+```
+<!-- check: output -->
+```text
+hello
+```
+<!-- check: transcript rtol=1e-3 small=1e-8 ignore="in [0-9.]+ s" -->
+```text
+$ echo "loss 1.0001, noise 3e-12, in 4.2 s"
+loss 1.0, noise 7e-11, in 9.9 s
+```
+<!-- check: excerpt=quoted.txt new=added -->
+```cpp
+int   quoted = 1;  // spaces differ
+...
+int added = 2;
+```
+<!-- check: skip="would fail" -->
+```sh
+exit 1
+```
+<!-- check: status=3 -->
+```sh
+exit 3
+```
+```python
+raise SystemExit(1)
+```
+"""
+
+SELFTEST_BAD = [
+    "```sh\nexit 3\n```\n",
+    "```sh\necho hello\n```\n<!-- check: output -->\n```text\ngoodbye\n```\n",
+    "```sh\necho hello; echo again\n```\n<!-- check: output -->\n```text\nhello\n```\n",
+    "<!-- check: transcript rtol=1e-3 -->\n```text\n$ echo 'loss 2.0'\nloss 1.0\n```\n",
+    "<!-- check: transcript rtol=1e-3 small=1e-8 -->\n```text\n$ echo 'noise 3e-7'\nnoise 3e-12\n```\n",
+    "<!-- check: excerpt=quoted.txt -->\n```cpp\nint gone = 3;\n```\n",
+    "<!-- check: timeout=0.5 -->\n```sh\nsleep 5\n```\n",
+]
+
+
+def selftest():
+    problems = []
+    with tempfile.TemporaryDirectory() as root:
+        os.mkdir(os.path.join(root, "build"))
+        with open(os.path.join(root, "quoted.txt"), "w", encoding="utf-8") as f:
+            f.write("int quoted = 1;  // spaces differ\n")
+
+        def check(text, name):
+            md, out = os.path.join(root, name + ".md"), os.path.join(root, "out-" + name)
+            with open(md, "w", encoding="utf-8") as f:
+                f.write(text)
+            extract(md, out, root)
+            runner = Runner(out, root, os.path.join(root, "build"), "/bin/false")
+            with contextlib.redirect_stdout(io.StringIO()):
+                runner.run()
+            return runner
+
+        good = check(SELFTEST_GOOD, "good")
+        if good.failures or good.checked != 4 or good.skipped != 2:
+            problems.append(f"the good page: {good.checked} checked, {good.skipped} skipped, {good.failures}")
+        for k, text in enumerate(SELFTEST_BAD):
+            if len(check(text, f"bad{k}").failures) != 1:
+                problems.append(f"bad page {k} passed:\n{text}")
+        try:
+            check("```cpp\nint x = 1;\n```\n", "unmarked")
+            problems.append("an unmarked C++ fragment was accepted")
+        except DocError:
+            pass
+    for problem in problems:
+        print("SELFTEST FAILED " + problem)
+    print(f"selftest: {len(problems)} problems")
+    return 1 if problems else 0
 
 
 # ---- citations -----------------------------------------------------------------------------------------
@@ -486,6 +576,8 @@ def main(argv):
         if argv and argv[0] == "run":
             opts = dict(zip(argv[2::2], argv[3::2]))
             return Runner(argv[1], opts["--source"], opts["--build"], opts["--exe"]).run()
+        if argv == ["selftest"]:
+            return selftest()
         if len(argv) == 3 and argv[0] == "citations" and argv[1] == "--source":
             return citations(argv[2])
     except DocError as e:
