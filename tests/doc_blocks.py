@@ -35,7 +35,8 @@ blanks what varies, such as timings. Lines are compared with runs of spaces coll
 
 Usage: doc_blocks.py extract MD OUTDIR --source S   (writes OUTDIR/doc_blocks.cpp, OUTDIR/blocks.json, files)
        doc_blocks.py run OUTDIR --source S --build B --exe E
-       doc_blocks.py citations --source S     (every docs/spec.md citation names a heading there)
+       doc_blocks.py citations --source S     (every docs/spec.md citation and link names a heading there,
+                                              and nothing points outside the repository)
        doc_blocks.py selftest                 (passes right blocks, fails wrong ones)
 """
 
@@ -531,6 +532,7 @@ def selftest():
 # ---- citations -----------------------------------------------------------------------------------------
 
 CITATION = re.compile(r'docs/spec\.md,?\s+\(?"([^"]+)"')
+ANCHOR = re.compile(r"spec\.md#([\w-]+)")
 OUTSIDE = re.compile(r"\.\./shared|SPEC\.md|STYLE\.md")
 SKIP_DIRS = {".git", "fuzz_corpus"}
 
@@ -540,8 +542,14 @@ def headings(spec):
         return [re.sub(r"[`*]", "", line.lstrip("#").strip()).lower() for line in f if line.startswith("#")]
 
 
+def slug(heading):
+    """The anchor a markdown renderer (GitHub's) gives a heading."""
+    return re.sub(r"[^\w\- ]", "", heading).replace(" ", "-")
+
+
 def citations(source):
     known = headings(os.path.join(source, "docs", "spec.md"))
+    anchors = {slug(h) for h in known}
     failures = []
     for root, dirs, files in os.walk(source):
         dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not d.startswith("build")]
@@ -562,6 +570,9 @@ def citations(source):
                     want = re.sub(r"[`*]", "", cited).lower()
                     if not any(h.startswith(want) for h in known):
                         failures.append(f"{rel}:{n}: cites docs/spec.md, \"{cited}\", which has no such heading")
+                for anchor in ANCHOR.findall(line):
+                    if anchor not in anchors:
+                        failures.append(f"{rel}:{n}: links spec.md#{anchor}, which has no such heading")
     for failure in failures:
         print("FAILED " + failure)
     print(f"citations: {len(failures)} problems")
