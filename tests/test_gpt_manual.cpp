@@ -16,6 +16,7 @@ using namespace xgrad;
 using namespace xgrad::models;
 using xgrad::test::f64;
 using xgrad::test::random_ids;
+using xgrad::test::weighted_sum;
 
 namespace
 {
@@ -137,17 +138,6 @@ void check_against_finite_differences(const gpt_config& c, std::size_t batch, st
         const f64 numeric = numeric_gradient([&] { return manual_loss(p, tokens, targets); }, handle.value());
         XGRAD_CHECK_CLOSE(g.of(name), numeric, 1e-6, 1e-8);
     }
-}
-
-// loss = sum(out * G) for a fixed random G: the checks below differentiate one layer at a time.
-double weighted_sum(const f64& out, const f64& weights)
-{
-    double s = 0;
-    for (std::size_t i = 0; i < out.size(); ++i)
-    {
-        s += out.data()[i] * weights.data()[i];
-    }
-    return s;
 }
 }  // namespace
 

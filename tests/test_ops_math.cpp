@@ -19,52 +19,6 @@ namespace
 const double nan_v = std::numeric_limits<double>::quiet_NaN();
 const double inf_v = std::numeric_limits<double>::infinity();
 
-// The value of f at `inputs` and the gradients of sum(f * G) for a seeded G, computed in T.
-template <class T>
-struct evaluation
-{
-    array<T> value;
-    std::vector<array<T>> grads;
-};
-
-template <class T, class F>
-evaluation<T> evaluate(F f, const std::vector<f64>& inputs, unsigned seed)
-{
-    tape<T> t;
-    std::vector<var<T>> x;
-    for (const auto& in : inputs)
-    {
-        x.push_back(t.input(to_float_type<T>(in)));
-    }
-    const var<T> y = f(x);
-    const var<T> G = t.constant(to_float_type<T>(random_array(y.shape(), seed)));
-    t.backward(ops::sum(ops::mul(y, G)));
-    evaluation<T> out{y.value(), {}};
-    for (const auto& v : x)
-    {
-        out.grads.push_back(v.grad());
-    }
-    return out;
-}
-
-// The T of a list of var<T> (unevaluated: for decltype in generic lambdas).
-template <class T>
-T float_type_of(const std::vector<var<T>>&);
-
-// Checks f in float32 against f in float64, values and gradients.
-template <class F>
-void check_float32_agrees(F f, const std::vector<f64>& inputs, double rtol = 2e-5, double atol = 2e-6)
-{
-    const auto lo = evaluate<float>(f, inputs, 77);
-    const auto hi = evaluate<double>(f, inputs, 77);
-    CHECK(closeness(lo.value, hi.value, rtol, atol) <= 1.0);
-    for (std::size_t k = 0; k < inputs.size(); ++k)
-    {
-        CAPTURE(k);
-        CHECK(closeness(lo.grads[k], hi.grads[k], rtol, atol) <= 1.0);
-    }
-}
-
 // GELU's tanh approximation written out with std::tanh, and its derivative with sech^2 = 1 / cosh^2.
 double ref_gelu(double x)
 {
@@ -538,9 +492,9 @@ TEST_CASE("fused gelu equals the composed gelu to 1e-13 in float64, values and g
     {
         CAPTURE(shape_str(shape));
         const f64 X = random_array(shape, 300 + static_cast<unsigned>(shape.size()), -6.0, 6.0);
-        const auto fused = evaluate<double>([](const auto& v) { return ops::gelu(v[0]); }, {X}, 9);
+        const auto fused = evaluate_in<double>([](const auto& v) { return ops::gelu(v[0]); }, {X}, 9);
         const auto composed =
-            evaluate<double>([](const auto& v) { return ops::composed::gelu(v[0]); }, {X}, 9);
+            evaluate_in<double>([](const auto& v) { return ops::composed::gelu(v[0]); }, {X}, 9);
         XGRAD_CHECK_CLOSE(fused.value, composed.value, 1e-13, 1e-300);
         XGRAD_CHECK_CLOSE(fused.grads[0], composed.grads[0], 1e-13, 1e-15);
     }

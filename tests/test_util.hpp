@@ -1,7 +1,7 @@
 // Helpers shared by the tests: temporary folders and whole-file reads, seeded random arrays, masks and
 // token ids, loop-written reference implementations (no xtensor expressions, so no lazy-reducer traps),
-// closeness checks, the message of an expected std::invalid_argument, and a gradcheck wrapper that prints
-// the report when it fails.
+// closeness checks, float32 against float64, the weighted sum for tape-free backward checks, the message of
+// an expected std::invalid_argument, and a gradcheck wrapper that prints the report when it fails.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -464,6 +464,68 @@ std::string describe(const array<T>& actual, const array<T>& expected)
     }
     out << "\nactual:\n" << actual << "\nexpected:\n" << expected;
     return out.str();
+}
+
+// ---- float32 against float64 ---------------------------------------------------------------------
+
+// The value of f at `inputs` and the gradients of sum(f * G) for a seeded G, computed in T.
+template <class T>
+struct values_and_gradients
+{
+    array<T> value;
+    std::vector<array<T>> grads;
+};
+
+template <class T, class F>
+values_and_gradients<T> evaluate_in(F f, const std::vector<f64>& inputs, unsigned seed)
+{
+    tape<T> t;
+    std::vector<var<T>> x;
+    for (const auto& in : inputs)
+    {
+        x.push_back(t.input(to_float_type<T>(in)));
+    }
+    const var<T> y = f(x);
+    const var<T> G = t.constant(to_float_type<T>(random_array(y.shape(), seed)));
+    t.backward(ops::sum(ops::mul(y, G)));
+    values_and_gradients<T> out{y.value(), {}};
+    for (const auto& v : x)
+    {
+        out.grads.push_back(v.grad());
+    }
+    return out;
+}
+
+// The T of a list of var<T> (unevaluated: for decltype in generic lambdas, to write T(0.5)).
+template <class T>
+T float_type_of(const std::vector<var<T>>&);
+
+// Checks f in float32 against f in float64, values and gradients. f is a generic lambda taking
+// `const auto& v`, a std::vector<var<T>> of the inputs, and returning a var<T>.
+template <class F>
+void check_float32_agrees(F f, const std::vector<f64>& inputs, double rtol = 2e-5, double atol = 2e-6)
+{
+    const auto lo = evaluate_in<float>(f, inputs, 77);
+    const auto hi = evaluate_in<double>(f, inputs, 77);
+    CHECK(closeness(lo.value, hi.value, rtol, atol) <= 1.0);
+    for (std::size_t k = 0; k < inputs.size(); ++k)
+    {
+        CAPTURE(k);
+        CHECK(closeness(lo.grads[k], hi.grads[k], rtol, atol) <= 1.0);
+    }
+}
+
+// sum(out * weights), elementwise over equal shapes: the loss whose gradient is `weights`, for checking
+// a backward that has no tape against numeric_gradient.
+inline double weighted_sum(const f64& out, const f64& weights)
+{
+    REQUIRE(shapes_equal(out, weights));
+    double s = 0;
+    for (std::size_t i = 0; i < out.size(); ++i)
+    {
+        s += out.flat(i) * weights.flat(i);
+    }
+    return s;
 }
 
 // ---- errors ----------------------------------------------------------------------------------------
