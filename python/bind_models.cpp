@@ -42,7 +42,7 @@ void bind_mha(py::module_& m)
         .def("weights", [](const cache& c) { return to_numpy(c.weights); })
         .def("joined", [](const cache& c) { return to_numpy(c.joined); })
         .def("mask", [](const cache& c) { return c.mask ? py::object(to_numpy(*c.mask)) : py::object(py::none()); });
-    m.def("manual_mha_forward", [](a xq, a xk, a xv, a w_q, a w_k, a w_v, a w_o, std::size_t heads,
+    m.def(("manual_mha_forward_" + dtype_suffix<T>()).c_str(), [](a xq, a xk, a xv, a w_q, a w_k, a w_v, a w_o, std::size_t heads,
                                    std::size_t kv_heads, const optional_mask& mask, bool causal) {
         const std::optional<mask_t> m = mask_of(mask);
         const array<T> wq = to_array(w_q);
@@ -106,7 +106,7 @@ template <class T>
 void bind_divergence(py::module_& m)
 {
     using list = const std::vector<std::pair<std::string, numpy_in<T>>>&;
-    m.def("first_divergence", [](list reference, list candidate, double rtol, double atol,
+    m.def(("first_divergence_" + dtype_suffix<T>()).c_str(), [](list reference, list candidate, double rtol, double atol,
                                  const std::string& reference_label, const std::string& candidate_label) {
         auto r = models::first_divergence(named_arrays(reference), named_arrays(candidate), {rtol, atol});
         r.reference_label = reference_label;
@@ -217,6 +217,32 @@ void bind_gpt(py::module_& m)
         .def("length", &models::kv_cache<T>::length)
         .def("clear", &models::kv_cache<T>::clear);
 }
+
+void bind_masks_and_counting(py::module_& m)
+{
+    m.def("causal_mask", [](std::size_t tq, std::size_t tk) { return to_numpy(models::causal_mask(tq, tk)); });
+    m.def("padding_mask", [](const std::vector<std::size_t>& lengths, std::size_t tk) {
+        return to_numpy(models::padding_mask(lengths, tk));
+    });
+    m.def("mha_parameter_count", [](std::size_t d, std::size_t heads, std::size_t kv_heads) {
+        const models::mha_config config{d, heads, kv_heads};
+        config.validate("mha_parameter_count");
+        return models::parameter_count(config);
+    });
+    m.def("self_attention_multiply_adds", &models::self_attention_multiply_adds);
+    m.def("cross_attention_multiply_adds", [](std::size_t b, std::size_t tq, std::size_t tk, std::size_t d,
+                                              std::size_t heads, std::size_t kv_heads) {
+        const models::mha_config config{d, heads, kv_heads};
+        config.validate("cross_attention_multiply_adds");
+        return models::cross_attention_multiply_adds(b, tq, tk, config);
+    });
+    m.def("gpt_parameter_count", [](std::size_t vocab, std::size_t block, std::size_t layers, std::size_t d,
+                                    std::size_t heads, std::size_t kv_heads) {
+        const models::gpt_config config{vocab, block, layers, d, heads, kv_heads};
+        config.validate("gpt_parameter_count");
+        return models::gpt_parameter_count(config);
+    });
+}
 }  // namespace
 
 template <class T>
@@ -225,6 +251,10 @@ void bind_models(py::module_& m)
     bind_mha<T>(m);
     bind_divergence<T>(m);
     bind_gpt<T>(m);
+    if constexpr (sizeof(T) == 8)
+    {
+        bind_masks_and_counting(m);
+    }
 }
 
 template void bind_models<float>(py::module_&);
