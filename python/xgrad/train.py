@@ -22,6 +22,11 @@ def run(data, out, steps=2000, layers=2, d_model=64, heads=4, kv_heads=None, blo
     and ``out``/log.csv. The flags mean what xgrad-train's do. Returns a dict: first_step, last_step,
     interrupted, train_loss, val_loss, tokens_per_s, parameters, sample (bytes), checkpoint (the path).
     Bad options: ValueError; unreadable data or a checkpoint that does not fit: RuntimeError."""
+    for name, value in (("layers", layers), ("d_model", d_model), ("heads", heads), ("kv_heads", kv_heads or 0),
+                        ("block_size", block_size), ("batch", batch), ("seed", seed), ("eval_windows", eval_windows),
+                        ("sample_tokens", sample_tokens)):
+        if int(value) < 0:
+            raise ValueError("train.run: %s must be >= 0, got %d" % (name, value))
     o = _core.TrainOptions()
     o.data, o.out = os.fspath(data), os.fspath(out)
     o.steps, o.layers, o.d_model, o.heads, o.kv_heads = int(steps), int(layers), int(d_model), int(heads), int(kv_heads or 0)
