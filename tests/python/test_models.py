@@ -395,3 +395,13 @@ def test_training_errors(tmp_path):
         xgrad.train.run(tmp_path / "ok.txt", tmp_path / "out", steps=2, d_model=10, heads=4, progress=False)
     with pytest.raises(ValueError):
         xgrad.train.run(tmp_path / "ok.txt", tmp_path / "out", steps=-2, progress=False)
+
+
+def test_negative_sizes_are_value_errors():
+    with pytest.raises(ValueError):
+        xgrad.GPT(11, 8, -1, 16, 4)
+    m, _, _ = small_gpt()
+    with pytest.raises(ValueError):
+        m.sample([1], tokens=-3)
+    with pytest.raises(ValueError):
+        m.sample([1], temperature=float("nan"))

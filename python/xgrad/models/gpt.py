@@ -44,6 +44,11 @@ class GPT:
 
     def __init__(self, vocab_size, block_size, layers, d_model, heads, kv_heads=None, seed=1, dtype="float64"):
         self.dtype = _dtype_of(dtype)
+        sizes = dict(vocab_size=vocab_size, block_size=block_size, layers=layers, d_model=d_model, heads=heads,
+                     kv_heads=kv_heads or 0, seed=seed)
+        for name, value in sizes.items():
+            if int(value) < 0:
+                raise ValueError("GPT: %s must be >= 0, got %d" % (name, value))
         self._m = _core_class("GPT", self.dtype)(int(vocab_size), int(block_size), int(layers), int(d_model),
                                                  int(heads), int(kv_heads or 0), int(seed))
 
@@ -166,6 +171,8 @@ class GPT:
         """Continues ``prompt`` through a KV cache: ``tokens`` new ids drawn at ``temperature`` (0: the most
         likely) among the ``top_k`` most likely (0: all), seeded. ``prompt``: token ids (returns ids) or
         text (returns the continuation as text; needs the model's vocabulary)."""
+        if int(tokens) < 0 or int(top_k) < 0 or int(seed) < 0 or not temperature >= 0:
+            raise ValueError("GPT.sample: tokens, top_k, seed and temperature must be >= 0")
         text = isinstance(prompt, (str, bytes))
         ids = self.encode(prompt) if text else [int(i) for i in as_ids(prompt, "GPT.sample prompt").ravel()]
         out = self._m.sample(ids, int(tokens), float(temperature), int(top_k), int(seed))
