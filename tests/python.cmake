@@ -1,10 +1,13 @@
-# The Python module's tests (tests/python/, pytest), run by ctest with the module just built, when it was
-# built (python/CMakeLists.txt says why it may not be: no pybind11, or a sanitizer build). They need
-# NumPy and pytest, never torch: PyTorch's numbers are committed fixtures (tests/python/make_fixtures.py).
+# The Python module's tests, when the module was built (python/CMakeLists.txt says why it may not be: no
+# pybind11, or a sanitizer build). python_pytest runs tests/python/ (pytest) against the module just built;
+# it needs NumPy and pytest, never torch (PyTorch's numbers are committed fixtures made by
+# tests/python/make_fixtures.py). python_install installs the package and imports it from outside.
 if(TARGET xgrad_python)
   add_test(NAME python_pytest
     COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider ${CMAKE_CURRENT_SOURCE_DIR}/python)
   set_tests_properties(python_pytest PROPERTIES
     ENVIRONMENT "PYTHONPATH=${PROJECT_BINARY_DIR}/python;XGRAD_SOURCE_DIR=${PROJECT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1"
     TIMEOUT 600)
+  add_test(NAME python_install
+    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/python_install.sh ${PROJECT_BINARY_DIR} ${Python3_EXECUTABLE})
 endif()
