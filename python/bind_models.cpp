@@ -65,7 +65,6 @@ void bind_mha(py::module_& m)
     });
 }
 
-template <class T>
 py::dict report_dict(const models::divergence_report& r)
 {
     py::list rows;
@@ -111,7 +110,7 @@ void bind_divergence(py::module_& m)
         auto r = models::first_divergence(named_arrays(reference), named_arrays(candidate), {rtol, atol});
         r.reference_label = reference_label;
         r.candidate_label = candidate_label;
-        return report_dict<T>(r);
+        return report_dict(r);
     });
 }
 
@@ -123,7 +122,6 @@ struct gpt_model
     std::map<std::string, std::string> metadata;
 };
 
-template <class T>
 py::dict config_dict(const models::gpt_config& c)
 {
     py::dict d;
@@ -178,7 +176,7 @@ void bind_gpt(py::module_& m)
             }
             io::save_checkpoint(path, mo.params, extras);
         })
-        .def("config", [](const model& mo) { return config_dict<T>(mo.params.config); })
+        .def("config", [](const model& mo) { return config_dict(mo.params.config); })
         .def("metadata", [](const model& mo) { return mo.metadata; })
         .def("parameters", [](const model& mo) { return mo.params.named_parameters(); })
         .def("parameter_count", [](const model& mo) { return models::gpt_parameter_count(mo.params.config); })

@@ -11,7 +11,6 @@ namespace xgrad::python
 {
 namespace
 {
-template <class T>
 py::dict node_dict(const node_info& n)
 {
     py::dict d;
@@ -53,7 +52,7 @@ void bind_tape(py::module_& m)
             py::list out;
             for (const node_info& n : b.get().nodes())
             {
-                out.append(node_dict<T>(n));
+                out.append(node_dict(n));
             }
             return out;
         })
