@@ -38,6 +38,10 @@ from . import models
 from .divergence import DivergenceReport, first_divergence
 from .models import GPT
 
+AnomalyError.__doc__ = """Raised in anomaly mode (Tape.detect_anomaly) by the first op whose value or gradient holds NaN or
+inf although everything it read was finite; the message names the op, its label, the node, the shapes, the
+first bad element and the chain of nodes that led to it. A RuntimeError."""
+
 __version__ = "0.1.0"
 
 __all__ = ["Tape", "Var", "Parameter", "ops", "gradcheck", "GradcheckError", "AnomalyError", "models", "GPT",
