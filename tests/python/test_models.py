@@ -160,8 +160,8 @@ def small_gpt(dtype="float64"):
 
 def test_gpt_surface():
     m, tokens, targets = small_gpt()
-    c = m.config
-    assert c == {"vocab_size": 11, "block_size": 8, "layers": 2, "d_model": 16, "heads": 4, "kv_heads": 2}
+    sizes = {"vocab_size": 11, "block_size": 8, "layers": 2, "d_model": 16, "heads": 4, "kv_heads": 2}
+    assert {key: m.config[key] for key in sizes} == sizes
     named = m.named_parameters()
     assert [n for n, _ in named][:3] == ["wte", "wpe", "blocks.0.ln_1.weight"]
     assert sum(a.size for _, a in named) == m.parameter_count()
