@@ -39,11 +39,9 @@ var<T> layer_norm(const var<T>& x, const var<T>& weight, const var<T>& bias, boo
 
 // x / sqrt(mean(x^2) + 1e-5) * weight
 template <class T>
-var<T> rms_norm(const var<T>& x, const var<T>& weight, bool /*fused*/)
+var<T> rms_norm(const var<T>& x, const var<T>& weight, bool fused)
 {
-    const std::size_t last = x.shape().size() - 1;
-    const var<T> mean_square = ops::mean(ops::mul(x, x), {last}, /*keep_dims=*/true);
-    return ops::mul(ops::mul(x, ops::rsqrt(ops::add_scalar(mean_square, T(1e-5)))), weight);
+    return fused ? ops::rms_norm(x, weight) : ops::composed::rms_norm(x, weight);
 }
 
 // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
@@ -55,45 +53,23 @@ var<T> gelu(const var<T>& x, bool fused)
 
 // 0.5 x (1 + erf(x / sqrt 2))
 template <class T>
-var<T> gelu_exact(const var<T>& x, bool /*fused*/)
+var<T> gelu_exact(const var<T>& x, bool fused)
 {
-    fail("gelu_exact", "the exact GELU op is not available in this build, got " + shape_str(x.shape()));
+    return fused ? ops::gelu_exact(x) : ops::composed::gelu_exact(x);
 }
 
-// silu(gate) * up = gate sigmoid(gate) up
+// silu(gate) * up
 template <class T>
-var<T> swiglu(const var<T>& gate, const var<T>& up, bool /*fused*/)
+var<T> swiglu(const var<T>& gate, const var<T>& up, bool fused)
 {
-    return ops::mul(ops::mul(gate, ops::sigmoid(gate)), up);
+    return fused ? ops::swiglu(gate, up) : ops::composed::swiglu(gate, up);
 }
 
 // (x_2i, x_2i+1) -> (x_2i cos - x_2i+1 sin, x_2i sin + x_2i+1 cos), angle (offset + t) base^(-2i/dh)
 template <class T>
-var<T> rope(const var<T>& x, double base, std::size_t offset, bool /*fused*/)
+var<T> rope(const var<T>& x, double base, std::size_t offset, bool fused)
 {
-    const shape_t s = x.shape();
-    if (s.size() != 4 || s[3] % 2 != 0)
-    {
-        fail("rope", "x must be (B, H, T, dh) with dh even, got " + shape_str(s));
-    }
-    const std::size_t length = s[2], half = s[3] / 2;
-    array<T> cos = array<T>::from_shape({length, half, 1}), sin = array<T>::from_shape({length, half, 1});
-    for (std::size_t t = 0; t < length; ++t)
-    {
-        for (std::size_t i = 0; i < half; ++i)
-        {
-            const double angle = static_cast<double>(offset + t) *
-                                 std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(s[3]));
-            cos(t, i, 0) = static_cast<T>(std::cos(angle));
-            sin(t, i, 0) = static_cast<T>(std::sin(angle));
-        }
-    }
-    const long B = static_cast<long>(s[0]), H = static_cast<long>(s[1]), Tl = static_cast<long>(length);
-    const var<T> pairs = ops::reshape(x, {B, H, Tl, static_cast<long>(half), 2});
-    const var<T> even = ops::slice(pairs, 4, 0, 1), odd = ops::slice(pairs, 4, 1, 2);
-    const var<T> c = constant_like(x, std::move(cos), "rope_cos"), si = constant_like(x, std::move(sin), "rope_sin");
-    const var<T> rotated = ops::concat<T>({even * c - odd * si, even * si + odd * c}, 4);
-    return ops::reshape(rotated, {B, H, Tl, static_cast<long>(s[3])});
+    return fused ? ops::rope(x, base, offset) : ops::composed::rope(x, base, offset);
 }
 
 template <class T>
