@@ -131,6 +131,10 @@ py::dict config_dict(const models::gpt_config& c)
     d["d_model"] = c.d_model;
     d["heads"] = c.heads;
     d["kv_heads"] = c.kv_head_count();
+    for (const auto& [key, value] : models::variant_metadata(c))
+    {
+        d[py::str(key)] = value;
+    }
     return d;
 }
 
@@ -153,8 +157,9 @@ void bind_gpt(py::module_& m)
     using optional_ids = const std::optional<numpy_in<std::int64_t>>&;
     py::class_<model>(m, ("GPT_" + dtype_suffix<T>()).c_str())
         .def(py::init([](std::size_t vocab, std::size_t block, std::size_t layers, std::size_t d, std::size_t heads,
-                         std::size_t kv_heads, std::uint64_t seed) {
-            const models::gpt_config config{vocab, block, layers, d, heads, kv_heads};
+                         std::size_t kv_heads, const std::map<std::string, std::string>& variant, std::uint64_t seed) {
+            const models::gpt_config config =
+                models::with_variant_metadata({vocab, block, layers, d, heads, kv_heads}, variant);
             config.validate("GPT");
             return model{models::gpt_parameters<T>::init(config, seed), {}};
         }))

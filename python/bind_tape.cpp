@@ -118,6 +118,10 @@ void bind_elementwise(py::module_& m)
     m.def("relu", [](v x) { return ops::relu(x); });
     m.def("sigmoid", [](v x) { return ops::sigmoid(x); });
     m.def("gelu", [](v x) { return ops::gelu(x); });
+    m.def("erf", [](v x) { return ops::erf(x); });
+    m.def("silu", [](v x) { return ops::silu(x); });
+    m.def("gelu_exact", [](v x) { return ops::gelu_exact(x); });
+    m.def("swiglu", [](v gate, v up) { return ops::swiglu(gate, up); });
 }
 
 template <class T>
@@ -159,6 +163,8 @@ void bind_nn_ops(py::module_& m)
         return ops::cross_entropy(logits, to_ids(targets));
     });
     m.def("layer_norm", [](v x, v w, v b, double eps) { return ops::layer_norm(x, w, b, T(eps)); });
+    m.def("rms_norm", [](v x, v w, double eps) { return ops::rms_norm(x, w, eps); });
+    m.def("rope", [](v x, double base, std::size_t offset) { return ops::rope(x, base, offset); });
     m.def("dropout", [](v x, double p, std::uint64_t seed, bool training) {
         std::mt19937_64 generator(seed);
         return ops::dropout(x, T(p), generator, training);

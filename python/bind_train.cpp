@@ -116,7 +116,11 @@ void bind_trainer(py::module_& m)
         .def_readwrite("save_every", &o::save_every)
         .def_readwrite("sample_tokens", &o::sample_tokens)
         .def_readwrite("plots", &o::plots)
-        .def_readwrite("detect_anomaly", &o::detect_anomaly);
+        .def_readwrite("detect_anomaly", &o::detect_anomaly)
+        .def_readwrite("dropout", &o::dropout)
+        .def("set_variant", [](o& x, const std::map<std::string, std::string>& variant) {
+            x.model = models::with_variant_metadata(x.model, variant);
+        });
     m.def("run_training", [](o options, bool progress) {
         train::train_summary s;
         {

@@ -8,7 +8,7 @@ Elementwise (NumPy broadcasting): add sub mul div, scale add_scalar neg pow, exp
 tanh relu sigmoid gelu. Reductions: sum mean (all or given axes), max (one axis), variance.
 Shapes: reshape permute transpose slice concat, embedding. Products: matmul (batched, broadcast,
 transpose flags). Fused, hand-derived rules: masked_softmax softmax log_softmax cross_entropy
-layer_norm dropout attention.
+layer_norm dropout attention. The architecture variants': erf silu gelu_exact swiglu rms_norm rope.
 """
 
 import numbers
@@ -64,6 +64,11 @@ tanh = _unary("tanh", "tanh(x). Backward: d x = g (1 - y^2).")
 relu = _unary("relu", "max(x, 0). Backward: d x = g where x > 0, else 0.")
 sigmoid = _unary("sigmoid", "1 / (1 + e^-x). Backward: d x = g y (1 - y).")
 gelu = _unary("gelu", "GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), fused.")
+erf = _unary("erf", "erf(x). Backward: d x = g (2 / sqrt(pi)) e^(-x^2).")
+silu = _unary("silu", "x sigmoid(x). Backward: d x = g (s + x s (1 - s)), s = sigmoid(x).")
+gelu_exact = _unary("gelu_exact", "The exact GELU 0.5 x (1 + erf(x / sqrt 2)) (torch.nn.GELU()), fused.")
+swiglu = _binary("swiglu", "silu(gate) * up, gate and up of the same shape. Backward: d gate = g up silu'(gate), "
+                 "d up = g silu(gate).")
 log_softmax = _unary("log_softmax", "log softmax over the last axis. Backward: d x = g - softmax(x) sum(g).")
 
 
@@ -186,6 +191,22 @@ def layer_norm(x, weight, bias, eps=1e-5):
     return Var(_core.layer_norm(x._v, weight._v, bias._v, float(eps)), x.tape)
 
 
+def rms_norm(x, weight, eps=1e-5):
+    """x / sqrt(mean(x^2) + eps) * weight over the last axis (no mean subtraction, no bias); weight (d,)."""
+    _vars("rms_norm", x, weight)
+    return Var(_core.rms_norm(x._v, weight._v, float(eps)), x.tape)
+
+
+def rope(x, base=10000.0, position_offset=0):
+    """Rotary embedding of x (B, H, T, dh), dh even: the pair (2i, 2i+1) of row t is rotated by the angle
+    (position_offset + t) * base^(-2i/dh): (a, b) -> (a cos - b sin, a sin + b cos). Backward: the inverse
+    rotation of g."""
+    _vars("rope", x)
+    if position_offset < 0:
+        raise ValueError("rope: position_offset must be >= 0, got %d" % position_offset)
+    return Var(_core.rope(x._v, float(base), int(position_offset)), x.tape)
+
+
 def dropout(x, p, seed=0, training=True):
     """Inverted dropout: zeroes each entry with probability p (a generator seeded by ``seed``) and scales
     the rest by 1 / (1 - p). The identity when p == 0 or not training. p outside [0, 1): ValueError."""
@@ -209,5 +230,5 @@ __all__ = [
     "add", "sub", "mul", "div", "scale", "add_scalar", "neg", "exp", "log", "sqrt", "rsqrt", "pow", "tanh",
     "relu", "sigmoid", "gelu", "sum", "mean", "max", "variance", "reshape", "permute", "transpose", "slice",
     "concat", "embedding", "matmul", "masked_softmax", "softmax", "attention", "log_softmax", "cross_entropy",
-    "layer_norm", "dropout",
+    "layer_norm", "dropout", "erf", "silu", "gelu_exact", "swiglu", "rms_norm", "rope",
 ]

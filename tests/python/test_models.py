@@ -405,3 +405,59 @@ def test_negative_sizes_are_value_errors():
         m.sample([1], tokens=-3)
     with pytest.raises(ValueError):
         m.sample([1], temperature=float("nan"))
+
+
+VARIANT_CASES = ["gpt2_bias_all", "llama", "llama_gqa", "llama_t1", "mqa_rope_bias_all", "nanogpt_bias_none",
+                 "position_none", "swiglu_biases", "untied_head"]
+
+
+@pytest.mark.parametrize("name", VARIANT_CASES)
+def test_gpt_variants_match_pytorch_fixtures(source_dir, name):
+    root = data(source_dir, "gpt_variant_fixtures", name)
+    m = xgrad.GPT.load(os.path.join(root, "model.safetensors"))
+    tokens = np.load(os.path.join(root, "in", "tokens.npy"))
+    targets = np.load(os.path.join(root, "in", "targets.npy"))
+    logits, loss = m(tokens, targets)
+    np.testing.assert_allclose(logits.value, np.load(os.path.join(root, "expected", "logits.npy")), atol=1e-10)
+    loss.backward()
+    expected, _ = read_safetensors(os.path.join(root, "expected", "grads.safetensors"))
+    grads = m.grads()
+    assert sorted(grads) == sorted(expected)
+    for key, g in expected.items():
+        np.testing.assert_allclose(grads[key], g, atol=1e-10, err_msg=key)
+
+
+def test_gpt_variant_from_python(tmp_path):
+    m = xgrad.GPT(vocab_size=11, block_size=8, layers=1, d_model=16, heads=4, kv_heads=2, norm="rmsnorm",
+                  position="rope", mlp="swiglu", mlp_hidden=24, bias="none", tied_head=False)
+    c = m.config
+    assert (c["norm"], c["position"], c["mlp"], c["mlp_hidden"], c["bias"], c["tied_head"]) == \
+        ("rmsnorm", "rope", "swiglu", 24, "none", False)
+    names = [n for n, _ in m.named_parameters()]
+    assert "wpe" not in names and "blocks.0.mlp.W_gate" in names and "lm_head" in names
+    assert "blocks.0.ln_1.bias" not in names
+    tokens = np.array([[1, 2, 3, 4, 5]])
+    logits, loss = m(tokens, tokens)
+    loss.backward()
+    assert all(np.isfinite(g).all() for g in m.grads().values())
+    path = tmp_path / "llama.safetensors"
+    m.save(path)
+    back = xgrad.GPT.load(path)
+    assert back.config == c
+    np.testing.assert_array_equal(back(tokens)[0].value, logits.value)
+    with pytest.raises(ValueError, match="norm"):
+        xgrad.GPT(11, 8, 1, 16, 4, norm="batchnorm")
+    with pytest.raises(ValueError):
+        xgrad.GPT(11, 8, 1, 12, 4, position="rope")  # dh = 3 is odd
+
+
+def test_training_a_variant(tmp_path):
+    corpus = tmp_path / "text.txt"
+    corpus.write_text("".join("%d little pigs went to market. " % (i % 7) for i in range(150)))
+    summary = xgrad.train.run(corpus, tmp_path / "llama", steps=10, layers=1, d_model=16, heads=2, block_size=16,
+                              batch=4, sample_tokens=0, eval_windows=8, progress=False, norm="rmsnorm",
+                              position="rope", mlp="swiglu", bias="none", dropout=0.1)
+    m = xgrad.GPT.load(summary["checkpoint"])
+    assert (m.config["norm"], m.config["position"], m.config["mlp"]) == ("rmsnorm", "rope", "swiglu")
+    with pytest.raises(ValueError, match="mlp"):
+        xgrad.train.run(corpus, tmp_path / "bad", steps=2, mlp="relu", progress=False)

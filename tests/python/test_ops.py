@@ -66,6 +66,12 @@ CHECKS = {
     "layer_norm": ([rng.standard_normal((2, 5)), rng.standard_normal(5), rng.standard_normal(5)],
                    lambda x, w, b: ops.layer_norm(x, w, b)),
     "dropout": ([rng.standard_normal((3, 4))], lambda a: ops.dropout(a, 0.5, seed=3)),
+    "erf": ([rng.standard_normal(4)], lambda a: ops.erf(a)),
+    "silu": ([rng.standard_normal(4)], lambda a: ops.silu(a)),
+    "gelu_exact": ([rng.standard_normal(4)], lambda a: ops.gelu_exact(a)),
+    "swiglu": ([rng.standard_normal((2, 3)), rng.standard_normal((2, 3))], lambda g, u: ops.swiglu(g, u)),
+    "rms_norm": ([rng.standard_normal((2, 5)), rng.standard_normal(5)], lambda x, w: ops.rms_norm(x, w)),
+    "rope": ([rng.standard_normal((1, 2, 3, 4))], lambda x: ops.rope(x, 100.0, 2)),
 }
 
 

@@ -37,20 +37,31 @@ class GPT:
     >>> loss.backward()                        # gradients accumulate in the parameters
     >>> m.grads()["blocks.0.attn.W_Q"]         # {name: array}; m.zero_grad() resets them
 
+    The architecture variant: ``norm`` ("layernorm", "rmsnorm"), ``position`` ("learned", "rope", "none"),
+    ``rope_base``, ``mlp`` ("gelu_tanh", "gelu", "swiglu"), ``mlp_hidden`` (default 4 d), ``bias`` ("mlp",
+    "all", "none"), ``tied_head``; an unknown value is a ValueError naming the key and the values allowed.
+    The hand-derived twin (manual_gradients) covers the model it covers in C++.
+
     ``dtype`` is "float64" (default) or "float32". Parameters are named as in SPEC's checkpoint table
     (wte, wpe, blocks.{i}.ln_1.weight, ...). Arrays handed out are copies; ``parameters()`` returns
     handles that share storage with the model (for optimisers and ``Tape.param``).
     """
 
-    def __init__(self, vocab_size, block_size, layers, d_model, heads, kv_heads=None, seed=1, dtype="float64"):
+    def __init__(self, vocab_size, block_size, layers, d_model, heads, kv_heads=None, seed=1, dtype="float64",
+                 norm="layernorm", position="learned", rope_base=10000, mlp="gelu_tanh", mlp_hidden=None, bias="mlp",
+                 tied_head=True):
         self.dtype = _dtype_of(dtype)
         sizes = dict(vocab_size=vocab_size, block_size=block_size, layers=layers, d_model=d_model, heads=heads,
                      kv_heads=kv_heads or 0, seed=seed)
         for name, value in sizes.items():
             if int(value) < 0:
                 raise ValueError("GPT: %s must be >= 0, got %d" % (name, value))
+        variant = {"norm": norm, "position": position, "rope_base": repr(float(rope_base)), "mlp": mlp,
+                   "mlp_hidden": str(int(mlp_hidden or 4 * d_model)), "bias": bias,
+                   "tied_head": "true" if tied_head else "false"}
         self._m = _core_class("GPT", self.dtype)(int(vocab_size), int(block_size), int(layers), int(d_model),
-                                                 int(heads), int(kv_heads or 0), int(seed))
+                                                 int(heads), int(kv_heads or 0), {k: str(v) for k, v in variant.items()},
+                                                 int(seed))
 
     @classmethod
     def load(cls, path, dtype="float64"):
@@ -69,8 +80,13 @@ class GPT:
     # ---- what it is ----
     @property
     def config(self):
-        """{"vocab_size", "block_size", "layers", "d_model", "heads", "kv_heads"}."""
-        return self._m.config()
+        """{"vocab_size", "block_size", "layers", "d_model", "heads", "kv_heads"} and the architecture variant:
+        "norm", "position", "rope_base" (float), "mlp", "mlp_hidden" (int), "bias", "tied_head" (bool)."""
+        c = self._m.config()
+        c["rope_base"] = float(c["rope_base"])
+        c["mlp_hidden"] = int(c["mlp_hidden"])
+        c["tied_head"] = c["tied_head"] == "true"
+        return c
 
     @property
     def metadata(self):
