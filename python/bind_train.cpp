@@ -4,6 +4,7 @@
 #include <csignal>
 #include <unistd.h>
 
+#include "io/checkpoint.hpp"
 #include "optim/optim.hpp"
 #include "python/convert.hpp"
 #include "train/text_data.hpp"
@@ -55,6 +56,37 @@ void bind_optimisers(py::module_& m)
             return std::make_unique<optim::adam<T>>(p, optim::adam_options{lr, beta1, beta2, eps, weight_decay, decoupled});
         }));
     m.def("clip_grad_norm", [](const params& p, double max_norm) { return optim::clip_grad_norm(p, max_norm); });
+    // A module written in Python: its declared parameters, in its dtype, with the metadata that describes it.
+    m.def("save_module_file", [](const std::string& path, const std::vector<std::pair<std::string, parameter<T>>>& named,
+                                 const std::map<std::string, std::string>& metadata) {
+        std::vector<std::pair<std::string, io::stored_tensor>> tensors;
+        for (const auto& [name, p] : named)
+        {
+            tensors.emplace_back(name, io::to_stored(p));
+        }
+        io::write_module_file(path, tensors, metadata, {});
+    });
+}
+
+// Reads a module's file strictly against its declared (name, shape) list and metadata: {name: float64 array}.
+void bind_module_files(py::module_& m)
+{
+    m.def("load_module_file", [](const std::string& path,
+                                 const std::vector<std::pair<std::string, std::vector<std::size_t>>>& declared,
+                                 const std::map<std::string, std::string>& metadata) {
+        std::vector<std::pair<std::string, models::declaration>> declarations;
+        for (const auto& [name, shape] : declared)
+        {
+            declarations.emplace_back(name, models::declare::zeros(shape_t(shape.begin(), shape.end())));
+        }
+        const io::safetensors_file file = io::read_module_file(path, declarations, metadata);
+        py::dict values;
+        for (const auto& [name, shape] : declared)
+        {
+            values[py::str(name)] = to_numpy(file.tensors.at(name).values);
+        }
+        return py::make_tuple(values, file.metadata);
+    });
 }
 
 volatile std::sig_atomic_t interrupted = 0;
@@ -176,6 +208,7 @@ void bind_training(py::module_& m)
 void bind_dtype_free(py::module_& m)
 {
     bind_trainer(m);
+    bind_module_files(m);
     bind_vocabulary(m);
     bind_schedule(m);
 }

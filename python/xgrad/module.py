@@ -22,6 +22,7 @@ walks that one declaration, as the C++ module layer and torch.nn.Module do.
 
 import numpy as np
 
+from . import _core
 from ._tape import Parameter, _dtype_of
 
 
@@ -56,8 +57,9 @@ class Module:
 
     ``Module.__init__(seed, dtype)`` creates every declared parameter (normal draws in visit order from
     ``numpy.random.default_rng(seed)``). Then ``named_parameters()``, ``parameters()`` (the handles, for
-    optimisers), ``zero_grad()``, ``bind(tape)`` ({name: var}) and ``state()`` / ``load_state(d)`` all walk
-    the same declaration.
+    optimisers), ``zero_grad()``, ``bind(tape)`` ({name: var}), ``state()`` / ``load_state(d)`` and
+    ``save(path)`` / ``load(path)`` (safetensors, read strictly against the declaration) all walk the same
+    declaration.
     """
 
     def __init__(self, seed=0, dtype="float64"):
@@ -116,6 +118,22 @@ class Module:
             raise ValueError("Module.load_state: missing %s" % missing)
         for name, p in self._params.items():
             p.assign(values[name])
+
+    def save(self, path, metadata=None):
+        """Writes the declared parameters (in the module's dtype) and ``metadata`` ({str: str}: whatever
+        describes the architecture) as a safetensors file, atomically."""
+        _core.save_module_file(str(path), [(name, p._p) for name, p in self._params.items()],
+                               {str(k): str(v) for k, v in (metadata or {}).items()})
+
+    def load(self, path, metadata=None):
+        """Reads a file written by ``save`` strictly: every declared parameter with its shape, no other
+        tensor (but optimiser state), each ``metadata`` key with that value; RuntimeError naming the tensor
+        or key otherwise. Returns the file's metadata."""
+        declared = [(name, list(p.shape)) for name, p in self._params.items()]
+        values, file_metadata = _core.load_module_file(str(path), declared,
+                                                       {str(k): str(v) for k, v in (metadata or {}).items()})
+        self.load_state(values)
+        return file_metadata
 
     def parameter_count(self):
         return sum(int(np.prod(p.shape)) for p in self._params.values())

@@ -91,3 +91,26 @@ def test_gradients_state_and_training():
         copy.load_state({"scale": np.ones(1)})
     with pytest.raises(ValueError, match="shape"):
         copy.load_state({**net.state(), "scale": np.ones(2)})
+
+
+def test_save_and_load_against_the_declaration(tmp_path):
+    net = Net(seed=4)
+    path = tmp_path / "net.safetensors"
+    net.save(path, {"kind": "net", "width": 8})
+    other = Net(seed=5)
+    meta = other.load(path, {"kind": "net"})
+    assert meta["width"] == "8"
+    for (name, a), (_, b) in zip(net.named_parameters(), other.named_parameters()):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(RuntimeError, match="kind"):
+        other.load(path, {"kind": "other"})
+    with pytest.raises(RuntimeError, match="parts.1.b"):
+        Net(last_bias=False).load(path)  # a tensor the model does not declare
+    Net(last_bias=False).save(path)
+    with pytest.raises(RuntimeError, match="parts.1.b"):
+        other.load(path)  # a declared tensor is missing
+    f32 = Net(dtype="float32")
+    f32.save(tmp_path / "f32.safetensors")
+    back = Net(seed=9)
+    back.load(tmp_path / "f32.safetensors")
+    np.testing.assert_allclose(back.state()["parts.0.W"], f32.state()["parts.0.W"])
