@@ -26,8 +26,9 @@ void bind_mha(py::module_& m)
     m.def("multi_head_attention", [](v xq, v xk, v xv, v w_q, v w_k, v w_v, v w_o, std::size_t heads,
                                      std::size_t kv_heads, const optional_mask& mask, bool causal, bool fused) {
         const std::optional<mask_t> m = mask_of(mask);
-        const auto r = models::multi_head_attention(xq, xk, xv, {w_q, w_k, w_v, w_o},
-                                                    {w_q.shape()[0], heads, kv_heads}, {m ? &*m : nullptr, causal, fused});
+        const models::mha_config config{w_q.shape()[0], heads, kv_heads};
+        const auto r = models::multi_head_attention(xq, xk, xv, {w_q, w_k, w_v, w_o}, config,
+                                                    {m ? &*m : nullptr, causal, fused});
         return py::make_tuple(r.output, r.attention.valid() ? py::cast(r.attention) : py::none());
     });
     m.def("split_heads", [](v x, std::size_t heads) { return models::split_heads(x, heads); });
@@ -41,8 +42,11 @@ void bind_mha(py::module_& m)
         .def("v", [](const cache& c) { return to_numpy(c.v); })
         .def("weights", [](const cache& c) { return to_numpy(c.weights); })
         .def("joined", [](const cache& c) { return to_numpy(c.joined); })
-        .def("mask", [](const cache& c) { return c.mask ? py::object(to_numpy(*c.mask)) : py::object(py::none()); });
-    m.def(("manual_mha_forward_" + dtype_suffix<T>()).c_str(), [](a xq, a xk, a xv, a w_q, a w_k, a w_v, a w_o, std::size_t heads,
+        .def("mask", [](const cache& c) {
+            return c.mask ? py::object(to_numpy(*c.mask)) : py::object(py::none());
+        });
+    const std::string forward_name = "manual_mha_forward_" + dtype_suffix<T>();
+    m.def(forward_name.c_str(), [](a xq, a xk, a xv, a w_q, a w_k, a w_v, a w_o, std::size_t heads,
                                    std::size_t kv_heads, const optional_mask& mask, bool causal) {
         const std::optional<mask_t> m = mask_of(mask);
         const array<T> wq = to_array(w_q);
@@ -105,8 +109,9 @@ template <class T>
 void bind_divergence(py::module_& m)
 {
     using list = const std::vector<std::pair<std::string, numpy_in<T>>>&;
-    m.def(("first_divergence_" + dtype_suffix<T>()).c_str(), [](list reference, list candidate, double rtol, double atol,
-                                 const std::string& reference_label, const std::string& candidate_label) {
+    const std::string name = "first_divergence_" + dtype_suffix<T>();
+    m.def(name.c_str(), [](list reference, list candidate, double rtol, double atol,
+                           const std::string& reference_label, const std::string& candidate_label) {
         auto r = models::first_divergence(named_arrays(reference), named_arrays(candidate), {rtol, atol});
         r.reference_label = reference_label;
         r.candidate_label = candidate_label;
@@ -155,9 +160,10 @@ void bind_gpt(py::module_& m)
     using model = gpt_model<T>;
     using ids = const numpy_in<std::int64_t>&;
     using optional_ids = const std::optional<numpy_in<std::int64_t>>&;
+    using strings = std::map<std::string, std::string>;
     py::class_<model>(m, ("GPT_" + dtype_suffix<T>()).c_str())
-        .def(py::init([](std::size_t vocab, std::size_t block, std::size_t layers, std::size_t d, std::size_t heads,
-                         std::size_t kv_heads, const std::map<std::string, std::string>& variant, std::uint64_t seed) {
+        .def(py::init([](std::size_t vocab, std::size_t block, std::size_t layers, std::size_t d,
+                         std::size_t heads, std::size_t kv_heads, const strings& variant, std::uint64_t seed) {
             const models::gpt_config config =
                 models::with_variant_metadata({vocab, block, layers, d, heads, kv_heads}, variant);
             config.validate("GPT");
@@ -167,13 +173,14 @@ void bind_gpt(py::module_& m)
             io::checkpoint<T> ck = io::load_checkpoint<T>(path);
             return model{std::move(ck.params), std::move(ck.metadata)};
         })
-        .def("save", [](const model& mo, const std::string& path, const std::map<std::string, std::string>& extra) {
+        .def("save", [](const model& mo, const std::string& path, const strings& extra) {
             io::checkpoint_extras extras;
             for (const auto& source : {mo.metadata, extra})
             {
                 for (const auto& [key, value] : source)
                 {
-                    if (std::find(std::begin(io::size_keys), std::end(io::size_keys), key) == std::end(io::size_keys))
+                    const auto* end = std::end(io::size_keys);
+                    if (std::find(std::begin(io::size_keys), end, key) == end)
                     {
                         extras.metadata[key] = value;
                     }
@@ -203,7 +210,8 @@ void bind_gpt(py::module_& m)
             const auto g = models::manual::gpt_backward(f.cache, *rule);
             return py::make_tuple(to_numpy(f.logits), double(f.loss), named_list(g.in_backward_order));
         })
-        .def("backward_order", [](const model& mo) { return models::manual::gpt_backward_order(mo.params.config); })
+        .def("backward_order",
+             [](const model& mo) { return models::manual::gpt_backward_order(mo.params.config); })
         .def("sample", [](const model& mo, const std::vector<std::int32_t>& prompt, std::size_t tokens,
                           double temperature, std::size_t top_k, std::uint64_t seed) {
             if (prompt.empty())

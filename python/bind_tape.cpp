@@ -56,7 +56,8 @@ void bind_tape(py::module_& m)
             }
             return out;
         })
-        .def("bytes_saved_for_backward", [](box& b, bool leaves) { return b.get().bytes_saved_for_backward(leaves); })
+        .def("bytes_saved_for_backward",
+             [](box& b, bool leaves) { return b.get().bytes_saved_for_backward(leaves); })
         .def("bytes_held", [](box& b) { return b.get().bytes_held(); })
         .def("multiply_adds", [](box& b) { return b.get().multiply_adds(); })
         .def("trace", [](box& b) { return b.get().trace(); })
@@ -79,10 +80,12 @@ void bind_var(py::module_& m)
         .def("index", &var<T>::index)
         .def("named", [](const var<T>& v, const std::string& label) { return v.named(label); })
         .def("same_tape", [](const var<T>& a, const var<T>& b) { return a.state() == b.state(); })
-        .def("constant_like", [](const var<T>& v, const numpy_in<T>& a) { return constant_like(v, to_array(a)); });
+        .def("constant_like",
+             [](const var<T>& v, const numpy_in<T>& a) { return constant_like(v, to_array(a)); });
 
     py::class_<parameter<T>>(m, ("Parameter_" + dtype_suffix<T>()).c_str())
-        .def(py::init([](const numpy_in<T>& a, const std::string& name) { return parameter<T>(to_array(a), name); }))
+        .def(py::init(
+            [](const numpy_in<T>& a, const std::string& name) { return parameter<T>(to_array(a), name); }))
         .def("value", [](const parameter<T>& p) { return to_numpy(p.value()); })
         .def("grad", [](const parameter<T>& p) { return to_numpy(p.grad()); })
         .def("name", [](const parameter<T>& p) { return p.name(); })
@@ -141,8 +144,12 @@ void bind_reductions_and_shapes(py::module_& m)
     m.def("slice", [](v x, std::size_t axis, std::size_t begin, std::size_t end) {
         return ops::slice(x, axis, begin, end);
     });
-    m.def("concat", [](const std::vector<var<T>>& parts, std::size_t axis) { return ops::concat(parts, axis); });
-    m.def("embedding", [](v weight, const numpy_in<std::int64_t>& ids) { return ops::embedding(weight, to_ids(ids)); });
+    m.def("concat", [](const std::vector<var<T>>& parts, std::size_t axis) {
+        return ops::concat(parts, axis);
+    });
+    m.def("embedding", [](v weight, const numpy_in<std::int64_t>& ids) {
+        return ops::embedding(weight, to_ids(ids));
+    });
     m.def("matmul", [](v a, v b, bool ta, bool tb) { return ops::matmul(a, b, ta, tb); });
 }
 
@@ -197,8 +204,9 @@ py::dict report_dict(const gradcheck_report& report)
 // f returns) and f returns the output var.
 void bind_gradcheck(py::module_& m)
 {
-    m.def("gradcheck", [](const py::function& f, const std::vector<numpy_in<double>>& inputs, double eps, double atol,
-                          double rtol, std::size_t full_jacobian_limit, std::size_t directions, unsigned seed) {
+    using arrays = std::vector<numpy_in<double>>;
+    m.def("gradcheck", [](const py::function& f, const arrays& inputs, double eps, double atol, double rtol,
+                          std::size_t full_jacobian_limit, std::size_t directions, unsigned seed) {
         std::vector<array<double>> xs;
         for (const auto& a : inputs)
         {

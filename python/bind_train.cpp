@@ -51,13 +51,17 @@ void bind_optimisers(py::module_& m)
             return std::make_unique<optim::sgd<T>>(p, optim::sgd_options{lr, momentum, nesterov, weight_decay});
         }));
     py::class_<optim::adam<T>, base>(m, ("Adam_" + dtype_suffix<T>()).c_str())
-        .def(py::init([](const params& p, double lr, double beta1, double beta2, double eps, double weight_decay,
-                         bool decoupled) {
-            return std::make_unique<optim::adam<T>>(p, optim::adam_options{lr, beta1, beta2, eps, weight_decay, decoupled});
+        .def(py::init([](const params& p, double lr, double beta1, double beta2, double eps,
+                         double weight_decay, bool decoupled) {
+            const optim::adam_options options{lr, beta1, beta2, eps, weight_decay, decoupled};
+            return std::make_unique<optim::adam<T>>(p, options);
         }));
-    m.def("clip_grad_norm", [](const params& p, double max_norm) { return optim::clip_grad_norm(p, max_norm); });
+    m.def("clip_grad_norm", [](const params& p, double max_norm) {
+        return optim::clip_grad_norm(p, max_norm);
+    });
     // A module written in Python: its declared parameters, in its dtype, with the metadata that describes it.
-    m.def("save_module_file", [](const std::string& path, const std::vector<std::pair<std::string, parameter<T>>>& named,
+    using named_parameters = std::vector<std::pair<std::string, parameter<T>>>;
+    m.def("save_module_file", [](const std::string& path, const named_parameters& named,
                                  const std::map<std::string, std::string>& metadata) {
         std::vector<std::pair<std::string, io::stored_tensor>> tensors;
         for (const auto& [name, p] : named)
@@ -128,11 +132,6 @@ void bind_trainer(py::module_& m)
         .def_readwrite("data", &o::data)
         .def_readwrite("out", &o::out)
         .def_readwrite("steps", &o::steps)
-        .def_property("block_size", [](const o& x) { return x.model.block_size; }, [](o& x, std::size_t v) { x.model.block_size = v; })
-        .def_property("layers", [](const o& x) { return x.model.layers; }, [](o& x, std::size_t v) { x.model.layers = v; })
-        .def_property("d_model", [](const o& x) { return x.model.d_model; }, [](o& x, std::size_t v) { x.model.d_model = v; })
-        .def_property("heads", [](const o& x) { return x.model.heads; }, [](o& x, std::size_t v) { x.model.heads = v; })
-        .def_property("kv_heads", [](const o& x) { return x.model.kv_heads; }, [](o& x, std::size_t v) { x.model.kv_heads = v; })
         .def_readwrite("batch", &o::batch)
         .def_readwrite("lr", &o::lr)
         .def_readwrite("warmup", &o::warmup)
@@ -150,8 +149,10 @@ void bind_trainer(py::module_& m)
         .def_readwrite("plots", &o::plots)
         .def_readwrite("detect_anomaly", &o::detect_anomaly)
         .def_readwrite("dropout", &o::dropout)
-        .def("set_variant", [](o& x, const std::map<std::string, std::string>& variant) {
-            x.model = models::with_variant_metadata(x.model, variant);
+        // The model's sizes (vocab_size comes from the data) and its variant, as metadata spells it.
+        .def("set_model", [](o& x, std::size_t block, std::size_t layers, std::size_t d, std::size_t heads,
+                             std::size_t kv_heads, const std::map<std::string, std::string>& variant) {
+            x.model = models::with_variant_metadata({0, block, layers, d, heads, kv_heads}, variant);
         });
     m.def("run_training", [](o options, bool progress) {
         train::train_summary s;
@@ -191,7 +192,9 @@ void bind_schedule(py::module_& m)
 {
     py::class_<optim::lr_schedule>(m, "LRSchedule")
         .def(py::init([](double peak, std::int64_t total, std::optional<std::int64_t> warmup,
-                         std::optional<std::int64_t> decay) { return optim::make_lr_schedule(peak, total, warmup, decay); }))
+                         std::optional<std::int64_t> decay) {
+            return optim::make_lr_schedule(peak, total, warmup, decay);
+        }))
         .def_readonly("peak_lr", &optim::lr_schedule::peak_lr)
         .def_readonly("warmup", &optim::lr_schedule::warmup)
         .def_readonly("decay_steps", &optim::lr_schedule::decay_steps)

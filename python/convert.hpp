@@ -83,7 +83,7 @@ public:
     {
         if (!tape_)
         {
-            throw std::runtime_error("Tape: this tape was lent to one gradcheck evaluation, which has finished");
+            throw std::runtime_error("Tape: this tape was lent to a gradcheck evaluation, which has finished");
         }
         return *tape_;
     }

@@ -40,9 +40,9 @@ from .divergence import DivergenceReport, first_divergence
 from .models import GPT
 from .module import Module, declare
 
-AnomalyError.__doc__ = """Raised in anomaly mode (Tape.detect_anomaly) by the first op whose value or gradient holds NaN or
-inf although everything it read was finite; the message names the op, its label, the node, the shapes, the
-first bad element and the chain of nodes that led to it. A RuntimeError."""
+AnomalyError.__doc__ = """Raised in anomaly mode (Tape.detect_anomaly) by the first op whose value or
+gradient holds NaN or inf although everything it read was finite; the message names the op, its label, the
+node, the shapes, the first bad element and the chain of nodes that led to it. A RuntimeError."""
 
 __version__ = "0.1.0"
 

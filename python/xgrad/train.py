@@ -21,27 +21,28 @@ def run(data, out, steps=2000, layers=2, d_model=64, heads=4, kv_heads=None, blo
         rope_base=10000, mlp="gelu_tanh", mlp_hidden=None, bias="mlp", tied_head=True):
     """Trains (or with ``resume`` continues) a GPT on the text file ``data``, writing ``out``/model.safetensors
     and ``out``/log.csv. The flags mean what xgrad-train's do, the architecture variant's included (norm,
-    position, rope_base, mlp, mlp_hidden, bias, tied_head: as xgrad.GPT takes them) and dropout. Returns a dict: first_step, last_step,
-    interrupted, train_loss, val_loss, tokens_per_s, parameters, sample (bytes), checkpoint (the path).
+    position, rope_base, mlp, mlp_hidden, bias, tied_head: as xgrad.GPT takes them) and dropout. Returns a
+    dict: first_step, last_step, interrupted, train_loss, val_loss, tokens_per_s, parameters, sample
+    (bytes), checkpoint (the path).
     Bad options: ValueError; unreadable data or a checkpoint that does not fit: RuntimeError."""
-    for name, value in (("layers", layers), ("d_model", d_model), ("heads", heads), ("kv_heads", kv_heads or 0),
-                        ("block_size", block_size), ("batch", batch), ("seed", seed), ("eval_windows", eval_windows),
-                        ("sample_tokens", sample_tokens)):
+    counts = dict(layers=layers, d_model=d_model, heads=heads, kv_heads=kv_heads or 0, block_size=block_size,
+                  batch=batch, seed=seed, eval_windows=eval_windows, sample_tokens=sample_tokens)
+    for name, value in counts.items():
         if int(value) < 0:
             raise ValueError("train.run: %s must be >= 0, got %d" % (name, value))
     o = _core.TrainOptions()
-    o.data, o.out = os.fspath(data), os.fspath(out)
-    o.steps, o.layers, o.d_model, o.heads, o.kv_heads = int(steps), int(layers), int(d_model), int(heads), int(kv_heads or 0)
-    o.block_size, o.batch, o.lr, o.seed, o.threads = int(block_size), int(batch), float(lr), int(seed), int(threads)
+    o.data, o.out, o.steps, o.batch, o.lr = os.fspath(data), os.fspath(out), int(steps), int(batch), float(lr)
+    o.seed, o.threads, o.resume, o.dropout = int(seed), int(threads), bool(resume), float(dropout)
     o.warmup = None if warmup is None else int(warmup)
     o.decay_steps = None if decay_steps is None else int(decay_steps)
-    o.resume, o.weight_decay, o.beta2, o.clip = bool(resume), float(weight_decay), float(beta2), float(clip)
+    o.weight_decay, o.beta2, o.clip = float(weight_decay), float(beta2), float(clip)
     o.eval_every, o.eval_windows, o.save_every = int(eval_every), int(eval_windows), int(save_every)
     o.sample_tokens, o.plots, o.detect_anomaly = int(sample_tokens), bool(plots), bool(detect_anomaly)
-    o.dropout = float(dropout)
-    o.set_variant({"norm": str(norm), "position": str(position), "rope_base": repr(float(rope_base)), "mlp": str(mlp),
-                   "mlp_hidden": str(int(mlp_hidden or 4 * int(d_model))), "bias": str(bias),
-                   "tied_head": "true" if tied_head else "false"})
+    variant = {"norm": norm, "position": position, "rope_base": repr(float(rope_base)), "mlp": mlp,
+               "mlp_hidden": int(mlp_hidden or 4 * int(d_model)), "bias": bias,
+               "tied_head": "true" if tied_head else "false"}
+    o.set_model(int(block_size), int(layers), int(d_model), int(heads), int(kv_heads or 0),
+                {key: str(value) for key, value in variant.items()})
     summary = _core.run_training(o, bool(progress))
     summary["checkpoint"] = os.path.join(o.out, "model.safetensors")
     return summary

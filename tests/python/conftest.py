@@ -6,7 +6,8 @@ import pytest
 
 import xgrad
 
-SOURCE_DIR = os.environ.get("XGRAD_SOURCE_DIR", os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE_DIR = os.environ.get("XGRAD_SOURCE_DIR", os.path.join(HERE, "..", ".."))
 
 
 @pytest.fixture

@@ -125,7 +125,8 @@ def read_safetensors(path):
     return out, meta
 
 
-GPT_CASES = ["one_layer", "three_layers", "gqa", "mqa", "t1", "ignored_some", "ignored_all", "batch1", "full_block"]
+GPT_CASES = ["one_layer", "three_layers", "gqa", "mqa", "t1", "ignored_some", "ignored_all", "batch1",
+             "full_block"]
 
 
 @pytest.mark.parametrize("name", GPT_CASES)
@@ -136,7 +137,8 @@ def test_gpt_matches_pytorch_fixtures(source_dir, name):
     targets = np.load(os.path.join(root, "in", "targets.npy"))
     logits, loss = m(tokens, targets)
     np.testing.assert_allclose(logits.value, np.load(os.path.join(root, "expected", "logits.npy")), atol=1e-11)
-    assert float(loss.value) == pytest.approx(float(np.load(os.path.join(root, "expected", "loss.npy"))), abs=1e-12)
+    expected_loss = float(np.load(os.path.join(root, "expected", "loss.npy")))
+    assert float(loss.value) == pytest.approx(expected_loss, abs=1e-12)
     loss.backward()
     expected, _ = read_safetensors(os.path.join(root, "expected", "grads.safetensors"))
     grads = m.grads()
@@ -298,7 +300,8 @@ def test_optimisers_match_torch_optim(source_dir, name):
         opt.step()
         for p in params:
             after = np.load(os.path.join(root, name, "after", p.name + ".npy"))[step]
-            np.testing.assert_allclose(p.value, after, rtol=1e-12, atol=1e-14, err_msg="%s step %d" % (p.name, step))
+            np.testing.assert_allclose(p.value, after, rtol=1e-12, atol=1e-14,
+                                       err_msg="%s step %d" % (p.name, step))
     state = opt.state_dict()
     assert state["optim.step"] == 5
     for key, value in state.items():

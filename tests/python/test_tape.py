@@ -34,8 +34,9 @@ def test_operators_broadcast_and_reflect_like_numpy():
     out = (2 - x) * y + a / y - 1 / (x * x + 1) + (b @ x.T).reshape(2, 1) - x ** 2 + (-y) + 3 * x / 2
     expected = (2 - a) * b + a / b - 1 / (a * a + 1) + (b @ a.T).reshape(2, 1) - a ** 2 + (-b) + 3 * a / 2
     np.testing.assert_allclose(out.value, expected, rtol=1e-14)
-    assert xgrad.gradcheck(lambda x, y: ((2 - x) * y + a / y - 1 / (x * x + 1) + (b @ x.T).reshape(2, 1) - x ** 2 + (-y)
-                                         + 3 * x / 2).sum(), [a, b])
+    expression = lambda x, y: ((2 - x) * y + a / y - 1 / (x * x + 1) + (b @ x.T).reshape(2, 1) - x ** 2 + (-y)
+                               + 3 * x / 2)
+    assert xgrad.gradcheck(lambda x, y: expression(x, y).sum(), [a, b])
 
 
 def test_numpy_array_on_the_left_calls_the_reflected_operator():
@@ -259,5 +260,6 @@ def test_help_documents_the_package():
     for word in ("Tape", "gradcheck", "GPT", "first_divergence", "Copies and views"):
         assert word in text
     for thing in (xgrad.Tape, xgrad.Var, xgrad.Parameter, xgrad.GPT, xgrad.gradcheck, xgrad.first_divergence,
-                  xgrad.optim.AdamW, xgrad.train.run, xgrad.models.self_attention, xgrad.models.manual.mha_forward):
+                  xgrad.optim.AdamW, xgrad.train.run, xgrad.models.self_attention,
+                  xgrad.models.manual.mha_forward, xgrad.Module):
         assert thing.__doc__ and len(thing.__doc__) > 40, thing

@@ -48,8 +48,8 @@ class GPT:
     """
 
     def __init__(self, vocab_size, block_size, layers, d_model, heads, kv_heads=None, seed=1, dtype="float64",
-                 norm="layernorm", position="learned", rope_base=10000, mlp="gelu_tanh", mlp_hidden=None, bias="mlp",
-                 tied_head=True):
+                 norm="layernorm", position="learned", rope_base=10000, mlp="gelu_tanh", mlp_hidden=None,
+                 bias="mlp", tied_head=True):
         self.dtype = _dtype_of(dtype)
         sizes = dict(vocab_size=vocab_size, block_size=block_size, layers=layers, d_model=d_model, heads=heads,
                      kv_heads=kv_heads or 0, seed=seed)
@@ -59,9 +59,9 @@ class GPT:
         variant = {"norm": norm, "position": position, "rope_base": repr(float(rope_base)), "mlp": mlp,
                    "mlp_hidden": str(int(mlp_hidden or 4 * d_model)), "bias": bias,
                    "tied_head": "true" if tied_head else "false"}
+        variant = {key: str(value) for key, value in variant.items()}
         self._m = _core_class("GPT", self.dtype)(int(vocab_size), int(block_size), int(layers), int(d_model),
-                                                 int(heads), int(kv_heads or 0), {k: str(v) for k, v in variant.items()},
-                                                 int(seed))
+                                                 int(heads), int(kv_heads or 0), variant, int(seed))
 
     @classmethod
     def load(cls, path, dtype="float64"):
