@@ -505,3 +505,25 @@ TEST_CASE("multiply-adds follow the variant: SwiGLU's three matrices and the MLP
     CHECK(swiglu.projections == base.projections);
     CHECK(swiglu.attention == base.attention);
 }
+
+TEST_CASE("the tape counts the multiply-adds gpt_forward_multiply_adds says, for every variant")
+{
+    for (const auto& [name, c] : variants())
+    {
+        CAPTURE(name);
+        const auto p = gpt_parameters<double>::init(c, 1);
+        for (bool fused : {true, false})
+        {
+            tape<double> t;
+            gpt_options o;
+            o.fused = fused;
+            gpt_forward(t, p, random_ids(2, 5, c.vocab_size, 1), nullptr, o);
+            // The composed RoPE turns each pair by a (dh, dh) matmul, for every head of Q and K.
+            const std::uint64_t dh = c.d_model / c.heads;
+            const std::uint64_t rope_matmuls = c.position == position_kind::rope && !fused
+                                                 ? c.layers * 2 * (c.heads + c.kv_head_count()) * 5 * dh * dh
+                                                 : 0;
+            CHECK(t.multiply_adds() == gpt_forward_multiply_adds(c, 2, 5).total() + rope_matmuls);
+        }
+    }
+}
