@@ -464,3 +464,31 @@ def test_training_a_variant(tmp_path):
     assert (m.config["norm"], m.config["position"], m.config["mlp"]) == ("rmsnorm", "rope", "swiglu")
     with pytest.raises(ValueError, match="mlp"):
         xgrad.train.run(corpus, tmp_path / "bad", steps=2, mlp="relu", progress=False)
+
+
+def test_ctrl_c_stops_training_after_a_step_with_a_checkpoint(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    corpus = tmp_path / "text.txt"
+    corpus.write_text("".join("%d little pigs went to market. " % (i % 7) for i in range(150)))
+    script = ("import sys, xgrad\n"
+              "s = xgrad.train.run(sys.argv[1], sys.argv[2], steps=100000, layers=1, d_model=16, heads=2,\n"
+              "                    block_size=16, batch=4, sample_tokens=0, eval_every=100000, progress=False)\n"
+              "print('interrupted' if s['interrupted'] else 'finished', s['last_step'])\n"
+              "import signal; signal.raise_signal(signal.SIGINT)\n")  # Python's own handler is back
+    child = subprocess.Popen([sys.executable, "-c", script, str(corpus), str(tmp_path / "run")],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not (tmp_path / "run" / "log.csv").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=60)
+    assert out.startswith("interrupted"), (out, err)
+    assert "KeyboardInterrupt" in err and child.returncode in (1, -signal.SIGINT)  # Python 3.11 re-raises it
+    last_step = int(out.split()[1])
+    m = xgrad.GPT.load(tmp_path / "run" / "model.safetensors")
+    assert int(m.metadata["step"]) == last_step
