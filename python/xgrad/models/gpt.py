@@ -1,0 +1,206 @@
+"""The small GPT (models/gpt.hpp): GPT-2 layout, pre-LayerNorm, learned positions, the head tied to the
+token embedding, optional grouped-query heads; safetensors checkpoints; the hand-derived twin; sampling.
+
+    x = wte[tokens] + wpe[0 .. T-1]
+    for each layer i:
+        x = x + MHA_i(LN(x; ln_1))                         causal, no biases
+        x = x + GELU(LN(x; ln_2) @ W_fc + b_fc) @ W_proj + b_proj
+    logits = LN(x; ln_f) @ wte^T
+"""
+
+import json
+
+import numpy as np
+
+from .. import _core
+from .._tape import Parameter, Tape, Var, _core_class, _dtype_of, as_ids
+from ..divergence import first_divergence
+
+
+class GPTOutput:
+    """One forward pass on a fresh tape: ``logits`` (B, T, V) and ``loss`` (a scalar var, or None without
+    targets), ``activations`` ({name: var} in forward order: "embed", "blocks.0.ln_1", "blocks.0.attn",
+    ..., "ln_f", "logits") and the ``tape`` they live on."""
+
+    def __init__(self, logits, loss, activations, tape):
+        self.logits, self.loss, self.activations, self.tape = logits, loss, activations, tape
+
+    def __iter__(self):
+        return iter((self.logits, self.loss))
+
+
+class GPT:
+    """A small GPT, from sizes (seeded GPT-2 initialisation) or from a checkpoint (``GPT.load``).
+
+    >>> m = GPT.load("model.safetensors")
+    >>> logits, loss = m(tokens, targets)      # NumPy int arrays (B, T); targets -1 = ignored
+    >>> loss.backward()                        # gradients accumulate in the parameters
+    >>> m.grads()["blocks.0.attn.W_Q"]         # {name: array}; m.zero_grad() resets them
+
+    The architecture variant: ``norm`` ("layernorm", "rmsnorm"), ``position`` ("learned", "rope", "none"),
+    ``rope_base``, ``mlp`` ("gelu_tanh", "gelu", "swiglu"), ``mlp_hidden`` (default 4 d), ``bias`` ("mlp",
+    "all", "none"), ``tied_head``; an unknown value is a ValueError naming the key and the values allowed.
+    The hand-derived twin (manual_gradients) covers the model it covers in C++.
+
+    ``dtype`` is "float64" (default) or "float32". Parameters are named as in SPEC's checkpoint table
+    (wte, wpe, blocks.{i}.ln_1.weight, ...). Arrays handed out are copies; ``parameters()`` returns
+    handles that share storage with the model (for optimisers and ``Tape.param``).
+    """
+
+    def __init__(self, vocab_size, block_size, layers, d_model, heads, kv_heads=None, seed=1, dtype="float64",
+                 norm="layernorm", position="learned", rope_base=10000, mlp="gelu_tanh", mlp_hidden=None,
+                 bias="mlp", tied_head=True):
+        self.dtype = _dtype_of(dtype)
+        sizes = dict(vocab_size=vocab_size, block_size=block_size, layers=layers, d_model=d_model, heads=heads,
+                     kv_heads=kv_heads or 0, seed=seed)
+        for name, value in sizes.items():
+            if int(value) < 0:
+                raise ValueError("GPT: %s must be >= 0, got %d" % (name, value))
+        variant = {"norm": norm, "position": position, "rope_base": repr(float(rope_base)), "mlp": mlp,
+                   "mlp_hidden": str(int(mlp_hidden or 4 * d_model)), "bias": bias,
+                   "tied_head": "true" if tied_head else "false"}
+        variant = {key: str(value) for key, value in variant.items()}
+        self._m = _core_class("GPT", self.dtype)(int(vocab_size), int(block_size), int(layers), int(d_model),
+                                                 int(heads), int(kv_heads or 0), variant, int(seed))
+
+    @classmethod
+    def load(cls, path, dtype="float64"):
+        """Reads a checkpoint strictly (SPEC "Checkpoint file: safetensors"), F32 or F64, converted to
+        ``dtype``. A malformed file raises RuntimeError naming the file and the problem."""
+        m = cls.__new__(cls)
+        m.dtype = _dtype_of(dtype)
+        m._m = _core_class("GPT", m.dtype).load(str(path))
+        return m
+
+    def save(self, path, metadata=None):
+        """Writes a checkpoint atomically, in the model's dtype, with its metadata (a loaded model keeps
+        the file's, e.g. "vocab") plus ``metadata`` ({str: str})."""
+        self._m.save(str(path), {str(k): str(v) for k, v in (metadata or {}).items()})
+
+    # ---- what it is ----
+    @property
+    def config(self):
+        """{"vocab_size", "block_size", "layers", "d_model", "heads", "kv_heads"} and the architecture variant:
+        "norm", "position", "rope_base" (float), "mlp", "mlp_hidden" (int), "bias", "tied_head" (bool)."""
+        c = self._m.config()
+        c["rope_base"] = float(c["rope_base"])
+        c["mlp_hidden"] = int(c["mlp_hidden"])
+        c["tied_head"] = c["tied_head"] == "true"
+        return c
+
+    @property
+    def metadata(self):
+        """The checkpoint's metadata ({str: str}; empty for a model made from sizes)."""
+        return self._m.metadata()
+
+    def parameter_count(self):
+        """V d + block_size d + L (2 d^2 + 2 d G dh + 8 d^2 + 9 d) + 2 d."""
+        return self._m.parameter_count()
+
+    def parameters(self):
+        """Every parameter as an xgrad.Parameter handle sharing storage with the model, in SPEC's order."""
+        return [Parameter._of(p, self.dtype) for p in self._m.parameters()]
+
+    def named_parameters(self):
+        """(name, value) pairs in SPEC's table order; the values are copies. ``dict(m.named_parameters())``."""
+        return [(p.name(), p.value()) for p in self._m.parameters()]
+
+    def grads(self):
+        """{name: gradient} (copies): what backward passes accumulated since the last zero_grad."""
+        return {p.name(): p.grad() for p in self._m.parameters()}
+
+    def zero_grad(self):
+        self._m.zero_grad()
+
+    def __repr__(self):
+        c = self.config
+        return "GPT(V=%d, block=%d, L=%d, d=%d, H=%d, G=%d, %s, %d parameters)" % (
+            c["vocab_size"], c["block_size"], c["layers"], c["d_model"], c["heads"], c["kv_heads"],
+            np.dtype(self.dtype).name, self.parameter_count())
+
+    # ---- forward on the tape ----
+    def forward(self, tokens, targets=None, fused=True):
+        """The forward pass recorded on a fresh tape: a GPTOutput. ``tokens`` (B, T) integers in [0, V),
+        1 <= T <= block_size; ``targets`` (B, T) in [0, V) or -1 (ignored). ``fused``: the fused
+        layer_norm / gelu / attention / cross_entropy ops (default) or their compositions of primitives."""
+        t = Tape(self.dtype)
+        tg = None if targets is None else as_ids(targets, "GPT targets")
+        logits, loss, activations = self._m.forward(t._t, as_ids(tokens, "GPT tokens"), tg, bool(fused))
+        return GPTOutput(Var(logits, t), None if loss is None else Var(loss, t),
+                         {name: Var(v, t) for name, v in activations}, t)
+
+    def __call__(self, tokens, targets=None):
+        """``logits, loss = m(tokens, targets)``: vars on a fresh tape (loss None without targets)."""
+        out = self.forward(tokens, targets)
+        return out.logits, out.loss
+
+    # ---- gradients three ways ----
+    def backward_order(self):
+        """Every activation and parameter name in the order a backward pass completes its gradient."""
+        return self._m.backward_order()
+
+    def tape_gradients(self, tokens, targets):
+        """{name: gradient} in backward order, from the tape: every named activation and every parameter.
+        Zeroes the model's gradients first (they then hold this batch's)."""
+        self.zero_grad()
+        out = self.forward(tokens, targets)
+        out.loss.backward(retain_graph=True)
+        grads = self.grads()
+        return {name: out.activations[name].grad if name in out.activations else grads[name]
+                for name in self.backward_order()}
+
+    def manual_gradients(self, tokens, targets, broken=None):
+        """The hand-derived backward of the whole model (models/gpt_manual.hpp), no tape:
+        (logits, loss, {name: gradient} in backward order). ``broken`` makes one deliberate mistake for
+        teaching: "encoder", "layer_norm", "attention", "residual", "matmul_bias", "gelu",
+        "cross_entropy"."""
+        logits, loss, grads = self._m.manual(as_ids(tokens, "GPT tokens"), as_ids(targets, "GPT targets"),
+                                             broken or "none")
+        return logits, loss, dict(grads)
+
+    def first_divergence(self, mine, tokens, targets, rtol=None, atol=None):
+        """Your gradients ({name: array}: any of the backward_order names, e.g. from your own NumPy
+        backward) against the tape's, in backward order: a DivergenceReport naming the first gradient that
+        differs. Names you did not give are not compared; an unknown name is a ValueError."""
+        unknown = sorted(set(mine) - set(self.backward_order()))
+        if unknown:
+            raise ValueError("GPT.first_divergence: unknown gradient names %s" % unknown)
+        reference = [(n, g) for n, g in self.tape_gradients(tokens, targets).items() if n in mine]
+        return first_divergence(mine, reference, rtol, atol, ("tape", "mine"))
+
+    # ---- text and sampling ----
+    @property
+    def vocabulary(self):
+        """The byte vocabulary of a model trained on text (the checkpoint's "vocab"), or None."""
+        vocab = self.metadata.get("vocab")
+        return None if vocab is None else _core.ByteVocabulary.from_json(vocab)
+
+    def encode(self, text):
+        """Token ids of ``text`` (str, UTF-8, or bytes) under the model's byte vocabulary."""
+        return self._need_vocabulary().encode(text.encode() if isinstance(text, str) else bytes(text))
+
+    def decode(self, ids):
+        """The bytes token ids stand for, as str (undecodable bytes replaced)."""
+        return self._need_vocabulary().decode([int(i) for i in ids]).decode("utf-8", "replace")
+
+    def sample(self, prompt, tokens=200, temperature=1.0, top_k=0, seed=1):
+        """Continues ``prompt`` through a KV cache: ``tokens`` new ids drawn at ``temperature`` (0: the most
+        likely) among the ``top_k`` most likely (0: all), seeded. ``prompt``: token ids (returns ids) or
+        text (returns the continuation as text; needs the model's vocabulary)."""
+        if int(tokens) < 0 or int(top_k) < 0 or int(seed) < 0 or not temperature >= 0:
+            raise ValueError("GPT.sample: tokens, top_k, seed and temperature must be >= 0")
+        text = isinstance(prompt, (str, bytes))
+        ids = self.encode(prompt) if text else [int(i) for i in as_ids(prompt, "GPT.sample prompt").ravel()]
+        out = self._m.sample(ids, int(tokens), float(temperature), int(top_k), int(seed))
+        return self.decode(out) if text else out
+
+    def _need_vocabulary(self):
+        vocab = self.vocabulary
+        if vocab is None:
+            raise ValueError("GPT: this model has no \"vocab\" metadata (it was not trained on text)")
+        return vocab
+
+
+def vocabulary_json(byte_values):
+    """The "vocab" metadata for token ids standing for ``byte_values`` (ascending), e.g. "[10, 32, 33]"."""
+    return json.dumps([int(b) for b in byte_values])

@@ -1,0 +1,234 @@
+"""Every primitive op of xgrad, under its C++ name (``xgrad::ops::<name>``).
+
+Each takes vars of one tape (arrays and numbers are not accepted here: make them ``t.constant(...)``, or
+use the operators, which do), records one node with its backward rule, and returns the result var.
+Bad shapes or arguments raise ValueError with the C++ message naming the op and the shapes.
+
+Elementwise (NumPy broadcasting): add sub mul div, scale add_scalar neg pow, exp log sqrt rsqrt,
+tanh relu sigmoid gelu. Reductions: sum mean (all or given axes), max (one axis), variance.
+Shapes: reshape permute transpose slice concat, embedding. Products: matmul (batched, broadcast,
+transpose flags). Fused, hand-derived rules: masked_softmax softmax log_softmax cross_entropy
+layer_norm dropout attention. The architecture variants': erf silu gelu_exact swiglu rms_norm rope.
+"""
+
+import numbers
+
+from . import _core
+from ._tape import Var, _axes, as_ids, as_mask
+
+
+def _vars(what, *vs):
+    for v in vs:
+        if not isinstance(v, Var):
+            raise ValueError("%s: expected xgrad.Var arguments, got %s" % (what, type(v).__name__))
+    for v in vs[1:]:
+        if v.tape is not vs[0].tape:
+            raise ValueError("%s: the inputs were recorded on different tapes" % what)
+    return vs[0]
+
+
+def _unary(name, doc):
+    core = getattr(_core, name)
+
+    def op(x):
+        _vars(name, x)
+        return Var(core(x._v), x.tape)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = doc
+    return op
+
+
+def _binary(name, doc):
+    core = getattr(_core, name)
+
+    def op(a, b):
+        _vars(name, a, b)
+        return Var(core(a._v, b._v), a.tape)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = doc
+    return op
+
+
+add = _binary("add", "a + b, broadcasting like NumPy. Backward: d a = sum_to(g, a.shape), d b likewise.")
+sub = _binary("sub", "a - b, broadcasting. Backward: d a = g, d b = -g (each summed to its shape).")
+mul = _binary("mul", "a * b, broadcasting. Backward: d a = g b, d b = g a.")
+div = _binary("div", "a / b, broadcasting. Backward: d a = g / b, d b = -g a / b^2.")
+neg = _unary("neg", "-x. Backward: d x = -g.")
+exp = _unary("exp", "e^x. Backward: d x = g e^x (the saved output).")
+log = _unary("log", "natural log. Backward: d x = g / x.")
+sqrt = _unary("sqrt", "sqrt(x). Backward: d x = g / (2 sqrt(x)).")
+rsqrt = _unary("rsqrt", "1 / sqrt(x). Backward: d x = -g / (2 x^1.5).")
+tanh = _unary("tanh", "tanh(x). Backward: d x = g (1 - y^2).")
+relu = _unary("relu", "max(x, 0). Backward: d x = g where x > 0, else 0.")
+sigmoid = _unary("sigmoid", "1 / (1 + e^-x). Backward: d x = g y (1 - y).")
+gelu = _unary("gelu", "GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), fused.")
+erf = _unary("erf", "erf(x). Backward: d x = g (2 / sqrt(pi)) e^(-x^2).")
+silu = _unary("silu", "x sigmoid(x). Backward: d x = g (s + x s (1 - s)), s = sigmoid(x).")
+gelu_exact = _unary("gelu_exact", "The exact GELU 0.5 x (1 + erf(x / sqrt 2)) (torch.nn.GELU()), fused.")
+swiglu = _binary("swiglu", "silu(gate) * up, gate and up of the same shape. Backward: d gate = g up silu'(gate), "
+                 "d up = g silu(gate).")
+log_softmax = _unary("log_softmax", "log softmax over the last axis. Backward: d x = g - softmax(x) sum(g).")
+
+
+def scale(x, factor):
+    """factor * x for a number factor. Backward: d x = factor g."""
+    _vars("scale", x)
+    return Var(_core.scale(x._v, float(factor)), x.tape)
+
+
+def add_scalar(x, c):
+    """x + c for a number c. Backward: d x = g."""
+    _vars("add_scalar", x)
+    return Var(_core.add_scalar(x._v, float(c)), x.tape)
+
+
+def pow(x, exponent):
+    """x ** exponent for a number exponent. Backward: d x = g exponent x^(exponent - 1)."""
+    _vars("pow", x)
+    return Var(_core.pow(x._v, float(exponent)), x.tape)
+
+
+def sum(x, axis=None, keepdims=False):
+    """Sum over all axes (None), one axis or a tuple of axes. Backward: g broadcast back."""
+    _vars("sum", x)
+    return x.sum(axis, keepdims)
+
+
+def mean(x, axis=None, keepdims=False):
+    """Mean over all axes (None), one axis or a tuple of axes. Backward: g / count, broadcast back."""
+    _vars("mean", x)
+    return x.mean(axis, keepdims)
+
+
+def max(x, axis=-1, keepdims=False):
+    """Largest entry along one axis; the gradient goes to the first largest entry (as torch.max(dim))."""
+    _vars("max", x)
+    return x.max(axis, keepdims)
+
+
+def variance(x, axis=None, keepdims=False):
+    """Biased (population) variance mean((x - mean(x))^2) over the given axes (all when None)."""
+    _vars("variance", x)
+    return x.variance(axis, keepdims)
+
+
+def reshape(x, shape):
+    """The same values in a new shape (one entry may be -1). Backward: g reshaped back."""
+    _vars("reshape", x)
+    return x.reshape(tuple(shape))
+
+
+def permute(x, axes):
+    """Axes reordered. Backward: g permuted by the inverse permutation."""
+    _vars("permute", x)
+    return x.permute(tuple(axes))
+
+
+def transpose(x, axis1, axis2):
+    """Two axes swapped. Backward: g with the same axes swapped."""
+    _vars("transpose", x)
+    return x.transpose(axis1, axis2)
+
+
+def slice(x, axis, begin, end):
+    """Entries [begin, end) of one axis. Backward: g placed back, zeros elsewhere."""
+    _vars("slice", x)
+    (axis,) = _axes(axis, x.ndim, "slice")
+    if begin < 0 or end < 0:
+        raise ValueError("slice: begin and end must be >= 0, got %d and %d" % (begin, end))
+    return Var(_core.slice(x._v, axis, int(begin), int(end)), x.tape)
+
+
+def concat(parts, axis):
+    """Joins vars along one axis; every other axis must agree. Backward: g sliced back into the parts."""
+    parts = list(parts)
+    if not parts:
+        raise ValueError("concat: no parts")
+    _vars("concat", *parts)
+    (axis,) = _axes(axis, parts[0].ndim, "concat")
+    return Var(_core.concat([p._v for p in parts], axis), parts[0].tape)
+
+
+def embedding(weight, ids):
+    """Row gather: out[..., :] = weight[ids[...], :], shape ids.shape + (d,). ``ids``: an integer array
+    (copied). Backward scatter-adds, so repeated ids accumulate. An id outside [0, V) is a ValueError."""
+    _vars("embedding", weight)
+    return Var(_core.embedding(weight._v, as_ids(ids, "embedding ids")), weight.tape)
+
+
+def matmul(a, b, transpose_a=False, transpose_b=False):
+    """Matrix product over the last two axes; leading (batch) axes broadcast. transpose_a / transpose_b
+    use an operand's last two axes swapped. Backward: d a = g b^T, d b = a^T g (summed over broadcast)."""
+    _vars("matmul", a, b)
+    return Var(_core.matmul(a._v, b._v, bool(transpose_a), bool(transpose_b)), a.tape)
+
+
+def masked_softmax(x, mask, scale=1.0):
+    """softmax(scale * x) over the last axis among the entries where ``mask`` (bool, broadcast to x's
+    shape, copied) is True. A row with no True entry gives zeros and a zero gradient, never NaN."""
+    _vars("masked_softmax", x)
+    return Var(_core.masked_softmax(x._v, as_mask(mask, "masked_softmax mask"), float(scale)), x.tape)
+
+
+def softmax(x, scale=1.0):
+    """softmax(scale * x) over the last axis. Backward: d x = scale y (g - sum(g y))."""
+    _vars("softmax", x)
+    return x.softmax(scale)
+
+
+def cross_entropy(logits, targets):
+    """Mean over the positions whose target is not -1 of -log softmax(logits)[target]. ``targets``: an
+    integer array of logits' shape without the last axis. All ignored: 0 and a zero gradient."""
+    _vars("cross_entropy", logits)
+    return Var(_core.cross_entropy(logits._v, as_ids(targets, "cross_entropy targets")), logits.tape)
+
+
+def layer_norm(x, weight, bias, eps=1e-5):
+    """(x - mean) / sqrt(var + eps) * weight + bias over the last axis (var biased); weight, bias (d,)."""
+    _vars("layer_norm", x, weight, bias)
+    return Var(_core.layer_norm(x._v, weight._v, bias._v, float(eps)), x.tape)
+
+
+def rms_norm(x, weight, eps=1e-5):
+    """x / sqrt(mean(x^2) + eps) * weight over the last axis (no mean subtraction, no bias); weight (d,)."""
+    _vars("rms_norm", x, weight)
+    return Var(_core.rms_norm(x._v, weight._v, float(eps)), x.tape)
+
+
+def rope(x, base=10000.0, position_offset=0):
+    """Rotary embedding of x (B, H, T, dh), dh even: the pair (2i, 2i+1) of row t is rotated by the angle
+    (position_offset + t) * base^(-2i/dh): (a, b) -> (a cos - b sin, a sin + b cos). Backward: the inverse
+    rotation of g."""
+    _vars("rope", x)
+    if position_offset < 0:
+        raise ValueError("rope: position_offset must be >= 0, got %d" % position_offset)
+    return Var(_core.rope(x._v, float(base), int(position_offset)), x.tape)
+
+
+def dropout(x, p, seed=0, training=True):
+    """Inverted dropout: zeroes each entry with probability p (a generator seeded by ``seed``) and scales
+    the rest by 1 / (1 - p). The identity when p == 0 or not training. p outside [0, 1): ValueError."""
+    _vars("dropout", x)
+    if not isinstance(seed, numbers.Integral) or seed < 0:
+        raise ValueError("dropout: seed must be an integer >= 0, got %r" % (seed,))
+    return Var(_core.dropout(x._v, float(p), int(seed), bool(training)), x.tape)
+
+
+def attention(q, k, v, mask=None, causal=False):
+    """Fused scaled dot-product attention softmax(Q K^T / sqrt(dh), mask) V, tile by tile with an online
+    softmax. q (B, H, Tq, dh); k, v (B, G, Tk, dh) with H % G == 0. ``mask``: bool, True = attend,
+    broadcast to (B, H, Tq, Tk), copied; ``causal`` is bottom-right aligned and ANDed with it. A row with
+    no visible key gives 0 and no gradient. Returns (B, H, Tq, dh)."""
+    _vars("attention", q, k, v)
+    m = None if mask is None else as_mask(mask, "attention mask")
+    return Var(_core.attention(q._v, k._v, v._v, m, bool(causal)), q.tape)
+
+
+__all__ = [
+    "add", "sub", "mul", "div", "scale", "add_scalar", "neg", "exp", "log", "sqrt", "rsqrt", "pow", "tanh",
+    "relu", "sigmoid", "gelu", "sum", "mean", "max", "variance", "reshape", "permute", "transpose", "slice",
+    "concat", "embedding", "matmul", "masked_softmax", "softmax", "attention", "log_softmax", "cross_entropy",
+    "layer_norm", "dropout", "erf", "silu", "gelu_exact", "swiglu", "rms_norm", "rope",
+]
