@@ -25,7 +25,7 @@ bool same_values(const array<float>& a, const array<float>& b)
 void check_round_trip(const io::checkpoint<float>& ck, const std::string& path)
 {
     // The sizes are written from the model (a stored "01" comes back as "1"); the rest as it was.
-    io::checkpoint_extras extras{ck.metadata, ck.optimiser};
+    io::checkpoint_extras extras{ ck.metadata, ck.optimiser };
     for (const char* key : io::size_keys)
     {
         extras.metadata.erase(key);
@@ -41,16 +41,18 @@ void check_round_trip(const io::checkpoint<float>& ck, const std::string& path)
         const auto found = again.metadata.find(key);
         fuzz::require(found != again.metadata.end() && found->second == value, "metadata changed", key);
     }
-    fuzz::require(again.optimiser.size() == ck.optimiser.size(), "optimiser state changed in a save and load");
+    fuzz::require(again.optimiser.size() == ck.optimiser.size(),
+                  "optimiser state changed in a save and load");
     const auto before = ck.params.named_parameters(), after = again.params.named_parameters();
     fuzz::require(before.size() == after.size(), "the parameter count changed in a save and load");
     for (std::size_t k = 0; k < before.size(); ++k)
     {
         fuzz::require(before[k].name() == after[k].name(), "a parameter's name changed", before[k].name());
-        fuzz::require(same_values(before[k].value(), after[k].value()), "a parameter changed", before[k].name());
+        fuzz::require(
+          same_values(before[k].value(), after[k].value()), "a parameter changed", before[k].name());
     }
 }
-}  // namespace
+} // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size)
 {
@@ -64,7 +66,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     catch (const io::format_error& e)
     {
         const std::string message = e.what();
-        fuzz::require(message.rfind(input.path + ": ", 0) == 0, "message does not start with the path", message);
+        fuzz::require(
+          message.rfind(input.path + ": ", 0) == 0, "message does not start with the path", message);
         fuzz::require(fuzz::printable(message), "message holds a byte that is not printable ASCII", message);
         fuzz::require(message.find('\n') == std::string::npos, "message is not one line", message);
         return 0;

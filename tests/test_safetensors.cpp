@@ -234,6 +234,11 @@ TEST_CASE("safetensors strict reading: every malformed file names the file and t
     temp_dir dir;
     const std::string two_f64 = le_bytes<double>({1.0, 2.0});
     const std::string ok_entry = R"({"dtype":"F64","shape":[2],"data_offsets":[0,16]})";
+    std::string sixty_four_ones = "1";
+    for (int k = 1; k < 64; ++k)
+    {
+        sixty_four_ones += ",1";
+    }
     struct bad_file
     {
         std::string name, bytes, needle;
@@ -284,6 +289,10 @@ TEST_CASE("safetensors strict reading: every malformed file names the file and t
        st_file(with_entry(R"({"dtype":"F64","shape":[4294967296,4294967296],"data_offsets":[0,16]})"),
                two_f64),
        "has shape (4294967296, 4294967296), too large (its byte size overflows)"},
+      {"65 dimensions (a message would list them all)",
+       st_file(with_entry(R"({"dtype":"F64","shape":[)" + sixty_four_ones + R"(,2],"data_offsets":[0,16]})"),
+               two_f64),
+       "tensor 't': shape has 65 dimensions, more than the 64 this reader accepts"},
       {"integer beyond 64 bits",
        st_file(with_entry(R"({"dtype":"F64","shape":[18446744073709551616],"data_offsets":[0,16]})"),
                two_f64),
@@ -789,7 +798,8 @@ TEST_CASE("load_checkpoint refuses metadata that claims far more than the file h
     // small_config: 2 layers, 12 tensors each, plus wte, wpe, ln_f.weight, ln_f.bias: 28 in the file.
     claim({{"layers", "4000000000"}},
           {"metadata says layers = 4000000000, which needs 48000000004 tensors; the file holds 28"});
-    claim({{"layers", "18446744073709551615"}}, {"layers = 18446744073709551615, which needs over 18446744073709551615"});
+    claim({{"layers", "18446744073709551615"}},
+          {"layers = 18446744073709551615, which needs over 18446744073709551615"});
     // A thousand layers of swiglu with every bias: 18 tensors each; wte, wpe, ln_f's two and lm_head.
     claim({{"layers", "1000"}, {"mlp", "swiglu"}, {"bias", "all"}, {"tied_head", "false"}},
           {"which needs 18005 tensors; the file holds 28"});
@@ -797,7 +807,8 @@ TEST_CASE("load_checkpoint refuses metadata that claims far more than the file h
     claim({{"vocab_size", "4000000000"}},
           {"metadata says vocab_size = 4000000000, d_model = 8: the model needs 32000001544 parameter values "
            "(wte (vocab_size x d_model) alone 32000000000); the file's parameter tensors hold 1600"});
-    claim({{"block_size", "100000000"}}, {"block_size = 100000000, d_model = 8", "wpe (block_size x d_model) alone"});
+    claim({{"block_size", "100000000"}},
+          {"block_size = 100000000, d_model = 8", "wpe (block_size x d_model) alone"});
     claim({{"d_model", "4611686018427387904"}, {"heads", "1"}, {"kv_heads", "1"}},
           {"d_model = 4611686018427387904", "needs over 18446744073709551615"});
     claim({{"mlp_hidden", "1000000000"}}, {"layers = 2, d_model = 8, mlp_hidden = 1000000000"});
@@ -812,7 +823,7 @@ TEST_CASE("load_checkpoint refuses metadata that claims far more than the file h
     check_load_rejected<float>(dir / "three.safetensors", {"tensor 'blocks.2.ln_1.weight' is missing"});
 }
 
-TEST_CASE("checkpoint_demand_of counts SPEC's tensors for every variant")
+TEST_CASE("checkpoint_demand_of counts the tensors of docs/spec.md for every variant")
 {
     std::map<std::string, std::string> m{{"vocab_size", "7"}, {"block_size", "5"}, {"layers", "2"},
                                          {"d_model", "8"},    {"heads", "4"},      {"kv_heads", "1"}};

@@ -132,8 +132,8 @@ problem<T> load_problem(const options& o)
     }
     p.model.optimiser.clear();  // optimiser state plays no part here
     if (const std::string m = train::memory_shortfall(
-          train::estimate_gpt_run(train::sizes_of(p.model.params.config), p.tokens.shape()[0], p.tokens.shape()[1],
-                                  sizeof(T), p.targets.has_value()),
+          train::estimate_gpt_run(train::sizes_of(p.model.params.config), p.tokens.shape()[0],
+                                  p.tokens.shape()[1], sizeof(T), p.targets.has_value()),
           train::available_memory(), "this input", "use fewer or shorter rows of tokens");
         !m.empty())
     {

@@ -195,8 +195,9 @@ problem<T> load_problem(const options& o)
         }
     }
 
-    if (const std::string m = train::memory_shortfall(train::estimate_attention_run(batch, tq, tk, d, o.heads, sizeof(T)),
-                                                      train::available_memory(), "this input", "use smaller inputs");
+    if (const std::string m =
+          train::memory_shortfall(train::estimate_attention_run(batch, tq, tk, d, o.heads, sizeof(T)),
+                                  train::available_memory(), "this input", "use smaller inputs");
         !m.empty())
     {
         throw input_error(m);

@@ -20,10 +20,10 @@ namespace
 {
 constexpr std::uint64_t saturated = std::numeric_limits<std::uint64_t>::max();
 constexpr std::uint64_t mib = 1024 * 1024;
-constexpr std::uint64_t process_bytes = 48 * mib;  // the program, its libraries, the data, stdio
-constexpr std::uint64_t thread_bytes = 8 * mib;    // a thread's stack and its BLAS buffers
-constexpr std::uint64_t weight_copies = 16;        // working copies of the weights during a step
-constexpr std::uint64_t logit_copies = 8;          // logits, softmax, log-softmax and their gradients
+constexpr std::uint64_t process_bytes = 48 * mib; // the program, its libraries, the data, stdio
+constexpr std::uint64_t thread_bytes = 8 * mib;   // a thread's stack and its BLAS buffers
+constexpr std::uint64_t weight_copies = 16;       // working copies of the weights during a step
+constexpr std::uint64_t logit_copies = 8;         // logits, softmax, log-softmax and their gradients
 
 std::uint64_t mul(std::uint64_t a, std::uint64_t b)
 {
@@ -31,7 +31,10 @@ std::uint64_t mul(std::uint64_t a, std::uint64_t b)
     return __builtin_mul_overflow(a, b, &r) ? saturated : r;
 }
 
-std::uint64_t mul(std::uint64_t a, std::uint64_t b, std::uint64_t c) { return mul(mul(a, b), c); }
+std::uint64_t mul(std::uint64_t a, std::uint64_t b, std::uint64_t c)
+{
+    return mul(mul(a, b), c);
+}
 
 std::uint64_t add(std::uint64_t a, std::uint64_t b)
 {
@@ -39,7 +42,10 @@ std::uint64_t add(std::uint64_t a, std::uint64_t b)
     return __builtin_add_overflow(a, b, &r) ? saturated : r;
 }
 
-std::uint64_t kv_width(const gpt_sizes& s) { return s.heads == 0 ? 0 : mul(s.kv_heads, s.d_model / s.heads); }
+std::uint64_t kv_width(const gpt_sizes& s)
+{
+    return s.heads == 0 ? 0 : mul(s.kv_heads, s.d_model / s.heads);
+}
 
 // docs/spec.md, "Parameter names and shapes": V d + block_size d + L (norms, attention, MLP) + 2 d.
 std::uint64_t parameter_count(const gpt_sizes& s)
@@ -52,7 +58,9 @@ std::uint64_t parameter_count(const gpt_sizes& s)
 
 // Values a batch keeps per token: in each layer about 28 d for the norms, projections and residuals,
 // 2 h for the MLP, 2 G dh for keys and values and H T for the attention weights; then the logits.
-std::uint64_t activation_values(const gpt_sizes& s, std::uint64_t batch, std::uint64_t tokens,
+std::uint64_t activation_values(const gpt_sizes& s,
+                                std::uint64_t batch,
+                                std::uint64_t tokens,
                                 std::uint64_t logit_copies_kept)
 {
     const std::uint64_t d = s.d_model;
@@ -69,7 +77,7 @@ std::string bytes_str(std::uint64_t bytes)
     {
         return "more than 16 EiB";
     }
-    const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    const char* units[] = { "bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
     double v = static_cast<double>(bytes);
     std::size_t u = 0;
     while (v >= 1024 && u + 1 < sizeof units / sizeof *units)
@@ -89,7 +97,8 @@ bool parse_bytes(const std::string& text, std::uint64_t& out)
     std::uint64_t n = 0;
     while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])))
     {
-        if (__builtin_mul_overflow(n, 10u, &n) || __builtin_add_overflow(n, static_cast<unsigned>(text[i] - '0'), &n))
+        if (__builtin_mul_overflow(n, 10u, &n) ||
+            __builtin_add_overflow(n, static_cast<unsigned>(text[i] - '0'), &n))
         {
             return false;
         }
@@ -104,7 +113,8 @@ bool parse_bytes(const std::string& text, std::uint64_t& out)
     std::uint64_t scale = 1;
     if (!suffix.empty())
     {
-        const std::size_t at = suffixes.find(static_cast<char>(std::toupper(static_cast<unsigned char>(suffix[0]))));
+        const std::size_t at =
+          suffixes.find(static_cast<char>(std::toupper(static_cast<unsigned char>(suffix[0]))));
         const bool tail_ok = suffix.size() == 1 || suffix.substr(1) == "iB" || suffix.substr(1) == "B";
         if (at == std::string::npos || !tail_ok)
         {
@@ -154,8 +164,9 @@ std::uint64_t cgroup_number(const std::string& path)
 std::uint64_t cgroup_headroom()
 {
     const std::pair<const char*, const char*> files[] = {
-      {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},
-      {"/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"}};
+        { "/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current" },
+        { "/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes" }
+    };
     for (const auto& [limit_file, usage_file] : files)
     {
         const std::uint64_t limit = cgroup_number(limit_file);
@@ -167,7 +178,7 @@ std::uint64_t cgroup_headroom()
     }
     return saturated;
 }
-}  // namespace
+} // namespace
 
 std::uint64_t memory_estimate::total() const
 {
@@ -177,11 +188,11 @@ std::uint64_t memory_estimate::total() const
 std::string memory_estimate::describe() const
 {
     std::string s = bytes_str(total()) + " (parameters " + bytes_str(parameters);
-    const std::pair<const char*, std::uint64_t> parts[] = {{"gradients", gradients},
-                                                           {"Adam state", optimiser},
-                                                           {"working copies of the weights", weight_work},
-                                                           {"activations", activations},
-                                                           {"process and threads", workspace}};
+    const std::pair<const char*, std::uint64_t> parts[] = { { "gradients", gradients },
+                                                            { "Adam state", optimiser },
+                                                            { "working copies of the weights", weight_work },
+                                                            { "activations", activations },
+                                                            { "process and threads", workspace } };
     for (const auto& [name, bytes] : parts)
     {
         if (bytes > 0)
@@ -220,22 +231,30 @@ memory_estimate estimate_training(const gpt_sizes& s, std::uint64_t batch, std::
     return e;
 }
 
-memory_estimate estimate_gpt_run(const gpt_sizes& s, std::uint64_t batch, std::uint64_t tokens,
-                                 std::uint64_t value_bytes, bool backward)
+memory_estimate estimate_gpt_run(const gpt_sizes& s,
+                                 std::uint64_t batch,
+                                 std::uint64_t tokens,
+                                 std::uint64_t value_bytes,
+                                 bool backward)
 {
     const std::uint64_t p = mul(parameter_count(s), value_bytes);
     memory_estimate e;
     e.parameters = p;
-    e.gradients = backward ? mul(2, p) : 0;  // the gradients and their copy for grads.safetensors
+    e.gradients = backward ? mul(2, p) : 0; // the gradients and their copy for grads.safetensors
     e.weight_work = mul(weight_copies / 2, p);
-    e.activations = mul(activation_values(s, batch, tokens, backward ? logit_copies : logit_copies / 2), value_bytes);
+    e.activations =
+      mul(activation_values(s, batch, tokens, backward ? logit_copies : logit_copies / 2), value_bytes);
     e.workspace = add(process_bytes, thread_bytes);
     e.shape = "B = " + std::to_string(batch) + " rows of T = " + std::to_string(tokens) + " tokens";
     return e;
 }
 
-memory_estimate estimate_attention_run(std::uint64_t batch, std::uint64_t tq, std::uint64_t tk, std::uint64_t d,
-                                       std::uint64_t heads, std::uint64_t value_bytes)
+memory_estimate estimate_attention_run(std::uint64_t batch,
+                                       std::uint64_t tq,
+                                       std::uint64_t tk,
+                                       std::uint64_t d,
+                                       std::uint64_t heads,
+                                       std::uint64_t value_bytes)
 {
     memory_estimate e;
     e.parameters = mul(4, d, mul(d, value_bytes));
@@ -247,8 +266,8 @@ memory_estimate estimate_attention_run(std::uint64_t batch, std::uint64_t tq, st
     const std::uint64_t rows = mul(batch, add(tq, mul(2, tk)));
     e.activations = mul(add(mul(6, weights), mul(24, rows, d)), value_bytes);
     e.workspace = add(process_bytes, thread_bytes);
-    e.shape = "B = " + std::to_string(batch) + ", H = " + std::to_string(heads) + ", Tq = " + std::to_string(tq) +
-              ", Tk = " + std::to_string(tk) + ", d = " + std::to_string(d);
+    e.shape = "B = " + std::to_string(batch) + ", H = " + std::to_string(heads) +
+              ", Tq = " + std::to_string(tq) + ", Tk = " + std::to_string(tk) + ", d = " + std::to_string(d);
     return e;
 }
 
@@ -258,11 +277,11 @@ memory_budget available_memory()
     {
         return parse_memory_budget(env, "XGRAD_MAX_MEMORY");
     }
-    memory_budget b{meminfo_bytes("MemAvailable:"), "MemAvailable in /proc/meminfo"};
+    memory_budget b{ meminfo_bytes("MemAvailable:"), "MemAvailable in /proc/meminfo" };
     const std::uint64_t cgroup = cgroup_headroom();
     if (cgroup < b.bytes)
     {
-        b = {cgroup, "the cgroup's memory limit less its usage"};
+        b = { cgroup, "the cgroup's memory limit less its usage" };
     }
     return b;
 }
@@ -273,16 +292,20 @@ memory_budget parse_memory_budget(const std::string& text, const std::string& so
     {
         return available_memory();
     }
-    memory_budget b{0, source};
+    memory_budget b{ 0, source };
     if (!parse_bytes(text, b.bytes))
     {
-        throw std::invalid_argument(source + " must be 'auto' or a number of bytes with an optional K, M, G or T "
-                                             "suffix (powers of 1024), got '" + text + "'");
+        throw std::invalid_argument(source +
+                                    " must be 'auto' or a number of bytes with an optional K, M, G or T "
+                                    "suffix (powers of 1024), got '" +
+                                    text + "'");
     }
     return b;
 }
 
-std::string memory_shortfall(const memory_estimate& need, const memory_budget& budget, const std::string& what,
+std::string memory_shortfall(const memory_estimate& need,
+                             const memory_budget& budget,
+                             const std::string& what,
                              const std::string& remedy)
 {
     if (need.total() <= budget.bytes)
@@ -293,7 +316,9 @@ std::string memory_shortfall(const memory_estimate& need, const memory_budget& b
            bytes_str(budget.bytes) + " available (" + budget.source + "); " + remedy;
 }
 
-void require_memory(const memory_estimate& need, const memory_budget& budget, const std::string& what,
+void require_memory(const memory_estimate& need,
+                    const memory_budget& budget,
+                    const std::string& what,
                     const std::string& remedy)
 {
     const std::string refusal = memory_shortfall(need, budget, what, remedy);
@@ -302,4 +327,4 @@ void require_memory(const memory_estimate& need, const memory_budget& budget, co
         throw std::invalid_argument(refusal);
     }
 }
-}  // namespace xgrad::train
+} // namespace xgrad::train

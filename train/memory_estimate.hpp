@@ -15,17 +15,17 @@ namespace xgrad::train
 // Bytes, by what holds them. Every sum saturates at UINT64_MAX instead of wrapping.
 struct memory_estimate
 {
-    std::uint64_t parameters = 0;   // the weights
-    std::uint64_t gradients = 0;    // one gradient per weight
-    std::uint64_t optimiser = 0;    // Adam's two moments
-    std::uint64_t weight_work = 0;  // copies of the weights on the tape and in the matrix products
-    std::uint64_t activations = 0;  // what the forward keeps for the backward, and the backward's own
-    std::uint64_t workspace = 0;    // the process itself and each thread's buffers
+    std::uint64_t parameters = 0;  // the weights
+    std::uint64_t gradients = 0;   // one gradient per weight
+    std::uint64_t optimiser = 0;   // Adam's two moments
+    std::uint64_t weight_work = 0; // copies of the weights on the tape and in the matrix products
+    std::uint64_t activations = 0; // what the forward keeps for the backward, and the backward's own
+    std::uint64_t workspace = 0;   // the process itself and each thread's buffers
 
     std::uint64_t total() const;
     // "1.2 GiB (parameters 10 MiB, gradients 10 MiB, ...; B = 16 windows of T = 64)".
     std::string describe() const;
-    std::string shape;  // the batch the activations are for, in words
+    std::string shape; // the batch the activations are for, in words
 };
 
 // The sizes an estimate needs, from a model configuration: V, block_size, L, d, H, G.
@@ -41,18 +41,25 @@ memory_estimate estimate_training(const gpt_sizes& s, std::uint64_t batch, std::
 
 // One forward pass of xgrad-gpt-npy on B x T tokens in values of `value_bytes` bytes, and its backward
 // when `backward` (targets given).
-memory_estimate estimate_gpt_run(const gpt_sizes& s, std::uint64_t batch, std::uint64_t tokens,
-                                 std::uint64_t value_bytes, bool backward);
+memory_estimate estimate_gpt_run(const gpt_sizes& s,
+                                 std::uint64_t batch,
+                                 std::uint64_t tokens,
+                                 std::uint64_t value_bytes,
+                                 bool backward);
 
 // Multi-head attention forward and backward of xgrad-mha-npy: B, Tq, Tk, d, H heads.
-memory_estimate estimate_attention_run(std::uint64_t batch, std::uint64_t tq, std::uint64_t tk, std::uint64_t d,
-                                       std::uint64_t heads, std::uint64_t value_bytes);
+memory_estimate estimate_attention_run(std::uint64_t batch,
+                                       std::uint64_t tq,
+                                       std::uint64_t tk,
+                                       std::uint64_t d,
+                                       std::uint64_t heads,
+                                       std::uint64_t value_bytes);
 
 // How many bytes a run may use, and where the number comes from.
 struct memory_budget
 {
     std::uint64_t bytes = 0;
-    std::string source;  // e.g. "MemAvailable in /proc/meminfo", "--max-memory"
+    std::string source; // e.g. "MemAvailable in /proc/meminfo", "--max-memory"
 };
 
 // MemAvailable from /proc/meminfo, or the cgroup's limit less its usage when that is lower. The
@@ -66,10 +73,14 @@ memory_budget parse_memory_budget(const std::string& text, const std::string& so
 
 // Empty when the estimate fits the budget, else the refusal: "<what> needs about 9.1 GiB (...), more
 // than the 3.2 GiB available (MemAvailable in /proc/meminfo); <remedy>".
-std::string memory_shortfall(const memory_estimate& need, const memory_budget& budget, const std::string& what,
+std::string memory_shortfall(const memory_estimate& need,
+                             const memory_budget& budget,
+                             const std::string& what,
                              const std::string& remedy);
 
 // Throws std::invalid_argument with memory_shortfall's line when the estimate exceeds the budget.
-void require_memory(const memory_estimate& need, const memory_budget& budget, const std::string& what,
+void require_memory(const memory_estimate& need,
+                    const memory_budget& budget,
+                    const std::string& what,
                     const std::string& remedy);
-}  // namespace xgrad::train
+} // namespace xgrad::train

@@ -236,6 +236,7 @@ def checkpoint_cases():
         "shape_bytes_overflow": checkpoint(entry_change=replace_entry("wte", shape=[2, 9223372036854775807])),
         "shape_float": checkpoint(entry_change=replace_entry("wte", shape=[5.0, 4])),
         "shape_negative": checkpoint(entry_change=replace_entry("wte", shape=[-5, -4])),
+        "shape_many_dims": checkpoint(entry_change=replace_entry("wte", shape=[1] * 60000 + [5, 4])),
         "shape_wrong": checkpoint(entry_change=replace_entry("wte", shape=[4, 5])),
         "dtype_i64": checkpoint(entry_change=replace_entry("wte", dtype="I64")),
         "dtype_f16_half_bytes": checkpoint(entry_change=replace_entry("wte", dtype="F16")),
@@ -316,6 +317,7 @@ def mha_cases():
                                                               "(" * 50000 + ")" * 50000 + "}")})
     cases["header_long"] = dict(mha_valid(), **{"X.npy": npy("<f8", [1], b"", major=2,
                                                              header_text="{'descr': '" + "f" * 500000 + "'}")})
+    cases["shape_many_dims"] = dict(mha_valid(), **{"X.npy": npy("<f8", [1] * 60000, b"\0" * 8, major=2)})
     cases["mask_huge_broadcast"] = dict(mha_valid(), **{"mask.npy": npy("|b1", [2**31, 2**31, 0], b"")})
     cases["mask_long"] = dict(mha_valid(), **{"mask.npy": npy("|b1", [1, 1, 100000], b"\1" * 100000)})
     return cases

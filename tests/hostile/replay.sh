@@ -47,6 +47,8 @@ watch() {
         problem="exit status $status, expected $expected"
     elif [ "$expected" -ne 0 ] && [ "$lines" -ne 1 ]; then
         problem="$lines lines on stderr, expected 1"
+    elif [ "$(wc -c <"$err")" -gt 4096 ]; then
+        problem="a message of $(wc -c <"$err") bytes (at most 4096)"
     elif [ "$expected" -ne 0 ] && [ -n "$out" ] && [ -n "$(ls -A "$out" 2>/dev/null)" ]; then
         problem="left files in its output folder: $(ls -A "$out" | tr '\n' ' ')"
     fi
