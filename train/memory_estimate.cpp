@@ -1,9 +1,9 @@
 // Memory estimates in closed form, and the memory available from /proc and the cgroup. The coefficients
 // were fitted to the peak resident memory (VmHWM) of xgrad-train runs on this code (L = 1..8,
 // d = 16..512, B x T = 256..4096 tokens) and rounded up, so that each estimate is an upper bound: the
-// fixed part grows with the weights (about 20 float copies of them: weights, gradients, Adam's two
+// fixed part grows with the weights (about 22 float copies of them: weights, gradients, Adam's two
 // moments and the tape's and the matrix products' working copies), the rest with the tokens of a batch
-// (about 38 d values a token in each layer, and the logits).
+// (about 42 d values a token in each layer, and the logits).
 #include "train/memory_estimate.hpp"
 
 #include <cctype>
@@ -22,7 +22,7 @@ constexpr std::uint64_t saturated = std::numeric_limits<std::uint64_t>::max();
 constexpr std::uint64_t mib = 1024 * 1024;
 constexpr std::uint64_t process_bytes = 48 * mib; // the program, its libraries, the data, stdio
 constexpr std::uint64_t thread_bytes = 8 * mib;   // a thread's stack and its BLAS buffers
-constexpr std::uint64_t weight_copies = 16;       // working copies of the weights during a step
+constexpr std::uint64_t weight_copies = 18;       // working copies of the weights during a step
 constexpr std::uint64_t logit_copies = 8;         // logits, softmax, log-softmax and their gradients
 
 std::uint64_t mul(std::uint64_t a, std::uint64_t b)
@@ -56,7 +56,7 @@ std::uint64_t parameter_count(const gpt_sizes& s)
     return add(add(mul(s.vocab, d), mul(s.block, d)), add(mul(s.layers, layer), mul(2, d)));
 }
 
-// Values a batch keeps per token: in each layer about 28 d for the norms, projections and residuals,
+// Values a batch keeps per token: in each layer about 32 d for the norms, projections and residuals,
 // 2 h for the MLP, 2 G dh for keys and values and H T for the attention weights; then the logits.
 std::uint64_t activation_values(const gpt_sizes& s,
                                 std::uint64_t batch,
@@ -65,7 +65,7 @@ std::uint64_t activation_values(const gpt_sizes& s,
 {
     const std::uint64_t d = s.d_model;
     const std::uint64_t per_layer =
-      add(add(mul(28, d), mul(2, s.mlp_hidden)), add(mul(2, kv_width(s)), mul(s.heads, tokens)));
+      add(add(mul(32, d), mul(2, s.mlp_hidden)), add(mul(2, kv_width(s)), mul(s.heads, tokens)));
     const std::uint64_t per_token =
       add(mul(s.layers, per_layer), add(mul(logit_copies_kept, s.vocab), mul(8, d)));
     return mul(mul(batch, tokens), per_token);
