@@ -25,7 +25,7 @@ bool same_values(const array<float>& a, const array<float>& b)
 void check_round_trip(const io::checkpoint<float>& ck, const std::string& path)
 {
     // The sizes are written from the model (a stored "01" comes back as "1"); the rest as it was.
-    io::checkpoint_extras extras{ ck.metadata, ck.optimiser };
+    io::checkpoint_extras extras{ck.metadata, ck.optimiser};
     for (const char* key : io::size_keys)
     {
         extras.metadata.erase(key);
@@ -52,7 +52,7 @@ void check_round_trip(const io::checkpoint<float>& ck, const std::string& path)
           same_values(before[k].value(), after[k].value()), "a parameter changed", before[k].name());
     }
 }
-} // namespace
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size)
 {

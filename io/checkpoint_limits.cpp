@@ -53,11 +53,11 @@ std::string value_of(const std::map<std::string, std::string>& metadata, const c
 // The variant keys, each unknown value read as the choice with the fewest tensors.
 struct variant
 {
-    bool layer_norm_bias = true; // norm = layernorm and bias != none
+    bool layer_norm_bias = true;  // norm = layernorm and bias != none
     bool learned_position = true;
     bool swiglu = false;
-    bool mlp_bias = true;        // bias != none
-    bool attention_bias = false; // bias = all
+    bool mlp_bias = true;         // bias != none
+    bool attention_bias = false;  // bias = all
     bool untied_head = false;
 };
 
@@ -77,6 +77,26 @@ variant variant_of(const std::map<std::string, std::string>& metadata)
     return v;
 }
 
+// One block's tensors: two norm weights (and biases), W_Q W_K W_V W_O (and b_Q b_K b_V b_O), the MLP's
+// matrices (two, or three for swiglu) and its biases.
+std::uint64_t block_tensor_count(const variant& v)
+{
+    const std::uint64_t mlp_matrices = v.swiglu ? 3 : 2;
+    return 2 + (v.layer_norm_bias ? 2 : 0) + 4 + (v.attention_bias ? 4 : 0) + mlp_matrices +
+           (v.mlp_bias ? mlp_matrices : 0);
+}
+
+// One block's values: norms 2 d (4 d with biases), attention 2 d^2 + 2 d G dh (+ 2 d + 2 G dh of
+// biases), the MLP's matrices 2 d h or 3 d h (+ h + d or 2 h + d of biases).
+std::uint64_t block_value_count(const variant& v, std::uint64_t d, std::uint64_t kv, std::uint64_t hidden)
+{
+    const std::uint64_t mlp_matrices = v.swiglu ? 3 : 2;
+    std::uint64_t n = add(mul(v.layer_norm_bias ? 4 : 2, d), add(mul(2, mul(d, d)), mul(2, mul(d, kv))));
+    n = add(n, v.attention_bias ? add(mul(2, d), mul(2, kv)) : 0);
+    n = add(n, mul(mlp_matrices, mul(d, hidden)));
+    return add(n, v.mlp_bias ? add(mul(mlp_matrices - 1, hidden), d) : 0);
+}
+
 struct group
 {
     std::uint64_t values;
@@ -87,14 +107,17 @@ std::string field(const char* key, std::uint64_t value)
 {
     return std::string(key) + " = " + std::to_string(value);
 }
-} // namespace
+}  // namespace
 
 bool checkpoint_demand_of(const std::map<std::string, std::string>& metadata, checkpoint_demand& out)
 {
     std::uint64_t V = 0, block = 0, L = 0, d = 0, H = 0, G = 0;
-    const std::pair<const char*, std::uint64_t*> sizes[] = { { "vocab_size", &V }, { "block_size", &block },
-                                                             { "layers", &L },     { "d_model", &d },
-                                                             { "heads", &H },      { "kv_heads", &G } };
+    const std::pair<const char*, std::uint64_t*> sizes[] = {{"vocab_size", &V},
+                                                            {"block_size", &block},
+                                                            {"layers", &L},
+                                                            {"d_model", &d},
+                                                            {"heads", &H},
+                                                            {"kv_heads", &G}};
     for (const auto& [key, target] : sizes)
     {
         if (!parse_decimal(value_of(metadata, key), *target))
@@ -103,7 +126,7 @@ bool checkpoint_demand_of(const std::map<std::string, std::string>& metadata, ch
         }
     }
     const variant v = variant_of(metadata);
-    const std::uint64_t kv = H == 0 ? 0 : mul(G, d / H); // G dh; d % H is the loader's to report
+    const std::uint64_t kv = H == 0 ? 0 : mul(G, d / H);  // G dh; d % H is the loader's to report
     std::uint64_t hidden = mul(4, d);
     const std::string hidden_text = value_of(metadata, "mlp_hidden");
     if (!hidden_text.empty() && !parse_decimal(hidden_text, hidden))
@@ -111,35 +134,25 @@ bool checkpoint_demand_of(const std::map<std::string, std::string>& metadata, ch
         hidden = 0;
     }
 
-    // One block: two norm weights (and biases), W_Q W_K W_V W_O (and b_Q b_K b_V b_O), the MLP's
-    // matrices (two, or three for swiglu) and its biases.
-    const std::uint64_t mlp_matrices = v.swiglu ? 3 : 2;
-    const std::uint64_t block_tensors = 2 + (v.layer_norm_bias ? 2 : 0) + 4 + (v.attention_bias ? 4 : 0) +
-                                        mlp_matrices + (v.mlp_bias ? mlp_matrices : 0);
-    std::uint64_t block_values =
-      add(mul(v.layer_norm_bias ? 4 : 2, d), add(mul(2, mul(d, d)), mul(2, mul(d, kv))));
-    block_values = add(block_values, v.attention_bias ? add(mul(2, d), mul(2, kv)) : 0);
-    block_values = add(block_values, mul(mlp_matrices, mul(d, hidden)));
-    block_values = add(block_values, v.mlp_bias ? add(mul(mlp_matrices - 1, hidden), d) : 0);
+    const std::uint64_t block_tensors = block_tensor_count(v);
+    const std::uint64_t block_values = block_value_count(v, d, kv, hidden);
 
     const std::string d_field = field("d_model", d);
     std::vector<group> groups{
-        { mul(V, d), "wte (vocab_size x d_model)", field("vocab_size", V) + ", " + d_field },
-        { mul(L, block_values),
-          "the blocks (layers x block)",
-          field("layers", L) + ", " + d_field +
-            (hidden_text.empty() ? "" : ", " + field("mlp_hidden", hidden)) },
-        { mul(v.layer_norm_bias ? 2 : 1, d), "ln_f", d_field }
-    };
+      {mul(V, d), "wte (vocab_size x d_model)", field("vocab_size", V) + ", " + d_field},
+      {mul(L, block_values),
+       "the blocks (layers x block)",
+       field("layers", L) + ", " + d_field + (hidden_text.empty() ? "" : ", " + field("mlp_hidden", hidden))},
+      {mul(v.layer_norm_bias ? 2 : 1, d), "ln_f", d_field}};
     if (v.learned_position)
     {
         groups.push_back(
-          { mul(block, d), "wpe (block_size x d_model)", field("block_size", block) + ", " + d_field });
+          {mul(block, d), "wpe (block_size x d_model)", field("block_size", block) + ", " + d_field});
     }
     if (v.untied_head)
     {
         groups.push_back(
-          { mul(d, V), "lm_head (d_model x vocab_size)", d_field + ", " + field("vocab_size", V) });
+          {mul(d, V), "lm_head (d_model x vocab_size)", d_field + ", " + field("vocab_size", V)});
     }
 
     out = checkpoint_demand{};
@@ -194,4 +207,4 @@ void check_checkpoint_limits(const std::string& path, const safetensors_file& fi
                            std::to_string(values));
     }
 }
-} // namespace xgrad::io
+}  // namespace xgrad::io

@@ -17,11 +17,11 @@ namespace xgrad::io
 // the bad value afterwards.
 struct checkpoint_demand
 {
-    std::uint64_t tensors = 0;  // parameter tensors
-    std::uint64_t values = 0;   // parameter values in all
-    std::uint64_t largest = 0;  // values of the largest group below
-    std::string largest_group;  // e.g. "wte (vocab_size x d_model)"
-    std::string largest_fields; // the metadata of that group, e.g. "vocab_size = 4000000000, d_model = 64"
+    std::uint64_t tensors = 0;   // parameter tensors
+    std::uint64_t values = 0;    // parameter values in all
+    std::uint64_t largest = 0;   // values of the largest group below
+    std::string largest_group;   // e.g. "wte (vocab_size x d_model)"
+    std::string largest_fields;  // the metadata of that group, e.g. "vocab_size = 4000000000, d_model = 64"
 };
 
 // The demand of the metadata's sizes, or false when a size key is missing or not a decimal integer (the
@@ -34,4 +34,4 @@ bool checkpoint_demand_of(const std::map<std::string, std::string>& metadata, ch
 // gaps are left to the loader, which names the missing tensor. Call it on the parsed file before sizing
 // anything by the metadata.
 void check_checkpoint_limits(const std::string& path, const safetensors_file& file);
-} // namespace xgrad::io
+}  // namespace xgrad::io

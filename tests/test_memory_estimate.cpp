@@ -28,7 +28,7 @@ constexpr std::uint64_t saturated = std::numeric_limits<std::uint64_t>::max();
 std::string practice_text()
 {
     std::string text;
-    const char* words[] = { "the ", "cat ", "sat ", "on ", "a ", "mat. ", "dogs ", "run ", "fast!\n" };
+    const char* words[] = {"the ", "cat ", "sat ", "on ", "a ", "mat. ", "dogs ", "run ", "fast!\n"};
     std::mt19937 rng(3);
     for (int i = 0; i < 3000; ++i)
     {
@@ -50,7 +50,7 @@ train_options run_of(const temp_dir& dir,
     o.data = data;
     o.out = dir / "run";
     o.steps = 2;
-    o.model = { 0, block, layers, d, heads, 0 };
+    o.model = {0, block, layers, d, heads, 0};
     o.batch = batch;
     o.eval_every = 100;
     o.eval_windows = 4;
@@ -120,7 +120,7 @@ std::uint64_t measured_peak(const train_options& o)
 }
 
 #if defined(__SANITIZE_ADDRESS__)
-constexpr bool sanitized = true; // AddressSanitizer's shadow and quarantine inflate resident memory
+constexpr bool sanitized = true;  // AddressSanitizer's shadow and quarantine inflate resident memory
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
 constexpr bool sanitized = true;
@@ -130,7 +130,7 @@ constexpr bool sanitized = false;
 #else
 constexpr bool sanitized = false;
 #endif
-} // namespace
+}  // namespace
 
 TEST_CASE("memory budgets: auto, bytes with binary suffixes, and errors that name the flag")
 {
@@ -144,7 +144,7 @@ TEST_CASE("memory budgets: auto, bytes with binary suffixes, and errors that nam
     CHECK(automatic.bytes > 0);
     CHECK((automatic.source.find("MemAvailable") != std::string::npos ||
            automatic.source.find("cgroup") != std::string::npos || automatic.source == "XGRAD_MAX_MEMORY"));
-    for (const char* bad : { "", "-1", "1.5G", "G", "12X", "1GB2", "99999999999999999999", "16777216T" })
+    for (const char* bad : {"", "-1", "1.5G", "G", "12X", "1GB2", "99999999999999999999", "16777216T"})
     {
         CAPTURE(bad);
         CHECK_THROWS_WITH_AS(parse_memory_budget(bad, "--max-memory"),
@@ -155,7 +155,7 @@ TEST_CASE("memory budgets: auto, bytes with binary suffixes, and errors that nam
 
 TEST_CASE("memory estimates grow with every size and saturate instead of wrapping")
 {
-    const gpt_sizes base{ 256, 64, 2, 64, 4, 4, 256 };
+    const gpt_sizes base{256, 64, 2, 64, 4, 4, 256};
     const std::uint64_t small = estimate_training(base, 16, 1).total();
     gpt_sizes wider = base;
     wider.d_model = 128;
@@ -168,9 +168,9 @@ TEST_CASE("memory estimates grow with every size and saturate instead of wrappin
     CHECK(estimate_training(base, 16, 2).total() > small);
 
     // --layers 200 --d-model 4096: about 40 billion parameters x 80 bytes.
-    const gpt_sizes huge{ 256, 64, 200, 4096, 4, 4, 4 * 4096 };
+    const gpt_sizes huge{256, 64, 200, 4096, 4, 4, 4 * 4096};
     CHECK(estimate_training(huge, 16, 1).total() > (3000ull << 30));
-    const gpt_sizes absurd{ 256, 64, 2, std::uint64_t(1) << 62, 1, 1, 0 };
+    const gpt_sizes absurd{256, 64, 2, std::uint64_t(1) << 62, 1, 1, 0};
     const memory_estimate e = estimate_training(absurd, 16, 1);
     CHECK(e.total() == saturated);
     CHECK(e.describe().find("more than 16 EiB") != std::string::npos);
@@ -205,7 +205,7 @@ TEST_CASE("xgrad-train refuses a run that needs more memory than is available, s
     CHECK(small.find("more than the 1.0 MiB available (--max-memory)") != std::string::npos);
     o.max_memory = "lots";
     CHECK(refusal(o).find("--max-memory must be 'auto'") != std::string::npos);
-    o.max_memory = "64G"; // more than it needs: trains
+    o.max_memory = "64G";  // more than it needs: trains
     CHECK(refusal(o).empty());
     CHECK(std::filesystem::exists(dir / "run/model.safetensors"));
 }
@@ -221,12 +221,12 @@ TEST_CASE("the training estimate bounds the measured peak resident memory, withi
     {
         std::size_t layers, d, heads, block, batch;
     };
-    for (const shape s : { shape{ 2, 64, 4, 64, 16 }, shape{ 1, 128, 4, 32, 32 } })
+    for (const shape s : {shape{2, 64, 4, 64, 16}, shape{1, 128, 4, 32, 32}})
     {
         temp_dir dir;
         const train_options o = run_of(dir, s.layers, s.d, s.heads, s.block, s.batch);
         models::gpt_config c = o.model;
-        c.vocab_size = 14; // the distinct bytes of practice_text()
+        c.vocab_size = 14;  // the distinct bytes of practice_text()
         const std::uint64_t estimate = estimate_training(sizes_of(c), o.batch, 1).total();
         const std::uint64_t measured = measured_peak(o);
         CAPTURE(s.layers);

@@ -20,10 +20,10 @@ namespace
 {
 constexpr std::uint64_t saturated = std::numeric_limits<std::uint64_t>::max();
 constexpr std::uint64_t mib = 1024 * 1024;
-constexpr std::uint64_t process_bytes = 48 * mib; // the program, its libraries, the data, stdio
-constexpr std::uint64_t thread_bytes = 8 * mib;   // a thread's stack and its BLAS buffers
-constexpr std::uint64_t weight_copies = 18;       // working copies of the weights during a step
-constexpr std::uint64_t logit_copies = 8;         // logits, softmax, log-softmax and their gradients
+constexpr std::uint64_t process_bytes = 48 * mib;  // the program, its libraries, the data, stdio
+constexpr std::uint64_t thread_bytes = 8 * mib;    // a thread's stack and its BLAS buffers
+constexpr std::uint64_t weight_copies = 18;        // working copies of the weights during a step
+constexpr std::uint64_t logit_copies = 8;          // logits, softmax, log-softmax and their gradients
 
 std::uint64_t mul(std::uint64_t a, std::uint64_t b)
 {
@@ -77,7 +77,7 @@ std::string bytes_str(std::uint64_t bytes)
     {
         return "more than 16 EiB";
     }
-    const char* units[] = { "bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
+    const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
     double v = static_cast<double>(bytes);
     std::size_t u = 0;
     while (v >= 1024 && u + 1 < sizeof units / sizeof *units)
@@ -164,9 +164,8 @@ std::uint64_t cgroup_number(const std::string& path)
 std::uint64_t cgroup_headroom()
 {
     const std::pair<const char*, const char*> files[] = {
-        { "/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current" },
-        { "/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes" }
-    };
+      {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},
+      {"/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"}};
     for (const auto& [limit_file, usage_file] : files)
     {
         const std::uint64_t limit = cgroup_number(limit_file);
@@ -178,7 +177,7 @@ std::uint64_t cgroup_headroom()
     }
     return saturated;
 }
-} // namespace
+}  // namespace
 
 std::uint64_t memory_estimate::total() const
 {
@@ -188,11 +187,11 @@ std::uint64_t memory_estimate::total() const
 std::string memory_estimate::describe() const
 {
     std::string s = bytes_str(total()) + " (parameters " + bytes_str(parameters);
-    const std::pair<const char*, std::uint64_t> parts[] = { { "gradients", gradients },
-                                                            { "Adam state", optimiser },
-                                                            { "working copies of the weights", weight_work },
-                                                            { "activations", activations },
-                                                            { "process and threads", workspace } };
+    const std::pair<const char*, std::uint64_t> parts[] = {{"gradients", gradients},
+                                                           {"Adam state", optimiser},
+                                                           {"working copies of the weights", weight_work},
+                                                           {"activations", activations},
+                                                           {"process and threads", workspace}};
     for (const auto& [name, bytes] : parts)
     {
         if (bytes > 0)
@@ -240,7 +239,7 @@ memory_estimate estimate_gpt_run(const gpt_sizes& s,
     const std::uint64_t p = mul(parameter_count(s), value_bytes);
     memory_estimate e;
     e.parameters = p;
-    e.gradients = backward ? mul(2, p) : 0; // the gradients and their copy for grads.safetensors
+    e.gradients = backward ? mul(2, p) : 0;  // the gradients and their copy for grads.safetensors
     e.weight_work = mul(weight_copies / 2, p);
     e.activations =
       mul(activation_values(s, batch, tokens, backward ? logit_copies : logit_copies / 2), value_bytes);
@@ -277,11 +276,11 @@ memory_budget available_memory()
     {
         return parse_memory_budget(env, "XGRAD_MAX_MEMORY");
     }
-    memory_budget b{ meminfo_bytes("MemAvailable:"), "MemAvailable in /proc/meminfo" };
+    memory_budget b{meminfo_bytes("MemAvailable:"), "MemAvailable in /proc/meminfo"};
     const std::uint64_t cgroup = cgroup_headroom();
     if (cgroup < b.bytes)
     {
-        b = { cgroup, "the cgroup's memory limit less its usage" };
+        b = {cgroup, "the cgroup's memory limit less its usage"};
     }
     return b;
 }
@@ -292,7 +291,7 @@ memory_budget parse_memory_budget(const std::string& text, const std::string& so
     {
         return available_memory();
     }
-    memory_budget b{ 0, source };
+    memory_budget b{0, source};
     if (!parse_bytes(text, b.bytes))
     {
         throw std::invalid_argument(source +
@@ -327,4 +326,4 @@ void require_memory(const memory_estimate& need,
         throw std::invalid_argument(refusal);
     }
 }
-} // namespace xgrad::train
+}  // namespace xgrad::train

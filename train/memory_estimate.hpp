@@ -15,17 +15,17 @@ namespace xgrad::train
 // Bytes, by what holds them. Every sum saturates at UINT64_MAX instead of wrapping.
 struct memory_estimate
 {
-    std::uint64_t parameters = 0;  // the weights
-    std::uint64_t gradients = 0;   // one gradient per weight
-    std::uint64_t optimiser = 0;   // Adam's two moments
-    std::uint64_t weight_work = 0; // copies of the weights on the tape and in the matrix products
-    std::uint64_t activations = 0; // what the forward keeps for the backward, and the backward's own
-    std::uint64_t workspace = 0;   // the process itself and each thread's buffers
+    std::uint64_t parameters = 0;   // the weights
+    std::uint64_t gradients = 0;    // one gradient per weight
+    std::uint64_t optimiser = 0;    // Adam's two moments
+    std::uint64_t weight_work = 0;  // copies of the weights on the tape and in the matrix products
+    std::uint64_t activations = 0;  // what the forward keeps for the backward, and the backward's own
+    std::uint64_t workspace = 0;    // the process itself and each thread's buffers
 
     std::uint64_t total() const;
     // "1.2 GiB (parameters 10 MiB, gradients 10 MiB, ...; B = 16 windows of T = 64)".
     std::string describe() const;
-    std::string shape; // the batch the activations are for, in words
+    std::string shape;  // the batch the activations are for, in words
 };
 
 // The sizes an estimate needs, from a model configuration: V, block_size, L, d, H, G.
@@ -59,7 +59,7 @@ memory_estimate estimate_attention_run(std::uint64_t batch,
 struct memory_budget
 {
     std::uint64_t bytes = 0;
-    std::string source; // e.g. "MemAvailable in /proc/meminfo", "--max-memory"
+    std::string source;  // e.g. "MemAvailable in /proc/meminfo", "--max-memory"
 };
 
 // MemAvailable from /proc/meminfo, or the cgroup's limit less its usage when that is lower. The
@@ -83,4 +83,4 @@ void require_memory(const memory_estimate& need,
                     const memory_budget& budget,
                     const std::string& what,
                     const std::string& remedy);
-} // namespace xgrad::train
+}  // namespace xgrad::train
