@@ -122,6 +122,32 @@ def gpt_npy_args_seeds():
     }
 
 
+def checkpoint_seeds():
+    """Small GPT checkpoints built by tests/hostile/make_hostile.py's helpers: valid ones of a few sizes
+    and dtypes, and the case of a metadata claim far beyond the tensors."""
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "hostile"))
+    import make_hostile as h
+
+    def model(dtype="F32", claim=None, **sizes):
+        s = dict(h.SIZES, **sizes)
+        tensors = [(n, dtype, shape, values) for n, _, shape, values in h.base_tensors(s, with_optimiser=False)]
+        metadata = h.base_metadata(s)
+        metadata.update(claim or {})
+        entries, data = h.header_and_data(tensors, metadata)
+        return h.file_bytes(h.join_header(entries), data)
+
+    tiny = dict(vocab_size=3, block_size=2, d_model=2, heads=1, kv_heads=1)
+    return {
+        "base.safetensors": model(),
+        "tiny.safetensors": model(**tiny),
+        "tiny_f64.safetensors": model("F64", **tiny),
+        "two_layers.safetensors": model(layers=2, **tiny),
+        "gqa.safetensors": model(heads=2, kv_heads=1),
+        "layers_claim.safetensors": model(claim={"layers": "4000000000"}, **tiny),
+    }
+
+
 def write(target, seeds):
     folder = os.path.join(HERE, "corpus", target)
     os.makedirs(folder, exist_ok=True)
@@ -133,5 +159,6 @@ def write(target, seeds):
 if __name__ == "__main__":
     write("npy", npy_seeds())
     write("safetensors", safetensors_seeds())
+    write("checkpoint", checkpoint_seeds())
     write("mha_npy_args", mha_npy_args_seeds())
     write("gpt_npy_args", gpt_npy_args_seeds())

@@ -1,7 +1,10 @@
 # The fuzz targets, one fuzz/<name>.cpp each, and the sources of xgrad each one needs besides io/*.cpp
 # and its helpers. Read by fuzz/CMakeLists.txt (the libFuzzer build with clang) and by
 # tests/fuzz_replay.cmake (the ctest replay of fuzz/regressions and fuzz/corpus in the normal build).
-set(XGRAD_FUZZ_TARGETS npy safetensors mha_npy_args gpt_npy_args train_args)
+# The targets in XGRAD_FUZZ_WHOLE_LIBRARY reach the model code and are linked with all of the library.
+set(XGRAD_FUZZ_TARGETS npy safetensors checkpoint mha_npy_args gpt_npy_args train_args)
+set(XGRAD_FUZZ_WHOLE_LIBRARY checkpoint)
+set(XGRAD_FUZZ_SOURCES_checkpoint "")
 set(XGRAD_FUZZ_SOURCES_npy "")
 set(XGRAD_FUZZ_SOURCES_safetensors "")
 set(XGRAD_FUZZ_SOURCES_mha_npy_args tools/mha_npy_args.cpp)

@@ -2,6 +2,7 @@
 // metadata; the file is checked against it (missing, misshapen and unknown tensors) before any model
 // memory is allocated, so a file's claims cannot make the loader allocate more than the file holds.
 #include "io/checkpoint.hpp"
+#include "io/checkpoint_limits.hpp"  // the metadata's claims against the file, before any allocation
 
 #include <charconv>
 #include <limits>
@@ -286,6 +287,7 @@ template <class T>
 checkpoint<T> load_checkpoint(const std::string& path)
 {
     safetensors_file file = read_safetensors(path);
+    check_checkpoint_limits(path, file);
     const models::gpt_config c = config_from_metadata(path, file.metadata);
     const std::vector<expected_tensor> expected = spec_tensors(c);
     check_tensors(path, file, c, expected);

@@ -29,6 +29,7 @@ namespace
 constexpr char magic[] = "\x93NUMPY";
 constexpr std::size_t magic_size = 6;
 constexpr std::size_t header_align = 64;  // NumPy's ARRAY_ALIGN
+constexpr std::size_t max_dimensions = 64;  // NumPy's NPY_MAXDIMS (since 2.0; 32 before)
 
 [[noreturn]] void fail(const std::string& path, const std::string& problem)
 {
@@ -530,6 +531,11 @@ opened open_npy(const std::string& path, wanted want)
         fail(path, "malformed header ('shape' must be a tuple of integers): " + printable(text));
     }
     opened o{std::move(f), type, {}, 1};
+    if (shape.items.size() > max_dimensions)
+    {
+        fail(path, "shape has " + std::to_string(shape.items.size()) + " dimensions, more than the " +
+                     std::to_string(max_dimensions) + " NumPy allows");
+    }
     for (const value& s : shape.items)
     {
         if (s.kind != value::integer || (s.negative && s.number != 0))

@@ -37,6 +37,7 @@ constexpr std::size_t length_field_bytes = 8;
 constexpr std::uint64_t max_header_bytes = 100'000'000;
 constexpr std::size_t header_alignment = 8;  // the data buffer starts on an 8-byte boundary
 constexpr int max_json_depth = 16;           // a valid header nests 3 deep
+constexpr std::size_t max_dimensions = 64;   // as NumPy's NPY_MAXDIMS; shapes in messages stay short
 
 [[noreturn]] void fail(const std::string& path, const std::string& problem)
 {
@@ -216,6 +217,11 @@ entry read_entry(const std::string& path, const std::string& name, const json& v
     if (!shape.is_array())
     {
         fail(path, tensor + ": shape must be a list of non-negative integers, it is " + json_kind(shape));
+    }
+    if (shape.size() > max_dimensions)
+    {
+        fail(path, tensor + ": shape has " + std::to_string(shape.size()) + " dimensions, more than the " +
+                     std::to_string(max_dimensions) + " this reader accepts");
     }
     std::uint64_t count = 1;
     bool overflow = false;

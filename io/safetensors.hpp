@@ -1,5 +1,5 @@
-// safetensors (../shared/SPEC.md, "Checkpoint file"): an 8-byte little-endian header length N, N bytes
-// of UTF-8 JSON naming each tensor's dtype, shape and byte range, then the data. Reading is strict;
+// safetensors (docs/spec.md, "Checkpoint file: safetensors"): an 8-byte little-endian header length N,
+// N bytes of UTF-8 JSON naming each tensor's dtype, shape and byte range, then the data. Reading is strict;
 // writing is atomic (a temporary file in the same folder, flushed, renamed over the final name).
 #pragma once
 

@@ -247,6 +247,13 @@ TEST_CASE("npy rejects every class of bad file with an error naming it")
         bad("scalar_empty.npy", npy_file(f8_dict("()"), ""), "truncated");
         bad("overflow.npy", npy_file(f8_dict("(4294967296, 4294967296)"), ""), "too large");
         bad("overflow_bytes.npy", npy_file(f8_dict("(2305843009213693952,)"), ""), "too large");
+        std::string dims = "(";
+        for (int k = 0; k < 65; ++k)
+        {
+            dims += "1, ";
+        }
+        bad("dims.npy", npy_file(f8_dict(dims + ")"), std::string(8, '\0')),
+            "shape has 65 dimensions, more than the 64 NumPy allows");
     }
     SUBCASE("bad magic, version, header length")
     {

@@ -6,19 +6,23 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "io/checkpoint.hpp"
+#include "io/checkpoint_limits.hpp"
 #include "io/safetensors.hpp"
 #include "test_util.hpp"
 
@@ -230,6 +234,11 @@ TEST_CASE("safetensors strict reading: every malformed file names the file and t
     temp_dir dir;
     const std::string two_f64 = le_bytes<double>({1.0, 2.0});
     const std::string ok_entry = R"({"dtype":"F64","shape":[2],"data_offsets":[0,16]})";
+    std::string sixty_four_ones = "1";
+    for (int k = 1; k < 64; ++k)
+    {
+        sixty_four_ones += ",1";
+    }
     struct bad_file
     {
         std::string name, bytes, needle;
@@ -280,6 +289,10 @@ TEST_CASE("safetensors strict reading: every malformed file names the file and t
        st_file(with_entry(R"({"dtype":"F64","shape":[4294967296,4294967296],"data_offsets":[0,16]})"),
                two_f64),
        "has shape (4294967296, 4294967296), too large (its byte size overflows)"},
+      {"65 dimensions (a message would list them all)",
+       st_file(with_entry(R"({"dtype":"F64","shape":[)" + sixty_four_ones + R"(,2],"data_offsets":[0,16]})"),
+               two_f64),
+       "tensor 't': shape has 65 dimensions, more than the 64 this reader accepts"},
       {"integer beyond 64 bits",
        st_file(with_entry(R"({"dtype":"F64","shape":[18446744073709551616],"data_offsets":[0,16]})"),
                two_f64),
@@ -705,4 +718,142 @@ TEST_CASE("load_checkpoint: every validation error names the file, the key or te
         write_bytes(truncated, bytes);
         check_load_rejected(truncated, {"outside the data buffer"});
     }
+}
+
+// ---- metadata claims against the file (io/checkpoint_limits.hpp) -----------------------------------------
+
+namespace
+{
+// The process's virtual memory (VmSize), in bytes.
+std::size_t virtual_bytes()
+{
+    std::ifstream in("/proc/self/status");
+    std::string line;
+    while (std::getline(in, line))
+    {
+        if (line.rfind("VmSize:", 0) == 0)
+        {
+            return std::stoull(line.substr(7)) * 1024;
+        }
+    }
+    return 0;
+}
+
+// Runs `load` in a child process that may map at most `extra_bytes` more than it already has; true when
+// the child ended normally. A loader that allocated by the metadata's claims would die of
+// std::bad_alloc there.
+bool loads_within(std::size_t extra_bytes, const std::function<void()>& load)
+{
+    const pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0)
+    {
+        const rlim_t limit = virtual_bytes() + extra_bytes;
+        struct rlimit cap
+        {
+            limit, limit
+        };
+        setrlimit(RLIMIT_AS, &cap);
+        try
+        {
+            load();
+        }
+        catch (const io::format_error&)
+        {
+            _exit(0);
+        }
+        catch (...)
+        {
+            _exit(1);
+        }
+        _exit(0);
+    }
+    int status = 0;
+    REQUIRE(waitpid(child, &status, 0) == child);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+}  // namespace
+
+TEST_CASE("load_checkpoint refuses metadata that claims far more than the file holds, before allocating")
+{
+    temp_dir dir;
+    const std::string good = dir / "good.safetensors";
+    io::save_checkpoint(good, sample_model<float>(small_config(1)));
+    const io::safetensors_file base = io::read_safetensors(good);
+    int k = 0;
+    const auto claim = [&](const std::map<std::string, std::string>& changes,
+                           const std::vector<std::string>& needles)
+    {
+        io::safetensors_file f = base;
+        for (const auto& [key, value] : changes)
+        {
+            f.metadata[key] = value;
+        }
+        const std::string path = dir / ("claim" + std::to_string(k++) + ".safetensors");
+        io::write_safetensors(path, f);
+        check_load_rejected<float>(path, needles);
+        CHECK(loads_within(std::size_t(512) << 20, [&] { io::load_checkpoint<float>(path); }));
+    };
+
+    // small_config: 2 layers, 12 tensors each, plus wte, wpe, ln_f.weight, ln_f.bias: 28 in the file.
+    claim({{"layers", "4000000000"}},
+          {"metadata says layers = 4000000000, which needs 48000000004 tensors; the file holds 28"});
+    claim({{"layers", "18446744073709551615"}},
+          {"layers = 18446744073709551615, which needs over 18446744073709551615"});
+    // A thousand layers of swiglu with every bias: 18 tensors each; wte, wpe, ln_f's two and lm_head.
+    claim({{"layers", "1000"}, {"mlp", "swiglu"}, {"bias", "all"}, {"tied_head", "false"}},
+          {"which needs 18005 tensors; the file holds 28"});
+    // vocab_size x d_model = 4e9 x 8 values in wte alone, where the file holds the model's 1,600.
+    claim({{"vocab_size", "4000000000"}},
+          {"metadata says vocab_size = 4000000000, d_model = 8: the model needs 32000001544 parameter values "
+           "(wte (vocab_size x d_model) alone 32000000000); the file's parameter tensors hold 1600"});
+    claim({{"block_size", "100000000"}},
+          {"block_size = 100000000, d_model = 8", "wpe (block_size x d_model) alone"});
+    claim({{"d_model", "4611686018427387904"}, {"heads", "1"}, {"kv_heads", "1"}},
+          {"d_model = 4611686018427387904", "needs over 18446744073709551615"});
+    claim({{"mlp_hidden", "1000000000"}}, {"layers = 2, d_model = 8, mlp_hidden = 1000000000"});
+    // One tensor more than the file (lm_head) is no refusal by count, but its values are.
+    claim({{"vocab_size", "4000000000"}, {"tied_head", "false"}},
+          {"lm_head (d_model x vocab_size) alone 32000000000"});
+
+    // A small gap is the loader's to name: it says which tensor is missing.
+    io::safetensors_file f = base;
+    f.metadata["layers"] = "3";
+    io::write_safetensors(dir / "three.safetensors", f);
+    check_load_rejected<float>(dir / "three.safetensors", {"tensor 'blocks.2.ln_1.weight' is missing"});
+}
+
+TEST_CASE("checkpoint_demand_of counts the tensors of docs/spec.md for every variant")
+{
+    std::map<std::string, std::string> m{{"vocab_size", "7"}, {"block_size", "5"}, {"layers", "2"},
+                                         {"d_model", "8"},    {"heads", "4"},      {"kv_heads", "1"}};
+    io::checkpoint_demand d;
+    REQUIRE(io::checkpoint_demand_of(m, d));
+    CHECK(d.tensors == 28);
+    // V d + block d + L (2 d^2 + 2 d G dh + 8 d^2 + 9 d) + 2 d, with G dh = 2: the parameter count.
+    CHECK(d.values == 7 * 8 + 5 * 8 + 2 * (2 * 64 + 2 * 8 * 2 + 8 * 64 + 9 * 8) + 2 * 8);
+    CHECK(d.values == models::gpt_parameter_count(small_config(1)));
+
+    // rmsnorm and no bias: per layer ln_1.weight, ln_2.weight, four attention matrices, two MLP matrices;
+    // no wpe with rope; lm_head when untied.
+    m["norm"] = "rmsnorm";
+    m["bias"] = "none";
+    m["position"] = "rope";
+    m["tied_head"] = "false";
+    REQUIRE(io::checkpoint_demand_of(m, d));
+    CHECK(d.tensors == 2 * 8 + 1 + 1 + 1);  // blocks, wte, ln_f.weight, lm_head
+    CHECK(d.values == 7 * 8 * 2 + 2 * (2 * 8 + 2 * 64 + 2 * 8 * 2 + 2 * 8 * 32) + 8);
+    // swiglu with mlp_hidden h = 12 and every bias: 4 + 8 + 6 tensors a layer, ln_f's two.
+    m = {{"vocab_size", "7"}, {"block_size", "5"}, {"layers", "2"}, {"d_model", "8"}, {"heads", "4"},
+         {"kv_heads", "1"}, {"mlp", "swiglu"}, {"mlp_hidden", "12"}, {"bias", "all"}};
+    REQUIRE(io::checkpoint_demand_of(m, d));
+    CHECK(d.tensors == 2 * 18 + 2 + 2);
+    const std::uint64_t layer = 4 * 8 + 2 * 64 + 2 * 8 * 2 + (2 * 8 + 2 * 2) + 3 * 8 * 12 + (2 * 12 + 8);
+    CHECK(d.values == 7 * 8 + 5 * 8 + 2 * layer + 2 * 8);
+    // An unknown value counts as the variant with the fewest tensors; a missing size gives no demand.
+    m["bias"] = "sometimes";
+    REQUIRE(io::checkpoint_demand_of(m, d));
+    CHECK(d.tensors == 2 * (2 + 4 + 3) + 2 + 1);
+    m.erase("heads");
+    CHECK_FALSE(io::checkpoint_demand_of(m, d));
 }

@@ -43,6 +43,8 @@ void add_train_flags(CLI::App& app, train::train_options& o, std::int64_t& warmu
         ->capture_default_str();
     app.add_option("--sample-tokens", o.sample_tokens, "tokens sampled at the end (0: none)")->capture_default_str();
     app.add_flag("!--no-plots", o.plots, "do not draw loss.png and attention.png");
+    app.add_option("--max-memory", o.max_memory, "refuse runs estimated to need more: BYTES (K, M, G, T) or auto")
+      ->capture_default_str();
     app.add_flag("--detect-anomaly", o.detect_anomaly, "stop at the first op that makes a NaN or Inf");
     app.add_flag("--quiet", quiet, "no progress output");
     app.add_option("--norm", v.norm, "layernorm | rmsnorm")->capture_default_str();

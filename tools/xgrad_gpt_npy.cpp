@@ -24,6 +24,7 @@
 #include "models/gpt.hpp"
 #include "models/gpt_manual.hpp"
 #include "tools/gpt_npy_args.hpp"
+#include "train/memory_estimate.hpp"  // inputs the machine cannot compute are refused first
 
 namespace fs = std::filesystem;
 using namespace xgrad;
@@ -130,6 +131,14 @@ problem<T> load_problem(const options& o)
                                  p.model.params.config);
     }
     p.model.optimiser.clear();  // optimiser state plays no part here
+    if (const std::string m = train::memory_shortfall(
+          train::estimate_gpt_run(train::sizes_of(p.model.params.config), p.tokens.shape()[0],
+                                  p.tokens.shape()[1], sizeof(T), p.targets.has_value()),
+          train::available_memory(), "this input", "use fewer or shorter rows of tokens");
+        !m.empty())
+    {
+        throw input_error(m);
+    }
     return p;
 }
 

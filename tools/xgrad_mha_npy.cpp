@@ -21,6 +21,7 @@
 #include "io/escape.hpp"
 #include "io/npy.hpp"
 #include "tools/mha_npy_args.hpp"
+#include "train/memory_estimate.hpp"  // inputs the machine cannot compute are refused first
 
 namespace fs = std::filesystem;
 using namespace xgrad;
@@ -194,6 +195,13 @@ problem<T> load_problem(const options& o)
         }
     }
 
+    if (const std::string m =
+          train::memory_shortfall(train::estimate_attention_run(batch, tq, tk, d, o.heads, sizeof(T)),
+                                  train::available_memory(), "this input", "use smaller inputs");
+        !m.empty())
+    {
+        throw input_error(m);
+    }
     const shape_t scores{batch, o.heads, tq, tk};
     if (entry_exists(o.in / "mask.npy"))
     {

@@ -75,6 +75,10 @@ int main(int argc, char** argv)
     {
         return fail_with(e.what(), 2);
     }
+    catch (const io::format_error& e)  // a malformed checkpoint is bad input too
+    {
+        return fail_with(e.what(), 2);
+    }
     catch (const std::exception& e)
     {
         return fail_with(e.what(), 1);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "io/safetensors.hpp"  // io::format_error
 #include "tools/train_args.hpp"
 #include "train/communicator.hpp"
 #include "train/trainer.hpp"
@@ -89,6 +90,10 @@ int main(int argc, char** argv)
         return 0;
     }
     catch (const std::invalid_argument& e)
+    {
+        return fail_with(e.what(), 2);
+    }
+    catch (const io::format_error& e)  // a malformed checkpoint is bad input too
     {
         return fail_with(e.what(), 2);
     }

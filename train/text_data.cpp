@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <random>
@@ -163,6 +164,11 @@ text_corpus text_corpus::of_text(const std::string& text, std::size_t block_size
 
 text_corpus text_corpus::load(const std::string& path, std::size_t block_size)
 {
+    std::error_code not_regular;  // a FIFO or /dev/zero would be read without end
+    if (std::filesystem::exists(path, not_regular) && !std::filesystem::is_regular_file(path, not_regular))
+    {
+        throw std::runtime_error(path + " is not a regular file");
+    }
     std::ifstream in(path, std::ios::binary);
     if (!in)
     {

@@ -17,6 +17,7 @@
 #include "train/plots.hpp"
 #include "train/progress.hpp"
 #include "train/text_data.hpp"
+#include "train/memory_estimate.hpp"  // refuse a run the machine cannot hold, before allocating
 
 namespace xgrad::train
 {
@@ -301,6 +302,9 @@ train_summary run_training(const train_options& o, std::FILE* progress, bool ter
     const text_corpus data = text_corpus::load(o.data, o.model.block_size);
     models::gpt_config config = o.model;
     config.vocab_size = data.vocabulary.size();
+    require_memory(estimate_training(sizes_of(config), o.batch, static_cast<std::uint64_t>(o.threads)),
+                   parse_memory_budget(o.max_memory, "--max-memory"), "this run",
+                   "use a smaller model or batch, or --max-memory BYTES to insist");
 
     gpt_module model;
     model.params = o.resume ? models::gpt_parameters<float>::declare(config)

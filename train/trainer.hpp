@@ -50,6 +50,7 @@ struct train_options
     std::size_t sample_tokens = 200; // printed at the end (0: none)
     bool plots = true;               // loss.png and attention.png at the end
     bool detect_anomaly = false;
+    std::string max_memory = "auto";  // refuse a run estimated to need more (train/memory_estimate.hpp)
     // Set (by a SIGINT handler, say) to stop after the current step with a checkpoint of it.
     const volatile std::sig_atomic_t* interrupt = nullptr;
 };

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Runs every tool on every hostile file of tests/hostile/ (made by make_hostile.py) and watches each
+# process: its resident memory (VmRSS, polled from /proc) must stay under 1 GiB and it must end within a
+# few seconds, else it is killed and the case fails. A hostile case must then exit with status 2, one
+# line on stderr and no output files; a valid_* case must succeed (outcomes.txt lists the exceptions).
+# Prints one line per run with the peak resident memory seen and the time taken.
+#
+#   replay.sh BIN_DIR WORK_DIR [CASE_FILTER]
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+bin=$1
+work=$2
+filter=${3:-}
+limit_kib=$((1024 * 1024))
+limit_ms=${XGRAD_HOSTILE_TIMEOUT_MS:-5000}
+failures=0
+runs=0
+rm -rf "$work" && mkdir -p "$work"
+
+now_ms() { date +%s%3N; }
+
+# watch NAME EXPECTED OUTDIR CMD...: runs CMD, polls its memory, checks its status, stderr and outputs.
+watch() {
+    local name=$1 expected=$2 out=$3
+    shift 3
+    local err="$work/stderr" peak=0 start killed="" rss status
+    start=$(now_ms)
+    "$@" >/dev/null 2>"$err" &
+    local pid=$!
+    while kill -0 "$pid" 2>/dev/null; do
+        rss=$(awk '/^VmRSS:/ { print $2 }' "/proc/$pid/status" 2>/dev/null || true)
+        if [ -n "$rss" ] && [ "$rss" -gt "$peak" ]; then peak=$rss; fi
+        if [ "$peak" -gt "$limit_kib" ]; then killed="resident memory past 1 GiB"; fi
+        if [ $(($(now_ms) - start)) -gt "$limit_ms" ]; then killed="still running after ${limit_ms} ms"; fi
+        if [ -n "$killed" ]; then kill -9 "$pid" 2>/dev/null; break; fi
+        sleep 0.01
+    done
+    wait "$pid"
+    status=$?
+    local elapsed=$(($(now_ms) - start)) lines problem=""
+    lines=$(wc -l <"$err")
+    if [ -n "$killed" ]; then
+        problem="killed: $killed"
+    elif [ "$expected" = x ]; then
+        [ "$status" -lt 128 ] || problem="died with status $status"
+    elif [ "$status" -ne "$expected" ]; then
+        problem="exit status $status, expected $expected"
+    elif [ "$expected" -ne 0 ] && [ "$lines" -ne 1 ]; then
+        problem="$lines lines on stderr, expected 1"
+    elif [ "$(wc -c <"$err")" -gt 4096 ]; then
+        problem="a message of $(wc -c <"$err") bytes (at most 4096)"
+    elif [ "$expected" -ne 0 ] && [ -n "$out" ] && [ -n "$(ls -A "$out" 2>/dev/null)" ]; then
+        problem="left files in its output folder: $(ls -A "$out" | tr '\n' ' ')"
+    fi
+    runs=$((runs + 1))
+    printf '%-6s %-44s %7d KiB %6d ms  %s\n' "$([ -z "$problem" ] && echo ok || echo FAIL)" "$name" "$peak" \
+        "$elapsed" "$(head -c 160 "$err" | head -1)"
+    if [ -n "$problem" ]; then
+        failures=$((failures + 1))
+        echo "       $problem" >&2
+    fi
+}
+
+# expect_for CASE TOOL: the exit status the case must give (outcomes.txt, else valid_* 0 and others 2).
+expect_for() {
+    local listed
+    listed=$(awk -v c="$1" -v t="$2" '$1 == c && $2 == t { print $3 }' "$here/outcomes.txt")
+    if [ -n "$listed" ]; then echo "$listed"; else case "$1" in valid_*) echo 0 ;; *) echo 2 ;; esac; fi
+}
+selected() { [ -z "$filter" ] || [[ "$1" == *$filter* ]]; }
+
+for file in "$here"/checkpoints/*.safetensors; do
+    name=$(basename "$file" .safetensors)
+    selected "$name" || continue
+    out="$work/out"
+    rm -rf "$out"
+    watch "gpt-npy  $name" "$(expect_for "$name" gpt-npy)" "$out" \
+        "$bin/xgrad-gpt-npy" --checkpoint "$file" --in "$here/gpt_in/valid_base" --out "$out"
+    case "$name" in valid_gpt_*) continue ;; esac
+    watch "sample   $name" "$(expect_for "$name" sample)" "" \
+        "$bin/xgrad-sample" --checkpoint "$file" --prompt "ab" --tokens 3
+    run="$work/run"
+    rm -rf "$run" && mkdir -p "$run" && cp "$file" "$run/model.safetensors"
+    expected=$(expect_for "$name" resume)
+    watch "resume   $name" "$expected" "" \
+        "$bin/xgrad-train" --data "$here/text.txt" --out "$run" --resume --steps 2 --layers 1 --d-model 4 \
+        --heads 2 --block 4 --batch 2 --eval-windows 4 --sample-tokens 0 --no-plots --quiet
+    if [ "$expected" = 2 ] && { ! cmp -s "$file" "$run/model.safetensors" || [ -e "$run/log.csv" ]; }; then
+        failures=$((failures + 1))
+        echo "       resume $name changed its folder" >&2
+    fi
+done
+
+for dir in "$here"/gpt_in/*/; do
+    name=$(basename "$dir")
+    selected "$name" || continue
+    checkpoint="$here/checkpoints/valid_base.safetensors"
+    [ -f "$dir/checkpoint" ] && checkpoint="$here/checkpoints/$(cat "$dir/checkpoint").safetensors"
+    out="$work/out"
+    rm -rf "$out"
+    watch "gpt-npy  in/$name" "$(expect_for "$name" gpt-npy)" "$out" \
+        "$bin/xgrad-gpt-npy" --checkpoint "$checkpoint" --in "$dir" --out "$out"
+done
+
+for dir in "$here"/mha_in/*/; do
+    name=$(basename "$dir")
+    selected "$name" || continue
+    args=(--heads 1)
+    [ -f "$dir/args" ] && read -r -a args <"$dir/args"
+    out="$work/out"
+    rm -rf "$out"
+    watch "mha-npy  in/$name" "$(expect_for "$name" mha-npy)" "$out" \
+        "$bin/xgrad-mha-npy" --in "$dir" --out "$out" "${args[@]}"
+done
+
+echo "hostile files: $runs runs, $failures failed"
+[ "$failures" -eq 0 ]
