@@ -211,7 +211,9 @@ gpt_sizes sizes_of(const models::gpt_config& c)
     s.d_model = c.d_model;
     s.heads = c.heads;
     s.kv_heads = c.kv_head_count();
-    s.mlp_hidden = mul(4, c.d_model);
+    // SwiGLU has three (d, h) matrices where the GELU MLP has two: count it as 1.5 h wide, rounded up.
+    const std::uint64_t h = c.hidden_width();
+    s.mlp_hidden = c.mlp == models::mlp_kind::swiglu ? add(h, (h + 1) / 2) : h;
     return s;
 }
 
