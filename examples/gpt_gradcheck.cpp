@@ -189,7 +189,9 @@ int main(int argc, char** argv)
 
     // ---- by hand -----------------------------------------------------------------------------------
     const manual::gpt_forward_result<double> forward = manual::gpt_forward(params, tokens, &targets);
-    const manual::gpt_gradients<double> by_hand = manual::gpt_backward(forward.cache, broken);
+    // the fault hook swaps the broken rule (if any) into the backward's table, at its one site
+    const manual::fault_hook<double> hook = manual::break_rule<double>(broken, config);
+    const manual::gpt_gradients<double> by_hand = manual::gpt_backward(forward.cache, hook);
     std::printf("\nloss: tape %.15f, manual %.15f\n", taped.loss.value()(), forward.loss);
 
     // ---- three ways, parameter by parameter ---------------------------------------------------------

@@ -340,7 +340,7 @@ TEST_CASE("gpt_manual: float32 agrees with float64")
 
 // ---- names and order ----------------------------------------------------------------------------------
 
-TEST_CASE("gpt_manual: gradients come in backward order, under every SPEC and activation name")
+TEST_CASE("gpt_manual: gradients come in backward order, under every parameter and activation name")
 {
     const gpt_config c{7, 5, 3, 8, 2, 0};
     const auto p = random_gpt<double>(c, 7);
@@ -370,7 +370,7 @@ TEST_CASE("gpt_manual: gradients come in backward order, under every SPEC and ac
     for (const auto& [name, handle] : manual::named_parameters(p))
     {
         CHECK(test::shapes_equal(g.of(name), handle.value()));
-        CHECK(handle.name() == name);  // random_gpt names them as SPEC does
+        CHECK(handle.name() == name);  // random_gpt names them as docs/spec.md does
     }
     CHECK(g.parameters().size() == parameters.size());
     CHECK(g.parameters().front().first == "wte");
