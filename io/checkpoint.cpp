@@ -304,6 +304,100 @@ checkpoint<T> load_checkpoint(const std::string& path)
     return out;
 }
 
+// ---- any module ----------------------------------------------------------------------------------
+
+template <class T>
+stored_tensor to_stored(const parameter<T>& p)
+{
+    return {dtype_name<T>(), converted<double>(p.value())};
+}
+
+template <class T>
+parameter<T> from_stored(const stored_tensor& t, const std::string& name)
+{
+    return parameter<T>(converted<T>(t.values), name);
+}
+
+void write_module_file(const std::string& path, const std::vector<std::pair<std::string, stored_tensor>>& tensors,
+                       const std::map<std::string, std::string>& metadata, const checkpoint_extras& extras)
+{
+    safetensors_file file;
+    file.metadata = extras.metadata;
+    for (const auto& [key, value] : metadata)
+    {
+        const auto [at, inserted] = file.metadata.emplace(key, value);
+        if (!inserted && at->second != value)
+        {
+            throw std::invalid_argument("save_module: extra metadata '" + key + "' = '" + at->second +
+                                        "' disagrees with the model's " + value);
+        }
+    }
+    for (const auto& [name, t] : tensors)
+    {
+        if (!file.tensors.emplace(name, t).second)
+        {
+            throw std::invalid_argument("save_module: the model declares '" + name + "' twice");
+        }
+    }
+    for (const auto& [name, t] : extras.tensors)
+    {
+        if (!is_optimiser_state(name))
+        {
+            throw std::invalid_argument("save_module: extra tensor '" + name +
+                                        "' must be optimiser state, named 'optim.*'");
+        }
+        file.tensors.emplace(name, t);
+    }
+    write_safetensors(path, file);
+}
+
+safetensors_file read_module_file(const std::string& path,
+                                  const std::vector<std::pair<std::string, models::declaration>>& declared,
+                                  const std::map<std::string, std::string>& metadata)
+{
+    safetensors_file file = read_safetensors(path);
+    for (const auto& [key, value] : metadata)
+    {
+        const auto found = file.metadata.find(key);
+        if (found == file.metadata.end() || found->second != value)
+        {
+            fail(path, "metadata '" + key + "' is " +
+                           (found == file.metadata.end() ? std::string("missing") : printable(found->second)) +
+                           " but the model has " + printable(value));
+        }
+    }
+    std::set<std::string> names;
+    for (const auto& [name, d] : declared)
+    {
+        names.insert(name);
+        const auto found = file.tensors.find(name);
+        if (found == file.tensors.end())
+        {
+            fail(path, "tensor '" + name + "' is missing");
+        }
+        const shape_t got = to_shape(found->second.values.shape());
+        if (got != d.shape)
+        {
+            fail(path, "tensor '" + name + "' has shape " + shape_str(got) + ", the model declares " +
+                           (d.formula.empty() ? "" : d.formula + " = ") + shape_str(d.shape));
+        }
+    }
+    for (const auto& [name, t] : file.tensors)
+    {
+        if (!names.count(name) && !is_optimiser_state(name))
+        {
+            fail(path, "unknown tensor " + printable(name) + " with shape " + shape_str(to_shape(t.values.shape())) +
+                           " (not a parameter of the model; optimiser state must be named 'optim.*')");
+        }
+    }
+    return file;
+}
+
+template stored_tensor to_stored(const parameter<float>&);
+template stored_tensor to_stored(const parameter<double>&);
+template parameter<float> from_stored(const stored_tensor&, const std::string&);
+template parameter<double> from_stored(const stored_tensor&, const std::string&);
+
 template void save_checkpoint<float>(const std::string&, const models::gpt_parameters<float>&,
                                      const checkpoint_extras&);
 template void save_checkpoint<double>(const std::string&, const models::gpt_parameters<double>&,

@@ -149,14 +149,8 @@ struct gpt_parameters
     void zero_grad() { models::zero_grad(*this); }
 };
 
-struct gpt_options
-{
-    bool fused = true;  // fused norm / activation / attention / cross_entropy ops; false: composed from primitives
-    // Inverted dropout with probability `dropout` on the embedding sum, each attention output after W_O
-    // and each MLP output, drawn from `generator`: training only (no generator, no dropout).
-    double dropout = 0;
-    std::mt19937_64* generator = nullptr;
-};
+// fused ops or composed ones, dropout with its generator (models/module.hpp).
+using gpt_options = forward_options;
 
 // The forward pass recorded on a tape. `activations` lists the named intermediate values in forward
 // order, labelled on the tape too; gradients of these are what first_divergence compares:

@@ -15,6 +15,8 @@
 //   initialise(m, /*seed=*/1);               // draws in visit order from one seeded generator
 //   auto params = named_parameters(m);       // handles sharing storage, each named
 //
+// The trainer (train/trainer.hpp) also asks a model for `forward(tape, tokens, targets, forward_options)`
+// returning logits and loss, and for its checkpoint's metadata (io/checkpoint.hpp, save_module).
 // A model whose parameters depend on its config (a variant without biases, say) simply does not call
 // f for the parameters it lacks: the walk is the declaration.
 #pragma once
@@ -30,6 +32,17 @@
 
 namespace xgrad::models
 {
+// How a model's forward runs: the same struct for the GPT and for a user's module.
+struct forward_options
+{
+    bool fused = true;  // fused norm / activation / attention / cross_entropy ops; false: composed from primitives
+    // Inverted dropout with probability `dropout` where the model applies it, drawn from `generator`:
+    // training only (no generator, no dropout). The GPT drops the embedding sum, each attention output
+    // after W_O and each MLP output.
+    double dropout = 0;
+    std::mt19937_64* generator = nullptr;
+};
+
 // How a parameter starts: N(0, std_dev) drawn in double and rounded to T, or a constant.
 struct declaration
 {
