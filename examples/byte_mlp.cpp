@@ -59,7 +59,10 @@ struct byte_mlp
         return {{"model", "byte_mlp"}, {"vocab_size", std::to_string(vocab)},
                 {"width", std::to_string(width)}, {"hidden", std::to_string(hidden)}};
     }
-    void save(const std::string& path, const io::checkpoint_extras& e) const { io::save_module(path, *this, metadata(), e); }
+    void save(const std::string& path, const io::checkpoint_extras& e) const
+    {
+        io::save_module(path, *this, metadata(), e);
+    }
     io::checkpoint_extras resume_from(const std::string& path) { return io::load_module(path, *this, metadata()); }
 };
 
