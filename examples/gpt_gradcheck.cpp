@@ -1,15 +1,21 @@
-// Gradients of a whole GPT three ways, and how to find a mistake in a hand-derived backward.
+// Gradients of a whole GPT three ways, for any architecture variant, and how to find a mistake in a
+// hand-derived backward.
 //
-// A seeded 2-layer GPT in float64 (V = 11, block 8, d = 16, H = 4; B = 2 sequences of T = 6 tokens, a
-// few targets -1). For every parameter, the largest differences between the tape's gradient
-// (models/gpt.hpp), the hand-derived one (models/gpt_manual.hpp) and central finite differences of the
-// loss, taken on every entry. Then the first-divergence report (models/divergence.hpp): every named
-// activation and parameter in backward order, tape against manual.
+// A seeded GPT in float64 (by default V = 11, block 8, L = 2, d = 16, H = 4; B = 2 sequences of T = 6
+// tokens, a few targets -1) of the variant the flags choose (docs/spec.md, "Architecture variants"). For
+// every parameter, the largest differences between the tape's gradient (models/gpt.hpp), the hand-derived
+// one (models/gpt_manual.hpp) and central finite differences of the loss, taken on every entry. Then the
+// first-divergence report (models/divergence.hpp): every named activation and parameter in backward order,
+// tape against manual.
 //
-// With --break RULE the hand-derived backward makes one deliberate mistake (manual::broken_rule), and
-// the report points at the first gradient it corrupts.
+// With --break RULE the hand-derived backward makes one deliberate mistake (models/manual_faults.hpp, set
+// through gpt_backward's fault hook), and the report points at the first gradient it corrupts.
 //
-// Usage: gpt_gradcheck [--break encoder|layer_norm|attention|residual|matmul_bias|gelu|cross_entropy]
+//   gpt_gradcheck                                         the default model (GPT-2 layout, tied head)
+//   gpt_gradcheck --norm rmsnorm --position rope --mlp swiglu --bias none --untied-head   the Llama block
+//   gpt_gradcheck --position rope --break rope            find a deliberate mistake
+#include <CLI/CLI.hpp>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -19,6 +25,7 @@
 #include "autodiff/gradcheck.hpp"
 #include "examples/random_ids.hpp"
 #include "models/divergence.hpp"
+#include "models/manual_faults.hpp"
 
 using namespace xgrad;
 using namespace xgrad::models;
@@ -54,18 +61,18 @@ difference compare(const array<double>& a, const array<double>& b)
 }
 
 // Seeded values for every parameter: matrices N(0, 1 / rows), so that every layer's output has about unit
-// size; LayerNorm weights 1 + N(0, 0.1) and every other vector N(0, 0.1). Not GPT-2's initialisation
+// size; norm weights 1 + N(0, 0.1) and every other vector N(0, 0.1). Not GPT-2's initialisation
 // (gpt_parameters::init): its N(0, 0.02) weights make every attention score nearly 0 and the softmax
 // nearly uniform, so that W_Q's and W_K's gradients are ~1e-6 and finite differences' ~1e-10 noise
-// reads as a 1e-4 relative error; and its zero biases and unit LayerNorm weights can hide a missing term.
+// reads as a 1e-4 relative error; and its zero biases and unit norm weights can hide a missing term.
 void randomise(gpt_parameters<double>& params, unsigned seed)
 {
     std::mt19937 rng(seed);
     for (auto& [name, p] : manual::named_parameters(params))
     {
         const bool matrix = p.value().dimension() == 2;
-        const bool ln_weight = name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0;
-        std::normal_distribution<double> normal(ln_weight ? 1.0 : 0.0,
+        const bool norm_weight = name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0;
+        std::normal_distribution<double> normal(norm_weight ? 1.0 : 0.0,
                                                 matrix ? 1.0 / std::sqrt(double(p.value().shape()[0])) : 0.1);
         for (double& v : p.value())
         {
@@ -73,37 +80,87 @@ void randomise(gpt_parameters<double>& params, unsigned seed)
         }
     }
 }
+
+// The command line: the model's sizes, its variant (the trainer's flag names) and the rule to break.
+struct options
+{
+    gpt_config config{/*V=*/11, /*block_size=*/8, /*L=*/2, /*d=*/16, /*H=*/4};
+    std::string norm = "layernorm", position = "learned", mlp = "gelu_tanh", bias = "mlp";
+    double rope_base = 10000;
+    bool untied_head = false;
+    std::string broken = "none";
+};
+
+// Throws std::invalid_argument (a variant_error names the flag's key) for a value that is not allowed.
+gpt_config config_of(const options& o)
+{
+    gpt_config c = o.config;
+    c.norm = parse_norm("norm", o.norm);
+    c.position = parse_position("position", o.position);
+    c.mlp = parse_mlp("mlp", o.mlp);
+    c.bias = parse_bias("bias", o.bias);
+    c.rope_base = o.rope_base;
+    c.tied_head = !o.untied_head;
+    c.validate("gpt_gradcheck");
+    return c;
+}
+
+std::string variant_line(const gpt_config& c)
+{
+    std::string line;
+    for (const auto& [key, value] : variant_metadata(c))
+    {
+        line += (line.empty() ? "" : ", ") + key + " = " + value;
+    }
+    return line;
+}
 }  // namespace
 
 int main(int argc, char** argv)
 {
+    options o;
+    CLI::App app{"A whole GPT's gradients three ways (tape, manual, finite differences), and the first-divergence "
+                 "report, for any architecture variant"};
+    app.add_option("--layers", o.config.layers, "L")->capture_default_str()->check(CLI::Range(1, 8));
+    app.add_option("--d-model", o.config.d_model, "d")->capture_default_str()->check(CLI::Range(1, 64));
+    app.add_option("--heads", o.config.heads, "H")->capture_default_str()->check(CLI::Range(1, 64));
+    app.add_option("--kv-heads", o.config.kv_heads, "G (0: G = H)")->capture_default_str();
+    app.add_option("--norm", o.norm, "layernorm or rmsnorm")->capture_default_str();
+    app.add_option("--position", o.position, "learned, rope or none")->capture_default_str();
+    app.add_option("--rope-base", o.rope_base, "the base of the rotary frequencies")->capture_default_str();
+    app.add_option("--mlp", o.mlp, "gelu_tanh, gelu or swiglu")->capture_default_str();
+    app.add_option("--mlp-hidden", o.config.mlp_hidden, "the MLP's width h (0: 4 d)")->capture_default_str();
+    app.add_option("--bias", o.bias, "mlp, all or none")->capture_default_str();
+    app.add_flag("--untied-head", o.untied_head, "logits = N(x) lm_head, a separate (d, V) matrix");
+    app.add_option("--break", o.broken, "make one deliberate mistake in the manual backward: " + rule_list());
+    gpt_config config;
     manual::broken_rule broken = manual::broken_rule::none;
-    for (int i = 1; i < argc; ++i)
+    try
     {
-        const std::string arg = argv[i];
-        if (arg == "--help" || arg == "-h")
+        app.parse(argc, argv);
+        config = config_of(o);
+        const auto rule = manual::broken_rule_from_string(o.broken);
+        if (!rule)
         {
-            std::printf("usage: gpt_gradcheck [--break RULE]\n  RULE: %s\n", rule_list().c_str());
-            return 0;
+            throw std::invalid_argument("--break: unknown rule '" + o.broken + "'; valid rules: " + rule_list());
         }
-        if (arg != "--break" || i + 1 == argc)
+        if (const auto why = manual::not_used_by(*rule, config))
         {
-            std::fprintf(stderr, "gpt_gradcheck: %s; usage: gpt_gradcheck [--break RULE], RULE one of: %s\n",
-                         arg == "--break" ? "--break needs a rule" : ("unknown argument '" + arg + "'").c_str(),
-                         rule_list().c_str());
-            return 2;
-        }
-        const auto rule = manual::broken_rule_from_string(argv[++i]);
-        if (!rule || *rule == manual::broken_rule::none)
-        {
-            std::fprintf(stderr, "gpt_gradcheck: unknown rule '%s'; valid rules: %s\n", argv[i], rule_list().c_str());
-            return 2;
+            throw std::invalid_argument("--break " + o.broken + ": this variant does not use the rule (" + *why + ")");
         }
         broken = *rule;
     }
+    catch (const CLI::ParseError& e)
+    {
+        return app.exit(e) == 0 ? 0 : 2;
+    }
+    catch (const std::exception& e)
+    {
+        std::fprintf(stderr, "gpt_gradcheck: %s\n", e.what());
+        return 2;
+    }
 
     // ---- the model and a batch ---------------------------------------------------------------------
-    const gpt_config config{/*V=*/11, /*block_size=*/8, /*L=*/2, /*d=*/16, /*H=*/4};
     const std::size_t B = 2, T = 6;
     gpt_parameters<double> params = gpt_parameters<double>::init(config, /*seed=*/2024);  // shapes and names
     randomise(params, 7);
@@ -113,9 +170,11 @@ int main(int argc, char** argv)
     targets(0, 2) = targets(1, 5) = -1;  // ignored positions
 
     std::printf("xgrad: a whole GPT's gradients three ways\n");
-    std::printf("V = %zu, block_size = %zu, L = %zu layers, d = %zu, H = %zu heads; B = %zu, T = %zu; "
+    std::printf("V = %zu, block_size = %zu, L = %zu layers, d = %zu, H = %zu heads, G = %zu; B = %zu, T = %zu; "
                 "targets (0, 2) and (1, 5) are -1; float64\n",
-                config.vocab_size, config.block_size, config.layers, config.d_model, config.heads, B, T);
+                config.vocab_size, config.block_size, config.layers, config.d_model, config.heads,
+                config.kv_head_count(), B, T);
+    std::printf("variant: %s\n", variant_line(config).c_str());
     if (broken != manual::broken_rule::none)
     {
         std::printf("broken on purpose (--break %s): %s\n", manual::to_string(broken),
@@ -130,7 +189,9 @@ int main(int argc, char** argv)
 
     // ---- by hand -----------------------------------------------------------------------------------
     const manual::gpt_forward_result<double> forward = manual::gpt_forward(params, tokens, &targets);
-    const manual::gpt_gradients<double> by_hand = manual::gpt_backward(forward.cache, broken);
+    // the fault hook swaps the broken rule (if any) into the backward's table, at its one site
+    const manual::fault_hook<double> hook = manual::break_rule<double>(broken, config);
+    const manual::gpt_gradients<double> by_hand = manual::gpt_backward(forward.cache, hook);
     std::printf("\nloss: tape %.15f, manual %.15f\n", taped.loss.value()(), forward.loss);
 
     // ---- three ways, parameter by parameter ---------------------------------------------------------

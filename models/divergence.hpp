@@ -80,7 +80,8 @@ divergence_report first_divergence(const named_gradients<T>& reference, const na
 
 // ---- the GPT --------------------------------------------------------------------------------------
 
-// The tape's gradients of the GPT in manual::gpt_backward_order: the named activations' var::grad()
+// The tape's gradients of the GPT in manual::gpt_backward_order, which lists the variant's own nodes too
+// (mlp_gate, mlp_up, mlp_swiglu; lm_head, the attention biases): the named activations' var::grad()
 // (run t.backward(loss, /*retain_graph=*/true) so that the tape keeps them) and the parameters'
 // parameter::grad() (zero them before the backward: they accumulate).
 template <class T>

@@ -1,12 +1,13 @@
 // The hand-derived GPT. Each layer works on rows: an activation (B, T, C) is B T rows of C numbers.
 // Products go through kernels::gemm (row-major, transposes as flags); everything else is a plain loop,
-// written from the math in the comments and from nothing in ops/. A line marked "broken:" is a
-// deliberate mistake, taken only when the caller asks for it (broken_rule, for teaching).
+// written from the math in the comments and from nothing in ops/. The variants' layers are in
+// models/manual_layers.cpp; the deliberate mistakes for teaching in models/manual_faults.cpp.
 #include "models/gpt_manual.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <tuple>
 
 #include "autodiff/instantiate.hpp"
 #include "kernels/gemm.hpp"
@@ -73,17 +74,18 @@ array<T> zeros_like(const array<T>& a)
 // ---- encoder: token and position embeddings ----------------------------------------------------------
 
 template <class T>
-array<T> encoder_forward(const array<T>& wte, const array<T>& wpe, const ids_t& tokens)
+array<T> encoder_forward(const array<T>& wte, const array<T>* wpe, const ids_t& tokens)
 {
-    if (wte.dimension() != 2 || wpe.dimension() != 2 || wpe.shape()[1] != wte.shape()[1])
+    if (wte.dimension() != 2 || (wpe && (wpe->dimension() != 2 || wpe->shape()[1] != wte.shape()[1])))
     {
         fail("encoder_forward", "wte (V, d) and wpe (block_size, d) must share d, got wte " + shape_of(wte) +
-                                    " and wpe " + shape_of(wpe));
+                                    (wpe ? " and wpe " + shape_of(*wpe) : std::string()));
     }
-    if (tokens.dimension() != 2 || tokens.shape()[1] > wpe.shape()[0])
+    if (tokens.dimension() != 2 || (wpe && tokens.shape()[1] > wpe->shape()[0]))
     {
-        fail("encoder_forward", "tokens must be (B, T) with T <= " + std::to_string(wpe.shape()[0]) + ", got " +
-                                    shape_str(to_shape(tokens.shape())));
+        fail("encoder_forward", "tokens must be (B, T)" +
+                                    (wpe ? " with T <= " + std::to_string(wpe->shape()[0]) : std::string()) +
+                                    ", got " + shape_str(to_shape(tokens.shape())));
     }
     const std::size_t batch = tokens.shape()[0], length = tokens.shape()[1], d = wte.shape()[1];
     const auto vocab = static_cast<std::int64_t>(wte.shape()[0]);
@@ -99,11 +101,11 @@ array<T> encoder_forward(const array<T>& wte, const array<T>& wpe, const ids_t& 
                                             std::to_string(t) + ") is outside [0, " + std::to_string(vocab) + ")");
             }
             const T* token_row = &wte(static_cast<std::size_t>(id), 0);
-            const T* position_row = &wpe(t, 0);
+            const T* position_row = wpe ? &(*wpe)(t, 0) : nullptr;
             T* o = &out(b, t, 0);
             for (std::size_t i = 0; i < d; ++i)
             {
-                o[i] = token_row[i] + position_row[i];  // out[b, t] = wte[tokens[b, t]] + wpe[t]
+                o[i] = token_row[i] + (wpe ? position_row[i] : T(0));  // out[b, t] = wte[tokens[b, t]] + wpe[t]
             }
         }
     }
@@ -111,16 +113,17 @@ array<T> encoder_forward(const array<T>& wte, const array<T>& wpe, const ids_t& 
 }
 
 template <class T>
-void encoder_backward(array<T>& d_wte, array<T>& d_wpe, const array<T>& d_out, const ids_t& tokens, bool broken)
+void encoder_backward(array<T>& d_wte, array<T>* d_wpe, const array<T>& d_out, const ids_t& tokens)
 {
-    if (tokens.dimension() != 2 || d_wte.dimension() != 2 || d_wpe.dimension() != 2 ||
-        d_wpe.shape()[1] != d_wte.shape()[1] || tokens.shape()[1] > d_wpe.shape()[0] ||
+    if (tokens.dimension() != 2 || d_wte.dimension() != 2 ||
+        (d_wpe && (d_wpe->dimension() != 2 || d_wpe->shape()[1] != d_wte.shape()[1] ||
+                   tokens.shape()[1] > d_wpe->shape()[0])) ||
         std::any_of(tokens.begin(), tokens.end(),
                     [&](std::int64_t id) { return id < 0 || id >= static_cast<std::int64_t>(d_wte.shape()[0]); }))
     {
         fail("encoder_backward", "tokens (B, T) must index the rows of d_wte " + shape_of(d_wte) +
-                                     " and T fit d_wpe " + shape_of(d_wpe) + ", got tokens " +
-                                     shape_str(to_shape(tokens.shape())));
+                                     (d_wpe ? " and T fit d_wpe " + shape_of(*d_wpe) : std::string()) +
+                                     ", got tokens " + shape_str(to_shape(tokens.shape())));
     }
     const std::size_t batch = tokens.shape()[0], length = tokens.shape()[1], d = d_wte.shape()[1];
     require_shape("encoder_backward", "d_out", d_out, {batch, length, d});
@@ -130,13 +133,17 @@ void encoder_backward(array<T>& d_wte, array<T>& d_wpe, const array<T>& d_out, c
         {
             const T* g = &d_out(b, t, 0);
             T* token_row = &d_wte(static_cast<std::size_t>(tokens(b, t)), 0);
-            T* position_row = &d_wpe(t, 0);
             for (std::size_t i = 0; i < d; ++i)
             {
-                // out[b, t] = wte[tokens[b, t]] + ...  ->  d wte[tokens[b, t]] += d out[b, t]
-                token_row[i] = broken ? g[i] : token_row[i] + g[i];  // broken: `=` where `+=` belongs
-                // out[b, t] = ... + wpe[t]  ->  d wpe[t] += d out[b, t], summed over the batch
-                position_row[i] += g[i];
+                token_row[i] += g[i];  // out[b, t] = wte[tokens[b, t]] + ...  ->  d wte[tokens[b, t]] += d out[b, t]
+            }
+            if (d_wpe)
+            {
+                T* position_row = &(*d_wpe)(t, 0);
+                for (std::size_t i = 0; i < d; ++i)
+                {
+                    position_row[i] += g[i];  // out[b, t] = ... + wpe[t]  ->  d wpe[t] += d out[b, t], over b
+                }
             }
         }
     }
@@ -145,11 +152,14 @@ void encoder_backward(array<T>& d_wte, array<T>& d_wpe, const array<T>& d_out, c
 // ---- layer norm ---------------------------------------------------------------------------------------
 
 template <class T>
-array<T> layernorm_forward(const array<T>& x, const array<T>& weight, const array<T>& bias, layernorm_cache<T>& cache)
+array<T> layernorm_forward(const array<T>& x, const array<T>& weight, const array<T>* bias, layernorm_cache<T>& cache)
 {
     const std::size_t c = width(x), n = rows(x);
     require_shape("layernorm_forward", "weight", weight, {c});
-    require_shape("layernorm_forward", "bias", bias, {c});
+    if (bias)
+    {
+        require_shape("layernorm_forward", "bias", *bias, {c});
+    }
     array<T> y = array<T>::from_shape(x.shape());
     cache.x_hat = array<T>::from_shape(x.shape());
     cache.rstd = array<T>::from_shape(shape_t(x.shape().begin(), x.shape().end() - 1));
@@ -174,7 +184,7 @@ array<T> layernorm_forward(const array<T>& x, const array<T>& weight, const arra
         for (std::size_t i = 0; i < c; ++i)
         {
             x_hat[i] = (xr[i] - mean) * rstd;              // x_hat = (x - mean) rstd
-            yr[i] = x_hat[i] * weight(i) + bias(i);        // y = x_hat weight + bias
+            yr[i] = x_hat[i] * weight(i) + (bias ? (*bias)(i) : T(0));  // y = x_hat weight + bias
         }
         cache.rstd.data()[r] = rstd;
     }
@@ -182,8 +192,7 @@ array<T> layernorm_forward(const array<T>& x, const array<T>& weight, const arra
 }
 
 template <class T>
-layernorm_gradients<T> layernorm_backward(const array<T>& d_y, const layernorm_cache<T>& cache, const array<T>& weight,
-                                          bool broken)
+layernorm_gradients<T> layernorm_backward(const array<T>& d_y, const layernorm_cache<T>& cache, const array<T>& weight)
 {
     const std::size_t c = width(cache.x_hat), n = rows(cache.x_hat);
     require_shape("layernorm_backward", "d_y", d_y, to_shape(cache.x_hat.shape()));
@@ -214,58 +223,7 @@ layernorm_gradients<T> layernorm_backward(const array<T>& d_y, const layernorm_c
         {
             // x_hat = (x - mean) rstd, with mean and rstd functions of the whole row  ->
             //   d x = rstd (d x_hat - mean(d x_hat) - x_hat mean(d x_hat x_hat))
-            const T variance_term = broken ? T(0) : x_hat[i] * mean_d_x_hat_x_hat;  // broken: term dropped
-            dx[i] = rstd * (d_x_hat[i] - mean_d_x_hat - variance_term);
-        }
-    }
-    return g;
-}
-
-// ---- matmul + bias --------------------------------------------------------------------------------
-
-template <class T>
-array<T> matmul_bias_forward(const array<T>& x, const array<T>& w, const array<T>& b)
-{
-    if (w.dimension() != 2)
-    {
-        fail("matmul_bias_forward", "W must be (C, OC), got " + shape_of(w));
-    }
-    const std::size_t c = w.shape()[0], oc = w.shape()[1], n = rows(x);
-    require_rows("matmul_bias_forward", "x", x, c);
-    require_shape("matmul_bias_forward", "b", b, {oc});
-    array<T> out = array<T>::from_shape(with_width(x, oc));
-    kernels::gemm(false, false, n, oc, c, x.data(), c, w.data(), oc, T(0), out.data(), oc);  // out = x W
-    for (std::size_t r = 0; r < n; ++r)
-    {
-        T* o = out.data() + r * oc;
-        for (std::size_t j = 0; j < oc; ++j)
-        {
-            o[j] += b(j);  // out += b, on every row
-        }
-    }
-    return out;
-}
-
-template <class T>
-matmul_bias_gradients<T> matmul_bias_backward(const array<T>& d_out, const array<T>& x, const array<T>& w, bool broken)
-{
-    const std::size_t c = w.shape()[0], oc = w.shape()[1], n = rows(x);
-    require_shape("matmul_bias_backward", "d_out", d_out, with_width(x, oc));
-    matmul_bias_gradients<T> g;
-    g.x = array<T>::from_shape(x.shape());
-    g.w = array<T>::from_shape({c, oc});
-    g.b = xt::zeros<T>({oc});
-    // out = x W  ->  d x = d out W^T: a sum over the OC outputs of each row
-    const std::size_t summed = broken ? std::min(c, oc) : oc;  // broken: the loop stops at C, not OC
-    kernels::gemm(false, true, n, c, summed, d_out.data(), oc, w.data(), oc, T(0), g.x.data(), c);
-    // out = x W  ->  d W = x^T d out, summed over all B T rows
-    kernels::gemm(true, false, c, oc, n, x.data(), c, d_out.data(), oc, T(0), g.w.data(), oc);
-    for (std::size_t r = 0; r < n; ++r)
-    {
-        const T* dy = d_out.data() + r * oc;
-        for (std::size_t j = 0; j < oc; ++j)
-        {
-            g.b(j) += dy[j];  // out += b on every row  ->  d b = sum over rows of d out
+            dx[i] = rstd * (d_x_hat[i] - mean_d_x_hat - x_hat[i] * mean_d_x_hat_x_hat);
         }
     }
     return g;
@@ -301,41 +259,20 @@ array<T> gelu_forward(const array<T>& x)
 }
 
 template <class T>
-array<T> gelu_backward(const array<T>& d_y, const array<T>& x, bool broken)
+array<T> gelu_backward(const array<T>& d_y, const array<T>& x)
 {
     require_shape("gelu_backward", "d_y", d_y, to_shape(x.shape()));
     array<T> d_x = array<T>::from_shape(x.shape());
-    const T cube_slope = broken ? T(1) : T(3);  // broken: d(c x^3)/dx taken as c x^2
     for (std::size_t i = 0; i < x.size(); ++i)
     {
         const T v = x.data()[i];
         const T th = std::tanh(gelu_k<T>() * (v + gelu_c<T>() * v * v * v));
         // u = k (x + c x^3)  ->  du/dx = k (1 + 3 c x^2)
-        const T du = gelu_k<T>() * (T(1) + cube_slope * gelu_c<T>() * v * v);
+        const T du = gelu_k<T>() * (T(1) + T(3) * gelu_c<T>() * v * v);
         // y = x (1 + tanh u) / 2  ->  dy/dx = (1 + tanh u) / 2 + x (1 - tanh^2 u) du/dx / 2
         d_x.data()[i] = d_y.data()[i] * (T(0.5) * (T(1) + th) + T(0.5) * v * (T(1) - th * th) * du);
     }
     return d_x;
-}
-
-// ---- causal self-attention (manual::mha_forward and mha_backward) ------------------------------------
-
-template <class T>
-mha_forward_result<T> self_attention_forward(const array<T>& x, const gpt_block_parameters<T>& block,
-                                             const mha_config& config)
-{
-    // Q = X W_Q, K = X W_K, V = X W_V: one X for all three
-    return mha_forward(x, x, x, block.W_Q.value(), block.W_K.value(), block.W_V.value(), block.W_O.value(), config,
-                       {nullptr, /*causal=*/true});
-}
-
-template <class T>
-self_attention_gradients<T> self_attention_backward(const array<T>& d_out, const mha_cache<T>& cache, bool broken)
-{
-    mha_gradients<T> g = mha_backward(d_out, cache);
-    // X feeds the query, key and value projections  ->  d X = d Xq + d Xk + d Xv
-    array<T> d_x = broken ? array<T>(g.xq + g.xv) : array<T>(g.xq + g.xk + g.xv);  // broken: d Xk forgotten
-    return {std::move(d_x), std::move(g.w_q), std::move(g.w_k), std::move(g.w_v), std::move(g.w_o)};
 }
 
 // ---- residual -----------------------------------------------------------------------------------------
@@ -353,15 +290,14 @@ array<T> residual_forward(const array<T>& x, const array<T>& branch)
 }
 
 template <class T>
-array<T> residual_backward(const array<T>& d_out, const array<T>& d_x_through_branch, bool broken)
+array<T> residual_backward(const array<T>& d_out, const array<T>& d_x_through_branch)
 {
     require_shape("residual_backward", "d_x_through_branch", d_x_through_branch, to_shape(d_out.shape()));
     array<T> d_x = array<T>::from_shape(d_out.shape());
     for (std::size_t i = 0; i < d_out.size(); ++i)
     {
         // out = x + branch(x)  ->  d x = d out (the skip) + d out carried back through the branch
-        d_x.data()[i] = broken ? d_x_through_branch.data()[i]  // broken: the skip's d out forgotten
-                               : d_out.data()[i] + d_x_through_branch.data()[i];
+        d_x.data()[i] = d_out.data()[i] + d_x_through_branch.data()[i];
     }
     return d_x;
 }
@@ -445,12 +381,12 @@ T softmax_cross_entropy_forward(const array<T>& logits, const ids_t& targets, cr
 }
 
 template <class T>
-array<T> softmax_cross_entropy_backward(const cross_entropy_cache<T>& cache, bool broken)
+array<T> softmax_cross_entropy_backward(const cross_entropy_cache<T>& cache)
 {
     const std::size_t vocab = width(cache.probs), n = rows(cache.probs);
     array<T> d_logits = xt::zeros<T>(cache.probs.shape());
     // loss = sum over kept rows of -log p[target], divided by the kept count: every row's share is 1 / kept
-    const T share = T(1) / static_cast<T>(broken ? n : cache.kept);  // broken: divides by every row
+    const T share = T(1) / static_cast<T>(cache.kept);
     for (std::size_t r = 0; r < n; ++r)
     {
         const std::int64_t target = cache.targets.data()[r];
@@ -478,23 +414,14 @@ std::string block_name(std::size_t i, const std::string& rest)
     return "blocks." + std::to_string(i) + "." + rest;
 }
 
-// SPEC's table: every parameter's name and shape, in its order.
-std::vector<std::pair<std::string, shape_t>> parameter_shapes(const gpt_config& c)
+// The parameters the variant declares, (name, shape), in the checkpoint's order.
+std::vector<std::pair<std::string, shape_t>> declared_shapes(const gpt_config& config)
 {
-    const std::size_t d = c.d_model, kv = c.attention().kv_width();
-    std::vector<std::pair<std::string, shape_t>> list = {{"wte", {c.vocab_size, d}}, {"wpe", {c.block_size, d}}};
-    for (std::size_t i = 0; i < c.layers; ++i)
+    std::vector<std::pair<std::string, shape_t>> list;
+    for (const auto& [name, d] : declared_parameters(gpt_parameters<float>::declare(config)))
     {
-        for (const auto& [rest, shape] : std::vector<std::pair<std::string, shape_t>>{
-                 {"ln_1.weight", {d}}, {"ln_1.bias", {d}}, {"attn.W_Q", {d, d}}, {"attn.W_K", {d, kv}},
-                 {"attn.W_V", {d, kv}}, {"attn.W_O", {d, d}}, {"ln_2.weight", {d}}, {"ln_2.bias", {d}},
-                 {"mlp.W_fc", {d, 4 * d}}, {"mlp.b_fc", {4 * d}}, {"mlp.W_proj", {4 * d, d}}, {"mlp.b_proj", {d}}})
-        {
-            list.emplace_back(block_name(i, rest), shape);
-        }
+        list.emplace_back(name, d.shape);
     }
-    list.push_back({"ln_f.weight", {d}});
-    list.push_back({"ln_f.bias", {d}});
     return list;
 }
 }  // namespace
@@ -502,7 +429,7 @@ std::vector<std::pair<std::string, shape_t>> parameter_shapes(const gpt_config& 
 std::vector<std::string> gpt_parameter_names(const gpt_config& config)
 {
     std::vector<std::string> names;
-    for (const auto& entry : parameter_shapes(config))
+    for (const auto& entry : declared_shapes(config))
     {
         names.push_back(entry.first);
     }
@@ -511,13 +438,22 @@ std::vector<std::string> gpt_parameter_names(const gpt_config& config)
 
 std::vector<std::string> gpt_activation_names(const gpt_config& config)
 {
+    const std::vector<const char*> mlp = config.mlp == mlp_kind::swiglu
+                                             ? std::vector<const char*>{"mlp_gate", "mlp_up", "mlp_swiglu"}
+                                             : std::vector<const char*>{"mlp_hidden", "mlp_gelu"};
     std::vector<std::string> names = {"embed"};
     for (std::size_t i = 0; i < config.layers; ++i)
     {
-        for (const char* rest : {"ln_1", "attn", "res_1", "ln_2", "mlp_hidden", "mlp_gelu", "mlp", "res_2"})
+        for (const char* rest : {"ln_1", "attn", "res_1", "ln_2"})
         {
             names.push_back(block_name(i, rest));
         }
+        for (const char* rest : mlp)
+        {
+            names.push_back(block_name(i, rest));
+        }
+        names.push_back(block_name(i, "mlp"));
+        names.push_back(block_name(i, "res_2"));
     }
     names.push_back("ln_f");
     names.push_back("logits");
@@ -527,116 +463,77 @@ std::vector<std::string> gpt_activation_names(const gpt_config& config)
 std::vector<std::string> gpt_backward_order(const gpt_config& config)
 {
     const std::size_t last = config.layers - 1;
-    std::vector<std::string> names = {"logits", "ln_f", block_name(last, "res_2"), "ln_f.weight", "ln_f.bias"};
+    const bool norm_bias = config.norm_has_bias(), mlp_bias = config.mlp_has_bias();
+    const bool attn_bias = config.attention_has_bias();
+    std::vector<std::string> names = {"logits"};
+    const auto add = [&names](std::string name, bool present = true) {
+        if (present)
+        {
+            names.push_back(std::move(name));
+        }
+    };
+    add("lm_head", !config.tied_head);
+    add("ln_f");
+    add(block_name(last, "res_2"));
+    add("ln_f.weight");
+    add("ln_f.bias", norm_bias);
     for (std::size_t i = config.layers; i-- > 0;)
     {
-        for (const char* rest : {"mlp", "mlp_gelu", "mlp.W_proj", "mlp.b_proj", "mlp_hidden", "ln_2", "mlp.W_fc",
-                                 "mlp.b_fc", "res_1", "ln_2.weight", "ln_2.bias", "attn", "ln_1", "attn.W_Q",
-                                 "attn.W_K", "attn.W_V", "attn.W_O"})
+        const auto in_block = [&](const std::string& rest, bool present = true) { add(block_name(i, rest), present); };
+        in_block("mlp");
+        if (config.mlp == mlp_kind::swiglu)
         {
-            names.push_back(block_name(i, rest));
+            for (const char* rest : {"mlp_swiglu", "mlp.W_down"})
+            {
+                in_block(rest);
+            }
+            in_block("mlp.b_down", mlp_bias);
+            for (const char* rest : {"mlp_gate", "mlp_up", "ln_2", "mlp.W_gate"})
+            {
+                in_block(rest);
+            }
+            in_block("mlp.b_gate", mlp_bias);
+            in_block("mlp.W_up");
+            in_block("mlp.b_up", mlp_bias);
         }
-        names.push_back(i > 0 ? block_name(i - 1, "res_2") : "embed");
-        names.push_back(block_name(i, "ln_1.weight"));
-        names.push_back(block_name(i, "ln_1.bias"));
+        else
+        {
+            in_block("mlp_gelu");
+            in_block("mlp.W_proj");
+            in_block("mlp.b_proj", mlp_bias);
+            for (const char* rest : {"mlp_hidden", "ln_2", "mlp.W_fc"})
+            {
+                in_block(rest);
+            }
+            in_block("mlp.b_fc", mlp_bias);
+        }
+        in_block("res_1");
+        in_block("ln_2.weight");
+        in_block("ln_2.bias", norm_bias);
+        in_block("attn");
+        in_block("ln_1");
+        for (const char* m : {"Q", "K", "V", "O"})
+        {
+            in_block(std::string("attn.W_") + m);
+            in_block(std::string("attn.b_") + m, attn_bias);
+        }
+        add(i > 0 ? block_name(i - 1, "res_2") : "embed");
+        in_block("ln_1.weight");
+        in_block("ln_1.bias", norm_bias);
     }
-    names.push_back("wte");
-    names.push_back("wpe");
+    add("wte");
+    add("wpe", config.position == position_kind::learned);
     return names;
 }
 
 template <class T>
 std::vector<std::pair<std::string, parameter<T>>> named_parameters(const gpt_parameters<T>& p)
 {
-    std::vector<std::pair<std::string, parameter<T>>> list = {{"wte", p.wte}, {"wpe", p.wpe}};
-    for (std::size_t i = 0; i < p.blocks.size(); ++i)
-    {
-        const gpt_block_parameters<T>& b = p.blocks[i];
-        for (const auto& [rest, handle] : std::vector<std::pair<std::string, parameter<T>>>{
-                 {"ln_1.weight", b.ln_1_weight}, {"ln_1.bias", b.ln_1_bias}, {"attn.W_Q", b.W_Q},
-                 {"attn.W_K", b.W_K}, {"attn.W_V", b.W_V}, {"attn.W_O", b.W_O}, {"ln_2.weight", b.ln_2_weight},
-                 {"ln_2.bias", b.ln_2_bias}, {"mlp.W_fc", b.W_fc}, {"mlp.b_fc", b.b_fc}, {"mlp.W_proj", b.W_proj},
-                 {"mlp.b_proj", b.b_proj}})
-        {
-            list.emplace_back(block_name(i, rest), handle);
-        }
-    }
-    list.emplace_back("ln_f.weight", p.ln_f_weight);
-    list.emplace_back("ln_f.bias", p.ln_f_bias);
+    std::vector<std::pair<std::string, parameter<T>>> list;
+    visit_parameters(p, [&list](const std::string& name, parameter<T>& handle, const declaration&) {
+        list.emplace_back(name, handle);
+    });
     return list;
-}
-
-// ---- broken rules -----------------------------------------------------------------------------------
-
-namespace
-{
-const std::vector<std::pair<broken_rule, const char*>>& rule_names()
-{
-    static const std::vector<std::pair<broken_rule, const char*>> names = {
-        {broken_rule::none, "none"},           {broken_rule::encoder, "encoder"},
-        {broken_rule::layer_norm, "layer_norm"}, {broken_rule::attention, "attention"},
-        {broken_rule::residual, "residual"},   {broken_rule::matmul_bias, "matmul_bias"},
-        {broken_rule::gelu, "gelu"},           {broken_rule::cross_entropy, "cross_entropy"}};
-    return names;
-}
-}  // namespace
-
-const char* to_string(broken_rule rule)
-{
-    for (const auto& [r, name] : rule_names())
-    {
-        if (r == rule)
-        {
-            return name;
-        }
-    }
-    return "unknown";
-}
-
-std::optional<broken_rule> broken_rule_from_string(const std::string& name)
-{
-    for (const auto& [r, n] : rule_names())
-    {
-        if (name == n)
-        {
-            return r;
-        }
-    }
-    return std::nullopt;
-}
-
-const std::vector<broken_rule>& breakable_rules()
-{
-    static const std::vector<broken_rule> rules = {broken_rule::encoder,  broken_rule::layer_norm,
-                                                   broken_rule::attention, broken_rule::residual,
-                                                   broken_rule::matmul_bias, broken_rule::gelu,
-                                                   broken_rule::cross_entropy};
-    return rules;
-}
-
-std::string describe(broken_rule rule, std::size_t layers)
-{
-    const std::string last = "blocks." + std::to_string(layers == 0 ? 0 : layers - 1) + ".";
-    switch (rule)
-    {
-    case broken_rule::none: return "nothing broken";
-    case broken_rule::encoder:
-        return "encoder_backward assigns d wte[token] = d out instead of adding (repeated tokens and the head's "
-               "part of d wte are lost)";
-    case broken_rule::layer_norm:
-        return "layernorm_backward of " + last + "ln_2 forgets the - x_hat * mean(d x_hat * x_hat) term";
-    case broken_rule::attention:
-        return "self_attention_backward of " + last + "attn forgets the key path: d x = d Xq + d Xv";
-    case broken_rule::residual:
-        return "residual_backward of " + last + "res_1 forgets the skip: d x = the branch's part only";
-    case broken_rule::matmul_bias:
-        return "matmul_bias_backward of " + last + "mlp.W_fc sums d x over the first d of the 4d outputs only";
-    case broken_rule::gelu:
-        return "gelu_backward of " + last + "mlp_gelu differentiates c x^3 as c x^2";
-    case broken_rule::cross_entropy:
-        return "softmax_cross_entropy_backward divides by every position, ignored ones too, not by the kept count";
-    }
-    return "unknown";
 }
 
 // ---- the whole model --------------------------------------------------------------------------------
@@ -648,25 +545,13 @@ void check_inputs(const gpt_parameters<T>& p, const ids_t& tokens, const ids_t* 
 {
     const char* op = "gpt_forward";
     const gpt_config& c = p.config;
-    if (c.vocab_size == 0 || c.block_size == 0 || c.layers == 0)
-    {
-        fail(op, "vocab_size, block_size and layers must be positive, got V=" + std::to_string(c.vocab_size) +
-                     " block_size=" + std::to_string(c.block_size) + " L=" + std::to_string(c.layers));
-    }
-    c.attention().validate(op);
-    gpt_config standard;
-    standard.d_model = c.d_model;
-    if (variant_metadata(c) != variant_metadata(standard))
-    {
-        fail(op, "the hand-derived backward covers the default model only (norm = layernorm, position = learned, "
-                 "mlp = gelu_tanh, mlp_hidden = 4 d, bias = mlp, tied_head = true)");
-    }
+    c.validate(op);
     if (p.blocks.size() != c.layers)
     {
         fail(op, "the parameters hold " + std::to_string(p.blocks.size()) + " blocks for " +
                      std::to_string(c.layers) + " layers");
     }
-    const auto expected = parameter_shapes(c);
+    const auto expected = declared_shapes(c);
     const auto actual = named_parameters(p);
     for (std::size_t k = 0; k < expected.size(); ++k)
     {
@@ -707,48 +592,113 @@ void check_inputs(const gpt_parameters<T>& p, const ids_t& tokens, const ids_t* 
         }
     }
 }
+
+// The value of a parameter the variant has, or nullptr when it has none (an empty handle is not read).
+template <class T>
+const array<T>* value_if(bool present, const parameter<T>& p)
+{
+    return present ? &p.value() : nullptr;
+}
+
+// N(x; weight, bias): LayerNorm or RMSNorm as the config says.
+template <class T>
+array<T> norm_forward(const gpt_config& c, const array<T>& x, const parameter<T>& weight, const parameter<T>& bias,
+                      norm_cache<T>& cache)
+{
+    if (c.norm == norm_kind::rmsnorm)
+    {
+        return rmsnorm_forward(x, weight.value(), cache.rms);
+    }
+    return layernorm_forward(x, weight.value(), value_if(c.norm_has_bias(), bias), cache.layer);
+}
+
+// d x of a norm, with d weight and (LayerNorm with a bias) d bias, by the rules of `r`.
+template <class T>
+layernorm_gradients<T> norm_backward(const gpt_config& c, const backward_rules<T>& r, const array<T>& d_y,
+                                     const norm_cache<T>& cache, const parameter<T>& weight)
+{
+    if (c.norm == norm_kind::rmsnorm)
+    {
+        rmsnorm_gradients<T> g = r.rms_norm(d_y, cache.rms, weight.value());
+        return {std::move(g.x), std::move(g.weight), {}};
+    }
+    return r.layer_norm(d_y, cache.layer, weight.value());
+}
+
+template <class T>
+attention_weights<T> attention_of(const gpt_config& c, const gpt_block_parameters<T>& w)
+{
+    const bool b = c.attention_has_bias();
+    return {&w.W_Q.value(),    &w.W_K.value(),    &w.W_V.value(),    &w.W_O.value(),
+            value_if(b, w.b_Q), value_if(b, w.b_K), value_if(b, w.b_V), value_if(b, w.b_O)};
+}
+
+attention_variant attention_variant_of(const gpt_config& c)
+{
+    return {c.position == position_kind::rope, c.rope_base, 0};
+}
 }  // namespace
 
 template <class T>
 gpt_forward_result<T> gpt_forward(const gpt_parameters<T>& p, const ids_t& tokens, const ids_t* targets)
 {
     check_inputs(p, tokens, targets);
+    const gpt_config& config = p.config;
     gpt_forward_result<T> r;
     gpt_cache<T>& cache = r.cache;
     cache.params = p;
     cache.tokens = tokens;
     auto named = [&r](std::string name, const array<T>& value) { r.activations.emplace_back(std::move(name), value); };
+    const bool mlp_bias = config.mlp_has_bias();
 
-    array<T> x = encoder_forward(p.wte.value(), p.wpe.value(), tokens);  // x = wte[tokens] + wpe[0 .. T-1]
+    // x = wte[tokens] (+ wpe[0 .. T-1])
+    array<T> x = encoder_forward(p.wte.value(), value_if(config.position == position_kind::learned, p.wpe), tokens);
     named("embed", x);
-    for (std::size_t i = 0; i < p.config.layers; ++i)
+    for (std::size_t i = 0; i < config.layers; ++i)
     {
         const gpt_block_parameters<T>& w = p.blocks[i];
         block_cache<T>& c = cache.blocks.emplace_back();
-        // x = x + MHA(LN(x; ln_1))
-        c.ln_1_out = layernorm_forward(x, w.ln_1_weight.value(), w.ln_1_bias.value(), c.ln_1);
+        // x = x + MHA(N(x; ln_1)), with RoPE on Q and K and the biases as the variant says
+        c.ln_1_out = norm_forward(config, x, w.ln_1_weight, w.ln_1_bias, c.ln_1);
         named(block_name(i, "ln_1"), c.ln_1_out);
-        mha_forward_result<T> attn = self_attention_forward(c.ln_1_out, w, p.config.attention());
-        c.attn = std::move(attn.cache);
-        named(block_name(i, "attn"), attn.output);
-        x = residual_forward(x, attn.output);
+        const array<T> attn = causal_self_attention_forward(c.ln_1_out, attention_of(config, w), config.attention(),
+                                                            attention_variant_of(config), c.attn);
+        named(block_name(i, "attn"), attn);
+        x = residual_forward(x, attn);
         named(block_name(i, "res_1"), x);
-        // x = x + GELU(LN(x; ln_2) W_fc + b_fc) W_proj + b_proj
-        c.ln_2_out = layernorm_forward(x, w.ln_2_weight.value(), w.ln_2_bias.value(), c.ln_2);
+        // x = x + MLP(N(x; ln_2))
+        c.ln_2_out = norm_forward(config, x, w.ln_2_weight, w.ln_2_bias, c.ln_2);
         named(block_name(i, "ln_2"), c.ln_2_out);
-        c.hidden = matmul_bias_forward(c.ln_2_out, w.W_fc.value(), w.b_fc.value());
-        named(block_name(i, "mlp_hidden"), c.hidden);
-        c.gelu_out = gelu_forward(c.hidden);
-        named(block_name(i, "mlp_gelu"), c.gelu_out);
-        const array<T> mlp = matmul_bias_forward(c.gelu_out, w.W_proj.value(), w.b_proj.value());
+        array<T> mlp;
+        if (config.mlp == mlp_kind::swiglu)
+        {
+            // MLP = (silu(ln_2 W_gate + b_gate) * (ln_2 W_up + b_up)) W_down + b_down
+            c.hidden = linear_forward(c.ln_2_out, w.W_gate.value(), value_if(mlp_bias, w.b_gate));
+            named(block_name(i, "mlp_gate"), c.hidden);
+            c.up = linear_forward(c.ln_2_out, w.W_up.value(), value_if(mlp_bias, w.b_up));
+            named(block_name(i, "mlp_up"), c.up);
+            c.activated = swiglu_forward(c.hidden, c.up);
+            named(block_name(i, "mlp_swiglu"), c.activated);
+            mlp = linear_forward(c.activated, w.W_down.value(), value_if(mlp_bias, w.b_down));
+        }
+        else
+        {
+            // MLP = GELU(ln_2 W_fc + b_fc) W_proj + b_proj, GELU tanh-approximated or exact
+            c.hidden = linear_forward(c.ln_2_out, w.W_fc.value(), value_if(mlp_bias, w.b_fc));
+            named(block_name(i, "mlp_hidden"), c.hidden);
+            c.activated = config.mlp == mlp_kind::gelu ? gelu_exact_forward(c.hidden) : gelu_forward(c.hidden);
+            named(block_name(i, "mlp_gelu"), c.activated);
+            mlp = linear_forward(c.activated, w.W_proj.value(), value_if(mlp_bias, w.b_proj));
+        }
         named(block_name(i, "mlp"), mlp);
         x = residual_forward(x, mlp);
         named(block_name(i, "res_2"), x);
     }
-    // logits = LN(x; ln_f) wte^T
-    cache.ln_f_out = layernorm_forward(x, p.ln_f_weight.value(), p.ln_f_bias.value(), cache.ln_f);
+    // logits = N(x; ln_f) wte^T, or N(x; ln_f) lm_head when the head is untied
+    cache.ln_f_out = norm_forward(config, x, p.ln_f_weight, p.ln_f_bias, cache.ln_f);
     named("ln_f", cache.ln_f_out);
-    r.logits = tied_head_forward(cache.ln_f_out, p.wte.value());
+    r.logits = config.tied_head ? tied_head_forward(cache.ln_f_out, p.wte.value())
+                                : linear_forward(cache.ln_f_out, p.lm_head.value(), static_cast<const array<T>*>(nullptr));
     named("logits", r.logits);
     if (targets != nullptr)
     {
@@ -759,83 +709,168 @@ gpt_forward_result<T> gpt_forward(const gpt_parameters<T>& p, const ids_t& token
     return r;
 }
 
+namespace
+{
+// The MLP's backward from d mlp to d ln_2, listing its gradients as gpt_backward_order says.
+template <class T, class Done, class Rules>
+array<T> mlp_backward(const gpt_config& config, const gpt_block_parameters<T>& w, const block_cache<T>& c,
+                      const array<T>& d_mlp, std::size_t i, const Rules& rules, Done& done)
+{
+    const bool b = config.mlp_has_bias();
+    const auto bias_done = [&](const char* name, const array<T>& grad) {
+        if (b)
+        {
+            done(block_name(i, name), grad);
+        }
+    };
+    if (config.mlp == mlp_kind::swiglu)
+    {
+        // mlp = mlp_swiglu W_down + b_down
+        linear_gradients<T> down = rules("mlp.out").linear(d_mlp, c.activated, w.W_down.value(), b);
+        done(block_name(i, "mlp_swiglu"), down.x);
+        done(block_name(i, "mlp.W_down"), down.w);
+        bias_done("mlp.b_down", down.b);
+        // mlp_swiglu = silu(mlp_gate) * mlp_up
+        swiglu_gradients<T> act = rules("mlp_act").swiglu(down.x, c.hidden, c.up);
+        done(block_name(i, "mlp_gate"), act.gate);
+        done(block_name(i, "mlp_up"), act.up);
+        // mlp_gate = ln_2 W_gate + b_gate, mlp_up = ln_2 W_up + b_up  ->  d ln_2 = the sum of both paths
+        const backward_rules<T> in = rules("mlp.in");
+        linear_gradients<T> gate = in.linear(act.gate, c.ln_2_out, w.W_gate.value(), b);
+        linear_gradients<T> up = in.linear(act.up, c.ln_2_out, w.W_up.value(), b);
+        array<T> d_ln_2 = gate.x + up.x;
+        done(block_name(i, "ln_2"), d_ln_2);
+        done(block_name(i, "mlp.W_gate"), gate.w);
+        bias_done("mlp.b_gate", gate.b);
+        done(block_name(i, "mlp.W_up"), up.w);
+        bias_done("mlp.b_up", up.b);
+        return d_ln_2;
+    }
+    // mlp = mlp_gelu W_proj + b_proj
+    linear_gradients<T> proj = rules("mlp.out").linear(d_mlp, c.activated, w.W_proj.value(), b);
+    done(block_name(i, "mlp_gelu"), proj.x);
+    done(block_name(i, "mlp.W_proj"), proj.w);
+    bias_done("mlp.b_proj", proj.b);
+    // mlp_gelu = GELU(mlp_hidden), tanh-approximated or exact
+    const backward_rules<T> act = rules("mlp_act");
+    const array<T> d_hidden = config.mlp == mlp_kind::gelu ? act.gelu_exact(proj.x, c.hidden)
+                                                           : act.gelu_tanh(proj.x, c.hidden);
+    done(block_name(i, "mlp_hidden"), d_hidden);
+    // mlp_hidden = ln_2 W_fc + b_fc
+    linear_gradients<T> fc = rules("mlp.in").linear(d_hidden, c.ln_2_out, w.W_fc.value(), b);
+    done(block_name(i, "ln_2"), fc.x);
+    done(block_name(i, "mlp.W_fc"), fc.w);
+    bias_done("mlp.b_fc", fc.b);
+    return std::move(fc.x);
+}
+}  // namespace
+
 template <class T>
-gpt_gradients<T> gpt_backward(const gpt_cache<T>& cache, broken_rule broken)
+gpt_gradients<T> gpt_backward(const gpt_cache<T>& cache, const fault_hook<T>& hook)
 {
     if (!cache.loss)
     {
         fail("gpt_backward", "the forward pass was given no targets, so there is no loss to differentiate");
     }
     const gpt_parameters<T>& p = cache.params;
-    const std::size_t last = p.config.layers - 1;
+    const gpt_config& config = p.config;
+    const std::size_t last = config.layers - 1;
+    const bool norm_bias = config.norm_has_bias();
     gpt_gradients<T> g;
-    g.config = p.config;
+    g.config = config;
     auto done = [&g](std::string name, const array<T>& grad) { g.in_backward_order.emplace_back(std::move(name), grad); };
+    // The rules of one step: the correct table, as the hook (if any) leaves it for this site.
+    const auto rules = [&hook](const std::string& site) {
+        backward_rules<T> r;
+        if (hook)
+        {
+            hook(site, r);
+        }
+        return r;
+    };
     array<T> d_wte = zeros_like(p.wte.value());
-    array<T> d_wpe = zeros_like(p.wpe.value());
 
     // loss = cross_entropy(logits, targets)
-    const array<T> d_logits = softmax_cross_entropy_backward(*cache.loss, broken == broken_rule::cross_entropy);
+    const array<T> d_logits = rules("loss").cross_entropy(*cache.loss);
     done("logits", d_logits);
-    // logits = ln_f wte^T
-    const array<T> d_ln_f = tied_head_backward(d_logits, cache.ln_f_out, p.wte.value(), d_wte);
+    // logits = ln_f wte^T  (tied)  or  ln_f lm_head
+    array<T> d_ln_f;
+    if (config.tied_head)
+    {
+        d_ln_f = rules("head").tied_head(d_logits, cache.ln_f_out, p.wte.value(), d_wte);
+    }
+    else
+    {
+        linear_gradients<T> head = rules("head").linear(d_logits, cache.ln_f_out, p.lm_head.value(), false);
+        done("lm_head", head.w);
+        d_ln_f = std::move(head.x);
+    }
     done("ln_f", d_ln_f);
-    // ln_f = LN(x; ln_f)
-    layernorm_gradients<T> ln_f = layernorm_backward(d_ln_f, cache.ln_f, p.ln_f_weight.value());
+    // ln_f = N(x; ln_f)
+    layernorm_gradients<T> ln_f = norm_backward(config, rules("ln_f"), d_ln_f, cache.ln_f, p.ln_f_weight);
     array<T> d_x = std::move(ln_f.x);
     done(block_name(last, "res_2"), d_x);
     done("ln_f.weight", ln_f.weight);
-    done("ln_f.bias", ln_f.bias);
+    if (norm_bias)
+    {
+        done("ln_f.bias", ln_f.bias);
+    }
 
-    for (std::size_t i = p.config.layers; i-- > 0;)
+    for (std::size_t i = config.layers; i-- > 0;)
     {
         const gpt_block_parameters<T>& w = p.blocks[i];
         const block_cache<T>& c = cache.blocks[i];
-        auto breaks = [&](broken_rule rule) { return broken == rule && i == last; };
+        const auto block_rules = [&](const char* site) { return rules(block_name(i, site)); };
         const array<T> d_res_2 = std::move(d_x);
         // res_2 = res_1 + mlp  ->  d mlp = d res_2
         done(block_name(i, "mlp"), d_res_2);
-        // mlp = mlp_gelu W_proj + b_proj
-        matmul_bias_gradients<T> proj = matmul_bias_backward(d_res_2, c.gelu_out, w.W_proj.value());
-        done(block_name(i, "mlp_gelu"), proj.x);
-        done(block_name(i, "mlp.W_proj"), proj.w);
-        done(block_name(i, "mlp.b_proj"), proj.b);
-        // mlp_gelu = GELU(mlp_hidden)
-        const array<T> d_hidden = gelu_backward(proj.x, c.hidden, breaks(broken_rule::gelu));
-        done(block_name(i, "mlp_hidden"), d_hidden);
-        // mlp_hidden = ln_2 W_fc + b_fc
-        matmul_bias_gradients<T> fc =
-            matmul_bias_backward(d_hidden, c.ln_2_out, w.W_fc.value(), breaks(broken_rule::matmul_bias));
-        done(block_name(i, "ln_2"), fc.x);
-        done(block_name(i, "mlp.W_fc"), fc.w);
-        done(block_name(i, "mlp.b_fc"), fc.b);
-        // ln_2 = LN(res_1; ln_2), and res_2 = res_1 + mlp(ln_2)
-        layernorm_gradients<T> ln_2 =
-            layernorm_backward(fc.x, c.ln_2, w.ln_2_weight.value(), breaks(broken_rule::layer_norm));
-        const array<T> d_res_1 = residual_backward(d_res_2, ln_2.x);
+        const array<T> d_ln_2 = mlp_backward(config, w, c, d_res_2, i, block_rules, done);
+        // ln_2 = N(res_1; ln_2), and res_2 = res_1 + mlp(ln_2)
+        layernorm_gradients<T> ln_2 = norm_backward(config, block_rules("ln_2"), d_ln_2, c.ln_2, w.ln_2_weight);
+        const array<T> d_res_1 = block_rules("res_2").residual(d_res_2, ln_2.x);
         done(block_name(i, "res_1"), d_res_1);
         done(block_name(i, "ln_2.weight"), ln_2.weight);
-        done(block_name(i, "ln_2.bias"), ln_2.bias);
+        if (norm_bias)
+        {
+            done(block_name(i, "ln_2.bias"), ln_2.bias);
+        }
         // res_1 = x + attn  ->  d attn = d res_1
         done(block_name(i, "attn"), d_res_1);
-        // attn = MHA(ln_1)
-        self_attention_gradients<T> attn = self_attention_backward(d_res_1, c.attn, breaks(broken_rule::attention));
+        // attn = MHA(ln_1), with its rotary embedding and biases
+        const backward_rules<T> attention = block_rules("attn");
+        attention_gradients<T> attn =
+            attention.attention(d_res_1, c.attn, attention_of(config, w), attention.attention_parts);
         done(block_name(i, "ln_1"), attn.x);
-        done(block_name(i, "attn.W_Q"), attn.w_q);
-        done(block_name(i, "attn.W_K"), attn.w_k);
-        done(block_name(i, "attn.W_V"), attn.w_v);
-        done(block_name(i, "attn.W_O"), attn.w_o);
-        // ln_1 = LN(x; ln_1), and res_1 = x + attn(ln_1)
-        layernorm_gradients<T> ln_1 = layernorm_backward(attn.x, c.ln_1, w.ln_1_weight.value());
-        d_x = residual_backward(d_res_1, ln_1.x, breaks(broken_rule::residual));
+        const bool attn_bias = config.attention_has_bias();
+        for (const auto& [weight, d_weight, bias, d_bias] :
+             {std::tuple{"attn.W_Q", &attn.w_q, "attn.b_Q", &attn.b_q}, {"attn.W_K", &attn.w_k, "attn.b_K", &attn.b_k},
+              {"attn.W_V", &attn.w_v, "attn.b_V", &attn.b_v}, {"attn.W_O", &attn.w_o, "attn.b_O", &attn.b_o}})
+        {
+            done(block_name(i, weight), *d_weight);
+            if (attn_bias)
+            {
+                done(block_name(i, bias), *d_bias);
+            }
+        }
+        // ln_1 = N(x; ln_1), and res_1 = x + attn(ln_1)
+        layernorm_gradients<T> ln_1 = norm_backward(config, block_rules("ln_1"), attn.x, c.ln_1, w.ln_1_weight);
+        d_x = block_rules("res_1").residual(d_res_1, ln_1.x);
         done(i > 0 ? block_name(i - 1, "res_2") : "embed", d_x);
         done(block_name(i, "ln_1.weight"), ln_1.weight);
-        done(block_name(i, "ln_1.bias"), ln_1.bias);
+        if (norm_bias)
+        {
+            done(block_name(i, "ln_1.bias"), ln_1.bias);
+        }
     }
-    // embed = wte[tokens] + wpe
-    encoder_backward(d_wte, d_wpe, d_x, cache.tokens, broken == broken_rule::encoder);
+    // embed = wte[tokens] (+ wpe)
+    const bool learned = config.position == position_kind::learned;
+    array<T> d_wpe = learned ? zeros_like(p.wpe.value()) : array<T>();
+    rules("embed").encoder(d_wte, learned ? &d_wpe : nullptr, d_x, cache.tokens);
     done("wte", d_wte);
-    done("wpe", d_wpe);
+    if (learned)
+    {
+        done("wpe", d_wpe);
+    }
     return g;
 }
 
@@ -864,27 +899,21 @@ std::vector<std::pair<std::string, array<T>>> gpt_gradients<T>::parameters() con
 }
 
 #define XGRAD_GPT_MANUAL(T)                                                                                       \
-    template array<T> encoder_forward(const array<T>&, const array<T>&, const ids_t&);                           \
-    template void encoder_backward(array<T>&, array<T>&, const array<T>&, const ids_t&, bool);                   \
-    template array<T> layernorm_forward(const array<T>&, const array<T>&, const array<T>&, layernorm_cache<T>&); \
+    template array<T> encoder_forward(const array<T>&, const array<T>*, const ids_t&);                           \
+    template void encoder_backward(array<T>&, array<T>*, const array<T>&, const ids_t&);                         \
+    template array<T> layernorm_forward(const array<T>&, const array<T>&, const array<T>*, layernorm_cache<T>&); \
     template layernorm_gradients<T> layernorm_backward(const array<T>&, const layernorm_cache<T>&,                \
-                                                       const array<T>&, bool);                                   \
-    template array<T> matmul_bias_forward(const array<T>&, const array<T>&, const array<T>&);                    \
-    template matmul_bias_gradients<T> matmul_bias_backward(const array<T>&, const array<T>&, const array<T>&,    \
-                                                           bool);                                                \
+                                                       const array<T>&);                                         \
     template array<T> gelu_forward(const array<T>&);                                                             \
-    template array<T> gelu_backward(const array<T>&, const array<T>&, bool);                                     \
-    template mha_forward_result<T> self_attention_forward(const array<T>&, const gpt_block_parameters<T>&,       \
-                                                          const mha_config&);                                    \
-    template self_attention_gradients<T> self_attention_backward(const array<T>&, const mha_cache<T>&, bool);    \
+    template array<T> gelu_backward(const array<T>&, const array<T>&);                                           \
     template array<T> residual_forward(const array<T>&, const array<T>&);                                        \
-    template array<T> residual_backward(const array<T>&, const array<T>&, bool);                                 \
+    template array<T> residual_backward(const array<T>&, const array<T>&);                                       \
     template array<T> tied_head_forward(const array<T>&, const array<T>&);                                       \
     template array<T> tied_head_backward(const array<T>&, const array<T>&, const array<T>&, array<T>&);          \
     template T softmax_cross_entropy_forward(const array<T>&, const ids_t&, cross_entropy_cache<T>&);            \
-    template array<T> softmax_cross_entropy_backward(const cross_entropy_cache<T>&, bool);                       \
+    template array<T> softmax_cross_entropy_backward(const cross_entropy_cache<T>&);                             \
     template gpt_forward_result<T> gpt_forward(const gpt_parameters<T>&, const ids_t&, const ids_t*);            \
-    template gpt_gradients<T> gpt_backward(const gpt_cache<T>&, broken_rule);                                    \
+    template gpt_gradients<T> gpt_backward(const gpt_cache<T>&, const fault_hook<T>&);                           \
     template struct gpt_gradients<T>;                                                                            \
     template std::vector<std::pair<std::string, parameter<T>>> named_parameters(const gpt_parameters<T>&);
 XGRAD_INSTANTIATE_FOR_FLOAT_TYPES(XGRAD_GPT_MANUAL)

@@ -367,13 +367,16 @@ array<T> causal_self_attention_forward(const array<T>& x, const attention_weight
 
 template <class T>
 attention_gradients<T> causal_self_attention_backward(const array<T>& d_y, const attention_cache<T>& c,
-                                                      const attention_weights<T>& w)
+                                                      const attention_weights<T>& w, const attention_rules<T>& rules)
 {
     attention_gradients<T> g;
     // y = joined W_O + b_O  ->  d joined = d y W_O^T,  d W_O = joined^T d y,  d b_O = sum over rows d y
-    linear_gradients<T> out = linear_backward(d_y, c.joined, *w.w_o, c.has_bias);
+    linear_gradients<T> out = linear_backward(d_y, c.joined, *w.w_o, false);
     g.w_o = std::move(out.w);
-    g.b_o = std::move(out.b);
+    if (c.has_bias)
+    {
+        g.b_o = rules.bias(d_y);
+    }
     // joined = combine_heads(O)  ->  d O = split_heads(d joined)
     const array<T> d_heads = split_heads(out.x, c.config.heads);
     // O = attention(Q, K, V)  ->  Chapter 19's backward
@@ -381,17 +384,21 @@ attention_gradients<T> causal_self_attention_backward(const array<T>& d_y, const
     attention_backward(d_heads, c.q, c.k, c.v, c.weights, d_q, d_k, d_v);
     if (c.variant.rope)
     {
-        d_q = rope_backward(d_q, c.variant.rope_base, c.variant.position_offset);  // Q = rope(Q)  ->  R(-a)
-        d_k = rope_backward(d_k, c.variant.rope_base, c.variant.position_offset);  // K = rope(K)  ->  R(-a)
+        d_q = rules.rope(d_q, c.variant.rope_base, c.variant.position_offset);  // Q = rope(Q)  ->  R(-a) d Q
+        d_k = rules.rope(d_k, c.variant.rope_base, c.variant.position_offset);  // K = rope(K)  ->  R(-a) d K
     }
-    // Q = split(x W_Q + b_Q)  ->  d (x W_Q + b_Q) = combine(d Q), then linear_backward; likewise K and V
-    linear_gradients<T> q = linear_backward(combine_heads(d_q), c.x, *w.w_q, c.has_bias);
-    linear_gradients<T> k = linear_backward(combine_heads(d_k), c.x, *w.w_k, c.has_bias);
-    linear_gradients<T> v = linear_backward(combine_heads(d_v), c.x, *w.w_v, c.has_bias);
+    // Q = split(x W_Q + b_Q)  ->  d (x W_Q + b_Q) = combine(d Q), then as linear_forward; likewise K and V
+    const array<T> d_q_lin = combine_heads(d_q), d_k_lin = combine_heads(d_k), d_v_lin = combine_heads(d_v);
+    linear_gradients<T> q = linear_backward(d_q_lin, c.x, *w.w_q, false);
+    linear_gradients<T> k = linear_backward(d_k_lin, c.x, *w.w_k, false);
+    linear_gradients<T> v = linear_backward(d_v_lin, c.x, *w.w_v, false);
+    if (c.has_bias)
+    {
+        g.b_q = rules.bias(d_q_lin), g.b_k = rules.bias(d_k_lin), g.b_v = rules.bias(d_v_lin);
+    }
     // x feeds all three projections  ->  d x = the sum of their parts
     g.x = q.x + k.x + v.x;
     g.w_q = std::move(q.w), g.w_k = std::move(k.w), g.w_v = std::move(v.w);
-    g.b_q = std::move(q.b), g.b_k = std::move(k.b), g.b_v = std::move(v.b);
     return g;
 }
 
@@ -411,6 +418,7 @@ attention_gradients<T> causal_self_attention_backward(const array<T>& d_y, const
                                                     const mha_config&, const attention_variant&,                  \
                                                     attention_cache<T>&);                                         \
     template attention_gradients<T> causal_self_attention_backward(const array<T>&, const attention_cache<T>&,    \
-                                                                   const attention_weights<T>&);
+                                                                   const attention_weights<T>&,                  \
+                                                                   const attention_rules<T>&);
 XGRAD_INSTANTIATE_FOR_FLOAT_TYPES(XGRAD_MANUAL_LAYERS)
 }  // namespace xgrad::models::manual

@@ -136,8 +136,18 @@ struct attention_gradients
     array<T> x, w_q, w_k, w_v, w_o;
     array<T> b_q, b_k, b_v, b_o;  // not computed (default, 0-d arrays) without biases
 };
+// The rules causal_self_attention_backward calls for its rotary embedding and its biases: the correct
+// ones unless a fault hook swapped one for a deliberate mistake (models/manual_faults.hpp).
+template <class T>
+struct attention_rules
+{
+    array<T> (*rope)(const array<T>&, double, std::size_t) = rope_backward<T>;
+    array<T> (*bias)(const array<T>&) = bias_backward<T>;
+};
+
 // Reverses causal_self_attention_forward, line by line.
 template <class T>
 attention_gradients<T> causal_self_attention_backward(const array<T>& d_y, const attention_cache<T>& cache,
-                                                      const attention_weights<T>& weights);
+                                                      const attention_weights<T>& weights,
+                                                      const attention_rules<T>& rules = {});
 }  // namespace xgrad::models::manual

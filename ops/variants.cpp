@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <sstream>
+#include <type_traits>
 #include <vector>
 
 #include "autodiff/instantiate.hpp"
@@ -46,6 +47,29 @@ struct scalar_of<xsimd::batch<T, A>>
 {
     using type = T;
 };
+
+// The scalar type of a batch, or the type itself for a single value; e^x of either.
+template <class V>
+struct scalar_of_or_self
+{
+    using type = V;
+};
+template <class T, class A>
+struct scalar_of_or_self<xsimd::batch<T, A>>
+{
+    using type = T;
+};
+
+template <class T>
+T exp_of(T x)
+{
+    return std::exp(x);
+}
+template <class T, class A>
+xsimd::batch<T, A> exp_of(xsimd::batch<T, A> x)
+{
+    return xsimd::exp(x);
+}
 
 // sigmoid(x) = 1 / (1 + e^-x); for x -> -inf, e^-x -> inf and the quotient -> 0 (no NaN).
 template <class V>
@@ -91,8 +115,8 @@ struct swiglu_forward
     }
 };
 
-// erf and the exact GELU use libm one value at a time: xsimd's erfc is off by up to 4e-12 relative in
-// double (and 4e-6 in float) for x > 2, where GELU's x << 0 reads it.
+// erf uses libm one value at a time, as does the exact GELU's tail: xsimd's erfc is off by up to 4e-12
+// relative in double (and 4e-6 in float) for x > 2, where GELU's x << 0 reads it.
 struct erf_forward
 {
     template <class T>
@@ -111,30 +135,70 @@ struct erf_backward
     }
 };
 
-// Phi(x) = 0.5 (1 + erf(x / sqrt 2)) = 0.5 erfc(-x / sqrt 2): the erfc form keeps its digits for x << 0,
-// where 1 + erf cancels (at x = -6 it is 2e-9, and 0 in float32).
+// Phi(x) = 0.5 (1 + erf(x / sqrt 2)) = 0.5 erfc(-x / sqrt 2). For x >= -1, 1 + erf >= 0.31 keeps its
+// digits and xsimd's erf (within 2e-15 of libm's) runs on whole batches; below, 1 + erf cancels (at
+// x = -6 it is 2e-9, and 0 in float32), and erfc takes over: in float32 xsimd's, in its batches (within
+// 1e-6 relative of the exact value, far below float32's other rounding), in float64 libm's, one value at
+// a time (xsimd's is off by up to 4e-12 relative there).
+constexpr double gelu_tail = -1.0;
+
 template <class T>
-T normal_cdf(T x)
+T normal_cdf_tail(T x)
 {
     return T(0.5) * std::erfc(x * T(-one_over_sqrt_2));
 }
 
+template <class V>
+V normal_cdf_body(V x)
+{
+    using T = typename scalar_of<V>::type;
+    const V body = V(T(0.5)) * (V(T(1)) + xsimd::erf(x * V(T(one_over_sqrt_2))));
+    if constexpr (std::is_same_v<T, float>)
+    {
+        return xsimd::select(x < V(T(gelu_tail)), V(T(0.5)) * xsimd::erfc(x * V(T(-one_over_sqrt_2))), body);
+    }
+    return body;
+}
+
+// y = x Phi(x) and d y = g (Phi(x) + x phi(x)), phi(x) = e^{-x^2/2} / sqrt(2 pi), given Phi(x).
+template <class V>
+V gelu_exact_value(V x, V cdf)
+{
+    return x * cdf;
+}
+
+template <class V>
+V gelu_exact_slope(V x, V g, V cdf)
+{
+    using T = typename scalar_of_or_self<V>::type;
+    return g * (cdf + x * V(T(one_over_sqrt_2pi)) * exp_of(V(T(-0.5)) * x * x));
+}
+
 struct gelu_exact_forward
 {
-    template <class T>
-    T operator()(T x, T) const
+    template <class V>
+    V operator()(V x, V) const
     {
-        return x * normal_cdf(x);
+        return gelu_exact_value(x, normal_cdf_body(x));
+    }
+    template <class T>
+    T tail(T x, T) const
+    {
+        return gelu_exact_value(x, normal_cdf_tail(x));
     }
 };
 
-// d gelu / dx = Phi(x) + x phi(x), phi(x) = e^{-x^2/2} / sqrt(2 pi)
 struct gelu_exact_backward
 {
-    template <class T>
-    T operator()(T x, T g) const
+    template <class V>
+    V operator()(V x, V g) const
     {
-        return g * (normal_cdf(x) + x * T(one_over_sqrt_2pi) * std::exp(T(-0.5) * x * x));
+        return gelu_exact_slope(x, g, normal_cdf_body(x));
+    }
+    template <class T>
+    T tail(T x, T g) const
+    {
+        return gelu_exact_slope(x, g, normal_cdf_tail(x));
     }
 };
 
@@ -205,6 +269,23 @@ var<T> unary_op(const char* name, const var<T>& x, Forward forward, Backward bac
     return detail::record(name, {x}, std::move(y), saves_input0, [backward](backward_context<T>& ctx) {
         ctx.accumulate(0, map_values<kind>(ctx.input(0), &ctx.grad(), backward));
     });
+}
+
+// f on xsimd batches, then in float64 f.tail one value at a time where x < gelu_tail (NaN stays with the
+// batches).
+template <class T, class F>
+array<T> with_tail(const array<T>& x, const array<T>* other, F f)
+{
+    array<T> y = map_values<lanes::simd>(x, other, f);
+    for (std::size_t i = 0; std::is_same_v<T, double> && i < x.size(); ++i)
+    {
+        const T v = x.data()[i];
+        if (v < T(gelu_tail))
+        {
+            y.data()[i] = f.tail(v, other ? other->data()[i] : T(0));
+        }
+    }
+    return y;
 }
 
 // ---- row ops --------------------------------------------------------------------------------------
@@ -318,11 +399,15 @@ var<T> silu(const var<T>& x)
     return unary_op<lanes::simd>("silu", x, silu_forward{}, silu_backward{});
 }
 
-// y = 0.5 x (1 + erf(x / sqrt 2)) = x Phi(x), computed as 0.5 x erfc(-x / sqrt 2).   dL/dx = g (Phi(x) + x phi(x)), phi(x) = e^{-x^2/2} / sqrt(2 pi)
+// y = 0.5 x (1 + erf(x / sqrt 2)) = x Phi(x)   (for x < -1 as 0.5 x erfc(-x / sqrt 2), see normal_cdf_tail)
+// dL/dx = g (Phi(x) + x phi(x)),  phi(x) = e^{-x^2/2} / sqrt(2 pi)
 template <class T>
 var<T> gelu_exact(const var<T>& x)
 {
-    return unary_op<lanes::scalar>("gelu_exact", x, gelu_exact_forward{}, gelu_exact_backward{});
+    array<T> y = with_tail(x.value(), static_cast<const array<T>*>(nullptr), gelu_exact_forward{});
+    return detail::record("gelu_exact", {x}, std::move(y), saves_input0, [](backward_context<T>& ctx) {
+        ctx.accumulate(0, with_tail(ctx.input(0), &ctx.grad(), gelu_exact_backward{}));
+    });
 }
 
 // y = silu(a) u, a = gate.   dL/da = g u s (1 + a (1 - s)),  dL/du = g silu(a)   (s = sigmoid(a))

@@ -19,6 +19,7 @@
 #include "io/safetensors.hpp"
 #include "models/gpt.hpp"
 #include "models/gpt_manual.hpp"
+#include "models/manual_faults.hpp"
 
 using namespace xgrad;
 using namespace xgrad::models;
@@ -296,7 +297,7 @@ TEST_CASE("the fixtures catch each deliberate mistake of the hand-derived backwa
     // A mistake counts as caught when some parameter gradient of some case misses PyTorch's by far more
     // than the tolerance. (The cross-entropy mistake shows only where targets are ignored; the encoder's
     // where a token repeats or the tied head adds its part.)
-    for (manual::broken_rule rule : manual::breakable_rules())
+    for (manual::broken_rule rule : manual::breakable_rules(gpt_config{}))  // the default model's rules
     {
         CAPTURE(manual::to_string(rule));
         double worst = 0;

@@ -10,6 +10,7 @@
 
 #include "models/divergence.hpp"
 #include "models/gpt_manual.hpp"
+#include "models/manual_faults.hpp"
 #include "test_util.hpp"
 
 using namespace xgrad;
@@ -152,8 +153,8 @@ TEST_CASE("gpt_manual: every layer's backward matches central differences")
         ids_t tokens = ids({{1, 3, 1}, {1, 0, 2}});
         const f64 G = test::normal_array<double>({B, T, d}, 3);
         f64 d_wte = xt::zeros<double>({V, d}), d_wpe = xt::zeros<double>(shape_t{4, d});
-        manual::encoder_backward(d_wte, d_wpe, G, tokens);
-        auto f = [&] { return weighted_sum(manual::encoder_forward(wte, wpe, tokens), G); };
+        manual::encoder_backward(d_wte, &d_wpe, G, tokens);
+        auto f = [&] { return weighted_sum(manual::encoder_forward(wte, &wpe, tokens), G); };
         XGRAD_CHECK_CLOSE(d_wte, numeric_gradient(f, wte), 1e-7, 1e-9);
         XGRAD_CHECK_CLOSE(d_wpe, numeric_gradient(f, wpe), 1e-7, 1e-9);
     }
@@ -163,11 +164,11 @@ TEST_CASE("gpt_manual: every layer's backward matches central differences")
             b = test::normal_array<double>({d}, 6);
         const f64 G = test::normal_array<double>({B, T, d}, 7);
         manual::layernorm_cache<double> cache;
-        manual::layernorm_forward(x, w, b, cache);
+        manual::layernorm_forward(x, w, &b, cache);
         const auto g = manual::layernorm_backward(G, cache, w);
         auto f = [&] {
             manual::layernorm_cache<double> c;
-            return weighted_sum(manual::layernorm_forward(x, w, b, c), G);
+            return weighted_sum(manual::layernorm_forward(x, w, &b, c), G);
         };
         XGRAD_CHECK_CLOSE(g.x, numeric_gradient(f, x), 1e-6, 1e-8);
         XGRAD_CHECK_CLOSE(g.weight, numeric_gradient(f, w), 1e-6, 1e-8);
@@ -180,8 +181,8 @@ TEST_CASE("gpt_manual: every layer's backward matches central differences")
             f64 x = test::normal_array<double>({B, T, c}, 8), w = test::normal_array<double>({c, oc}, 9),
                 b = test::normal_array<double>({oc}, 10);
             const f64 G = test::normal_array<double>({B, T, oc}, 11);
-            const auto g = manual::matmul_bias_backward(G, x, w);
-            auto f = [&] { return weighted_sum(manual::matmul_bias_forward(x, w, b), G); };
+            const auto g = manual::linear_backward(G, x, w, true);
+            auto f = [&] { return weighted_sum(manual::linear_forward(x, w, &b), G); };
             XGRAD_CHECK_CLOSE(g.x, numeric_gradient(f, x), 1e-6, 1e-8);
             XGRAD_CHECK_CLOSE(g.w, numeric_gradient(f, w), 1e-6, 1e-8);
             XGRAD_CHECK_CLOSE(g.b, numeric_gradient(f, b), 1e-6, 1e-8);
@@ -329,7 +330,7 @@ TEST_CASE("gpt_manual: float32 agrees with float64")
 
 // ---- names and order ----------------------------------------------------------------------------------
 
-TEST_CASE("gpt_manual: gradients come in backward order, under every SPEC and activation name")
+TEST_CASE("gpt_manual: gradients come in backward order, under every parameter and activation name")
 {
     const gpt_config c{7, 5, 3, 8, 2, 0};
     const auto p = random_gpt<double>(c, 7);
@@ -359,7 +360,7 @@ TEST_CASE("gpt_manual: gradients come in backward order, under every SPEC and ac
     for (const auto& [name, handle] : manual::named_parameters(p))
     {
         CHECK(test::shapes_equal(g.of(name), handle.value()));
-        CHECK(handle.name() == name);  // random_gpt names them as SPEC does
+        CHECK(handle.name() == name);  // random_gpt names them as docs/spec.md does
     }
     CHECK(g.parameters().size() == parameters.size());
     CHECK(g.parameters().front().first == "wte");
@@ -420,8 +421,8 @@ TEST_CASE("gpt_manual: each broken rule is found where it is, against the unbrok
     const auto f = manual::gpt_forward(p, tokens, &targets);
     const auto right = manual::gpt_backward(f.cache);
     CHECK_FALSE(first_divergence(right.in_backward_order, manual::gpt_backward(f.cache).in_backward_order).diverged());
-    REQUIRE(manual::breakable_rules().size() == first_wrong_in_two_layers.size());
-    for (manual::broken_rule rule : manual::breakable_rules())
+    REQUIRE(manual::breakable_rules(c).size() == first_wrong_in_two_layers.size());
+    for (manual::broken_rule rule : manual::breakable_rules(c))
     {
         CAPTURE(manual::to_string(rule));
         const auto wrong = manual::gpt_backward(f.cache, rule);
@@ -639,7 +640,7 @@ TEST_CASE("first_divergence against the tape names the first node downstream of 
         tape_and_manual<double> r;
         run_both(r, p, tokens, targets);
         CHECK_FALSE(first_divergence(r.taped, p, manual::gpt_backward(r.by_hand.cache)).diverged());
-        for (manual::broken_rule rule : manual::breakable_rules())
+        for (manual::broken_rule rule : manual::breakable_rules(l.config))
         {
             CAPTURE(manual::to_string(rule));
             const auto report = first_divergence(r.taped, p, manual::gpt_backward(r.by_hand.cache, rule));
@@ -731,11 +732,183 @@ TEST_CASE("gpt_manual: bad input throws naming the function and the problem")
 
     // The layer functions check what they read.
     const f64 x = xt::zeros<double>({1, 2, 4});
-    CHECK(message([&] { manual::matmul_bias_forward(x, f64(xt::zeros<double>({3, 2})), f64(xt::zeros<double>({2}))); })
-              .find("matmul_bias_forward: x must be (B, T, 3), got (1, 2, 4)") == 0);
+    const f64 w32 = xt::zeros<double>({3, 2}), b2 = xt::zeros<double>({2});
+    CHECK(message([&] { manual::linear_forward(x, w32, &b2); }).find("linear_forward: x (B, T, C), W (C, OC)") == 0);
     manual::layernorm_cache<double> cache;
-    CHECK(message([&] { manual::layernorm_forward(x, f64(xt::ones<double>({3})), f64(xt::zeros<double>({4})), cache); })
+    const f64 b4 = xt::zeros<double>({4});
+    CHECK(message([&] { manual::layernorm_forward(x, f64(xt::ones<double>({3})), &b4, cache); })
               .find("layernorm_forward: weight must be (4), got (3)") == 0);
     f64 d_wte = xt::zeros<double>({3, 4}), d_wpe = xt::zeros<double>({4, 4});
-    CHECK(message([&] { manual::encoder_backward(d_wte, d_wpe, x, ids({{0, 3}})); }).find("encoder_backward") == 0);
+    CHECK(message([&] { manual::encoder_backward(d_wte, &d_wpe, x, ids({{0, 3}})); }).find("encoder_backward") == 0);
+}
+
+// ---- the architecture variants -----------------------------------------------------------------------
+
+namespace
+{
+// A variant of the test model: every parameter the variant declares, random (matrices N(0, 0.4), norm
+// weights 1 + N(0, 0.2), every other vector N(0, 0.2)).
+gpt_parameters<double> random_variant(const gpt_config& c, unsigned seed)
+{
+    gpt_parameters<double> p = gpt_parameters<double>::init(c, seed);
+    std::mt19937 rng(seed);
+    for (auto& [name, handle] : manual::named_parameters(p))
+    {
+        const bool weight = name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0;
+        std::normal_distribution<double> normal(weight ? 1.0 : 0.0, handle.value().dimension() == 2 ? 0.4 : 0.2);
+        for (double& v : handle.value())
+        {
+            v = normal(rng);
+        }
+    }
+    return p;
+}
+
+gpt_config variant(std::size_t layers, std::size_t heads, std::size_t kv_heads, norm_kind norm,
+                   position_kind position, mlp_kind mlp, bias_kind bias, bool tied_head)
+{
+    gpt_config c{11, 8, layers, 16, heads, kv_heads};
+    c.norm = norm, c.position = position, c.mlp = mlp, c.bias = bias, c.tied_head = tied_head;
+    c.rope_base = 500;
+    return c;
+}
+
+const std::vector<std::pair<const char*, gpt_config>> variants = {
+    {"llama", variant(2, 4, 4, norm_kind::rmsnorm, position_kind::rope, mlp_kind::swiglu, bias_kind::none, false)},
+    {"llama gqa", variant(2, 4, 2, norm_kind::rmsnorm, position_kind::rope, mlp_kind::swiglu, bias_kind::none, true)},
+    {"gpt2 bias all", variant(2, 4, 4, norm_kind::layernorm, position_kind::learned, mlp_kind::gelu_tanh,
+                              bias_kind::all, true)},
+    {"nanogpt bias none", variant(2, 2, 2, norm_kind::layernorm, position_kind::learned, mlp_kind::gelu,
+                                  bias_kind::none, true)},
+    {"position none, untied", variant(2, 4, 1, norm_kind::layernorm, position_kind::none, mlp_kind::gelu_tanh,
+                                      bias_kind::mlp, false)},
+    {"mqa rope bias all swiglu", variant(3, 4, 1, norm_kind::rmsnorm, position_kind::rope, mlp_kind::swiglu,
+                                         bias_kind::all, true)},
+    {"one layer, rope, gelu", variant(1, 2, 1, norm_kind::layernorm, position_kind::rope, mlp_kind::gelu,
+                                      bias_kind::all, false)},
+};
+
+// The gradient each deliberate mistake corrupts first, in backward order.
+std::string first_wrong(manual::broken_rule rule, std::size_t layers)
+{
+    const std::string last = "blocks." + std::to_string(layers - 1) + ".";
+    switch (rule)
+    {
+    case manual::broken_rule::encoder: return "wte";
+    case manual::broken_rule::cross_entropy: return "logits";
+    case manual::broken_rule::untied_head: return "lm_head";
+    case manual::broken_rule::layer_norm:
+    case manual::broken_rule::rms_norm: return last + "res_1";
+    case manual::broken_rule::attention:
+    case manual::broken_rule::rope: return last + "ln_1";
+    case manual::broken_rule::residual: return layers > 1 ? "blocks." + std::to_string(layers - 2) + ".res_2" : "embed";
+    case manual::broken_rule::matmul_bias: return last + "ln_2";
+    case manual::broken_rule::gelu:
+    case manual::broken_rule::gelu_exact: return last + "mlp_hidden";
+    case manual::broken_rule::swiglu: return last + "mlp_gate";
+    case manual::broken_rule::attention_bias: return last + "attn.b_Q";
+    case manual::broken_rule::none: break;
+    }
+    return "";
+}
+}  // namespace
+
+TEST_CASE("gpt_manual: every variant equals the tape to 1e-12 in float64, fused and composed, T = 1 too")
+{
+    for (const auto& [name, c] : variants)
+    {
+        for (std::size_t length : {1, 6})
+        {
+            for (bool fused : {true, false})
+            {
+                CAPTURE(std::string(name));
+                CAPTURE(length);
+                CAPTURE(fused);
+                auto p = random_variant(c, 91);
+                tape_and_manual<double> r;
+                gpt_options options;
+                options.fused = fused;
+                run_both(r, p, random_ids(2, length, 11, 92), random_targets(2, length, 11, 93, 4), options);
+                CHECK(std::abs(r.by_hand.loss - r.taped.loss.value()()) <= 1e-12 * std::abs(r.by_hand.loss));
+                // an absolute 1e-14 for the gradients that are 0 but for rounding (W_Q, W_K at T = 1)
+                const auto report = first_divergence(r.taped, p, manual::gpt_backward(r.by_hand.cache), {1e-12, 1e-14});
+                CHECK_MESSAGE(!report.diverged(), report.to_string());
+                CHECK(report.rows.size() == manual::gpt_backward_order(c).size());
+            }
+        }
+    }
+}
+
+TEST_CASE("gpt_manual: every variant's gradients list exactly its parameters and activations")
+{
+    for (const auto& [name, c] : variants)
+    {
+        CAPTURE(std::string(name));
+        auto p = random_variant(c, 95);
+        const auto f = manual::gpt_forward(p, random_ids(2, 5, 11, 96), nullptr);
+        const auto targets = random_targets(2, 5, 11, 97, 0);
+        const auto g = manual::gpt_backward(manual::gpt_forward(p, random_ids(2, 5, 11, 96), &targets).cache);
+        std::vector<std::string> names;
+        for (const auto& entry : g.in_backward_order)
+        {
+            names.push_back(entry.first);
+        }
+        CHECK(names == manual::gpt_backward_order(c));
+        std::vector<std::string> activations;
+        for (const auto& entry : f.activations)
+        {
+            activations.push_back(entry.first);
+        }
+        CHECK(activations == manual::gpt_activation_names(c));
+        std::vector<std::string> parameter_names;
+        for (const auto& entry : g.parameters())
+        {
+            parameter_names.push_back(entry.first);
+        }
+        std::vector<std::string> declared;
+        for (const parameter<double>& handle : p.named_parameters())
+        {
+            declared.push_back(handle.name());
+        }
+        CHECK(parameter_names == declared);
+    }
+}
+
+TEST_CASE("first_divergence finds each deliberate mistake of every variant at the node it corrupts first")
+{
+    for (const auto& [name, c] : variants)
+    {
+        CAPTURE(std::string(name));
+        auto p = random_variant(c, 101);
+        tape_and_manual<double> r;
+        run_both(r, p, random_ids(2, 6, 11, 102), random_targets(2, 6, 11, 103, 4));
+        const auto rules = manual::breakable_rules(c);
+        CHECK(rules.size() >= 7);
+        for (manual::broken_rule rule : rules)
+        {
+            CAPTURE(manual::to_string(rule));
+            CHECK_FALSE(manual::not_used_by(rule, c).has_value());
+            const auto report = first_divergence(r.taped, p, manual::gpt_backward(r.by_hand.cache, rule));
+            REQUIRE(report.diverged());
+            CHECK(report.first_divergence()->name == first_wrong(rule, c.layers));
+            CHECK(report.first_divergence()->max_rel > 1e-3);  // a real error, not rounding
+        }
+    }
+}
+
+TEST_CASE("the variants' rules are used only by their variants, and each says which flag it needs")
+{
+    const gpt_config plain{11, 8, 2, 16, 4, 0};
+    for (auto rule : {manual::broken_rule::rms_norm, manual::broken_rule::rope, manual::broken_rule::gelu_exact,
+                      manual::broken_rule::swiglu, manual::broken_rule::attention_bias, manual::broken_rule::untied_head})
+    {
+        CAPTURE(manual::to_string(rule));
+        const auto why = manual::not_used_by(rule, plain);
+        REQUIRE(why.has_value());
+        CHECK(why->rfind("needs --", 0) == 0);
+        CHECK(manual::describe(rule, 2).size() > 20);
+        CHECK(manual::broken_rule_from_string(manual::to_string(rule)) == rule);
+    }
+    CHECK(manual::breakable_rules(plain).size() == 7);
+    CHECK(manual::breakable_rules().size() == 13);
 }

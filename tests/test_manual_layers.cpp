@@ -5,6 +5,7 @@
 // errors naming the layer and the shapes.
 #include <doctest/doctest.h>
 
+#include "models/manual_faults.hpp"
 #include "models/manual_layers.hpp"
 #include "models/mha.hpp"
 #include "test_util.hpp"
@@ -272,4 +273,19 @@ TEST_CASE("the manual layers refuse shapes that disagree, naming the layer and t
     m = invalid_argument_message(
         [&] { manual::causal_self_attention_forward(x, w, models::mha_config{4, 3, 3}, {}, ac); });
     CHECK(contains(m, "causal_self_attention_forward"));
+}
+
+TEST_CASE("each deliberate mistake of models/manual_faults.hpp gives a gradient far from the correct rule's")
+{
+    const f64 x = random_array({2, 3, 6}, 1, -2.0, 2.0), w = random_array({6}, 2, 0.5, 1.5), G = random_array({2, 3, 6}, 3);
+    const f64 up = random_array({2, 3, 6}, 4);
+    const auto far = [](const f64& wrong, const f64& right) { return max_relative_difference(wrong, right) > 1e-2; };
+    manual::rmsnorm_cache<double> cache;
+    manual::rmsnorm_forward(x, w, cache);
+    CHECK(far(manual::faults::rmsnorm_constant_scale(G, cache, w).x, manual::rmsnorm_backward(G, cache, w).x));
+    const f64 q = random_array({1, 2, 3, 6}, 5);
+    CHECK(far(manual::faults::rope_same_angle(q, 10000.0, 0), manual::rope_backward(q, 10000.0, 0)));
+    CHECK(far(manual::faults::gelu_exact_cdf_only(G, x), manual::gelu_exact_backward(G, x)));
+    CHECK(far(manual::faults::swiglu_sigmoid_slope(G, x, up).gate, manual::swiglu_backward(G, x, up).gate));
+    CHECK(far(manual::faults::bias_first_sequence(G), manual::bias_backward(G)));
 }

@@ -1,0 +1,30 @@
+# examples/gpt_gradcheck as a user runs it, on small models of the variants: a clean run finds no
+# divergence; each of the variants' deliberate mistakes (--break) is reported at the gradient it corrupts
+# first; a --break the variant does not use, and an unknown variant value, are refused.
+if(TARGET gpt_gradcheck)
+  set(small --layers 2 --d-model 8 --heads 2 --kv-heads 1)
+  set(llama --norm rmsnorm --position rope --mlp swiglu --bias none --untied-head)
+  set(gpt2 --bias all --mlp gelu --mlp-hidden 12)
+  add_test(NAME gpt_gradcheck_llama COMMAND gpt_gradcheck ${small} ${llama})
+  set_tests_properties(gpt_gradcheck_llama PROPERTIES PASS_REGULAR_EXPRESSION "no divergence: all 42 gradients agree")
+  add_test(NAME gpt_gradcheck_gpt2 COMMAND gpt_gradcheck ${small} ${gpt2} --untied-head)
+  set_tests_properties(gpt_gradcheck_gpt2 PROPERTIES PASS_REGULAR_EXPRESSION "no divergence")
+  foreach(case
+      "rms_norm|llama|blocks.1.res_1" "rope|llama|blocks.1.ln_1" "swiglu|llama|blocks.1.mlp_gate"
+      "untied_head|llama|lm_head" "gelu_exact|gpt2|blocks.1.mlp_hidden" "attention_bias|gpt2|blocks.1.attn.b_Q")
+    string(REPLACE "|" ";" parts "${case}")
+    list(GET parts 0 rule)
+    list(GET parts 1 variant)
+    list(GET parts 2 node)
+    add_test(NAME gpt_gradcheck_break_${rule} COMMAND gpt_gradcheck ${small} ${${variant}} --untied-head --break ${rule})
+    string(REPLACE "." "[.]" node_pattern "${node}")
+    set_tests_properties(gpt_gradcheck_break_${rule} PROPERTIES
+      PASS_REGULAR_EXPRESSION "first divergence: d ${node_pattern} \\(")
+  endforeach()
+  add_test(NAME gpt_gradcheck_refuses COMMAND gpt_gradcheck --break rope)
+  set_tests_properties(gpt_gradcheck_refuses PROPERTIES
+    PASS_REGULAR_EXPRESSION "gpt_gradcheck: --break rope: this variant does not use the rule \\(needs --position rope\\)")
+  add_test(NAME gpt_gradcheck_bad_value COMMAND gpt_gradcheck --mlp relu)
+  set_tests_properties(gpt_gradcheck_bad_value PROPERTIES
+    PASS_REGULAR_EXPRESSION "gpt_gradcheck: 'mlp' = 'relu' is not one of gelu_tanh, gelu, swiglu")
+endif()
