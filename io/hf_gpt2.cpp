@@ -480,11 +480,12 @@ safetensors_file read_hf_gpt2(const std::string& folder, model_layout& layout)
                                std::to_string(layout.layers) + " layers (config.json's n_layer)");
     }
     // A model converted from xgrad with fewer biases comes back as it was, if those biases are still zero.
-    const auto recorded = out.metadata.find("bias");
-    if (recorded != out.metadata.end() && (recorded->second == "mlp" || recorded->second == "none"))
+    const bool from_xgrad = out.metadata.count("vocab_size") != 0;
+    const std::string recorded = out.metadata.count("bias") ? out.metadata.at("bias") : from_xgrad ? "mlp" : "all";
+    if (recorded == "mlp" || recorded == "none")
     {
         model_layout fewer = layout;
-        fewer.bias = recorded->second;
+        fewer.bias = recorded;
         const auto keep = fewer.tensor_shapes();
         bool zero = true;
         for (const auto& [name, tensor] : out.tensors)
@@ -540,8 +541,10 @@ void write_hf_gpt2(const std::string& folder, const safetensors_file& model, con
     const std::size_t d = layout.d_model;
     for (const auto& [name, t] : model.tensors)
     {
-        if (name.find(".attn.W_") == std::string::npos && name.find(".attn.b_Q") == std::string::npos &&
-            name.find(".attn.b_K") == std::string::npos && name.find(".attn.b_V") == std::string::npos && name != "lm_head")
+        const std::string tail = name.size() >= 4 ? name.substr(name.size() - 4) : name;
+        const bool joined = tail == ".W_Q" || tail == ".W_K" || tail == ".W_V" || tail == ".b_Q" || tail == ".b_K" ||
+                            tail == ".b_V";
+        if (!joined && name != "lm_head")
         {
             hf.tensors[hf_name(name)] = t;
         }
