@@ -47,6 +47,10 @@ void check_options(const train_options& o)
     {
         bad("--warmup must be >= 0 and --decay-steps >= 1");
     }
+    if (!(o.time_limit_s >= 0) || !std::isfinite(o.time_limit_s))
+    {
+        bad("--time must be a number of seconds >= 0 (0: no limit)");
+    }
     if (o.threads < 1)
     {
         bad("--threads must be at least 1, got " + std::to_string(o.threads));
@@ -74,7 +78,7 @@ void remove_stale_temporaries(const train_options& o)
 }
 
 // The model's sizes in a checkpoint must be the ones asked for, and its vocabulary the data's.
-void check_resumable(const io::checkpoint<float>& ck, const models::gpt_config& wanted, const byte_vocabulary& vocab,
+void check_resumable(const io::checkpoint<float>& ck, const models::gpt_config& wanted, const tokenizer& vocab,
                      const std::string& path)
 {
     const models::gpt_config& c = ck.params.config;
@@ -90,10 +94,16 @@ void check_resumable(const io::checkpoint<float>& ck, const models::gpt_config& 
     differs("--heads", c.heads, wanted.heads);
     differs("--kv-heads", c.kv_head_count(), wanted.kv_head_count());
     differs("--block", c.block_size, wanted.block_size);
-    const auto it = ck.metadata.find("vocab");
-    if (it == ck.metadata.end() || byte_vocabulary::from_json(it->second).to_json() != vocab.to_json())
+    metadata_map ours;
+    vocab.to_metadata(ours);
+    for (const auto& [key, value] : ours)
     {
-        throw std::runtime_error("--resume: " + path + " was trained on another vocabulary than --data's");
+        const auto it = ck.metadata.find(key);
+        if (it == ck.metadata.end() || it->second != value)
+        {
+            throw std::runtime_error("--resume: " + path + " was trained with another tokenizer or vocabulary than "
+                                     "--data and --tokenizer give (metadata \"" + key + "\")");
+        }
     }
 }
 
@@ -108,11 +118,11 @@ std::int64_t checkpoint_step(const io::checkpoint<float>& ck, const std::string&
     return std::stoll(it->second);
 }
 
-io::checkpoint_extras extras_of(const optim::optimiser<float>& opt, const byte_vocabulary& vocab, std::int64_t step,
+io::checkpoint_extras extras_of(const optim::optimiser<float>& opt, const tokenizer& vocab, std::int64_t step,
                                 const train_options& o)
 {
     io::checkpoint_extras e;
-    e.metadata["vocab"] = vocab.to_json();
+    vocab.to_metadata(e.metadata);
     e.metadata["step"] = std::to_string(step);
     e.metadata["seed"] = std::to_string(o.seed);
     e.metadata["batch"] = std::to_string(o.batch);
@@ -210,7 +220,12 @@ void draw_pictures(const model& params, const text_corpus& data, const train_opt
     std::vector<plot_note> notes;
     notes.push_back(plot_loss_curves({log}, {title}, (fs::path(o.out) / "loss.png").string(), "xgrad-train: " + title));
     const std::string text = prose_sample(data, std::min<std::size_t>(params.config.block_size, 32));
-    const auto ids = data.vocabulary.encode(text);
+    const auto ids = data.tokens->encode_allowing_unknown(text);
+    std::string labels;  // one character per token: its first
+    for (std::int32_t id : ids)
+    {
+        labels += data.tokens->piece(static_cast<std::size_t>(id)).substr(0, 1);
+    }
     ids_t tokens = ids_t::from_shape({1, ids.size()});
     std::copy(ids.begin(), ids.end(), tokens.begin());
     models::kv_cache<float> cache;
@@ -221,7 +236,9 @@ void draw_pictures(const model& params, const text_corpus& data, const train_opt
     {
         maps.push_back(xt::view(array<double>(w), 0));  // (H, T, T) of the single sequence
     }
-    notes.push_back(plot_attention_maps(maps, text, (fs::path(o.out) / "attention.png").string(),
+    notes.push_back(plot_bits_per_byte({log}, {title}, (fs::path(o.out) / "bpb.png").string(),
+                                       "xgrad-train: validation bits per byte, " + title));
+    notes.push_back(plot_attention_maps(maps, labels, (fs::path(o.out) / "attention.png").string(),
                                         "attention per head: " + title));
     for (const auto& note : notes)
     {
@@ -232,15 +249,16 @@ void draw_pictures(const model& params, const text_corpus& data, const train_opt
     }
 }
 
-// Whether any process was interrupted (all of them stop at the same step).
-bool stop_requested(const train_options& o, communicator& comm)
+// Whether any process was interrupted, and whether any has used up --time (all stop at the same step).
+std::pair<bool, bool> stop_requested(const train_options& o, communicator& comm, double elapsed_s)
 {
-    float stop = o.interrupt && *o.interrupt ? 1.0f : 0.0f;
+    float stop[2] = {o.interrupt && *o.interrupt ? 1.0f : 0.0f,
+                     o.time_limit_s > 0 && elapsed_s >= o.time_limit_s ? 1.0f : 0.0f};
     if (comm.size() > 1)
     {
-        comm.allreduce_sum(&stop, 1);
+        comm.allreduce_sum(stop, 2);
     }
-    return stop > 0;
+    return {stop[0] > 0, stop[1] > 0};
 }
 
 double median(std::vector<double> v)
@@ -258,9 +276,9 @@ train_summary run_training(const train_options& o, std::FILE* progress, bool ter
 {
     check_options(o);
     set_num_threads(o.threads);
-    const text_corpus data = text_corpus::load(o.data, o.model.block_size);
+    const text_corpus data = text_corpus::load(o.data, o.model.block_size, tokenizer_spec::parse(o.tokenizer));
     models::gpt_config config = o.model;
-    config.vocab_size = data.vocabulary.size();
+    config.vocab_size = data.tokens->size();
     const bool leader = comm.rank() == 0;
 
     model params;
@@ -274,7 +292,7 @@ train_summary run_training(const train_options& o, std::FILE* progress, bool ter
             throw std::runtime_error("--resume: no checkpoint at " + ck_path);
         }
         resumed = io::load_checkpoint<float>(ck_path);
-        check_resumable(resumed, config, data.vocabulary, ck_path);
+        check_resumable(resumed, config, *data.tokens, ck_path);
         params = resumed.params;
         first_step = checkpoint_step(resumed, ck_path);
     }
@@ -349,10 +367,13 @@ train_summary run_training(const train_options& o, std::FILE* progress, bool ter
             throw std::runtime_error("the training loss became " + std::to_string(loss) + " at step " + std::to_string(s) +
                                      " (try a lower --lr, or --detect-anomaly to find the op)");
         }
-        const bool stop = stop_requested(o, comm);
-        if ((o.eval_every > 0 && s % o.eval_every == 0) || s == o.steps)
+        const auto [stop, out_of_time] =
+            stop_requested(o, comm, std::chrono::duration<double>(clock_type::now() - start).count());
+        const bool last = s == o.steps || out_of_time;
+        if ((o.eval_every > 0 && s % o.eval_every == 0) || last)
         {
             rec.val_loss = validation_loss(params, data, val_offsets, o.batch, comm);
+            rec.val_bpb = data.validation_bits_per_byte(*rec.val_loss);
             summary.val_loss = *rec.val_loss;
         }
         const double step_s = std::chrono::duration<double>(clock_type::now() - step_start).count();
@@ -373,18 +394,18 @@ train_summary run_training(const train_options& o, std::FILE* progress, bool ter
             // The row first: a run killed between the two resumes from the older checkpoint, which cuts
             // the log back to its own step, so no step is ever missing or doubled.
             log->write(rec);
-            if ((o.save_every > 0 && s % o.save_every == 0) || s == o.steps || stop)
+            if ((o.save_every > 0 && s % o.save_every == 0) || last || stop)
             {
-                io::save_checkpoint(ck_path, params, extras_of(opt, data.vocabulary, s, o));
+                io::save_checkpoint(ck_path, params, extras_of(opt, *data.tokens, s, o));
             }
             if (display)
             {
                 display->show(rec);
             }
         }
-        if (stop)
+        if (stop || out_of_time)
         {
-            summary.interrupted = true;
+            summary.interrupted = stop;
             summary.last_step = s;
             break;
         }
@@ -402,7 +423,7 @@ train_summary run_training(const train_options& o, std::FILE* progress, bool ter
         so.temperature = 0.8;
         so.top_k = 0;
         so.seed = o.seed;
-        summary.sample = data.vocabulary.decode(prompt) + data.vocabulary.decode(models::sample(params, prompt, so));
+        summary.sample = data.tokens->decode(prompt) + data.tokens->decode(models::sample(params, prompt, so));
     }
     if (leader && o.plots && !summary.interrupted)
     {

@@ -28,6 +28,8 @@ struct train_options
     std::uint64_t seed = 1;
     int threads = 1;
     bool resume = false;
+    std::string tokenizer = "bytes";  // bytes | bpe:N | unigram:N (train/tokenizer.hpp)
+    double time_limit_s = 0;          // > 0: stop after the step that passes this many seconds of training
 
     double weight_decay = 0.1;   // AdamW, on matrices only
     double beta2 = 0.99;
