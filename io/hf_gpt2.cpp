@@ -501,6 +501,10 @@ safetensors_file read_hf_gpt2(const std::string& folder, model_layout& layout)
             layout.bias = fewer.bias;
         }
     }
+    for (auto& [name, tensor] : out.tensors)
+    {
+        tensor.dtype = tensor.dtype == "F64" ? "F64" : "F32";  // F16 and BF16 widen to F32 exactly
+    }
     layout.to_metadata(out.metadata);
     check_tensors(out, layout, weights_path);
     return out;

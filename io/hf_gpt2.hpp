@@ -16,7 +16,7 @@ namespace xgrad::io
 // is read, so no allocation exceeds what the file's size justifies. Throws format_error naming the file.
 safetensors_file read_safetensors_any_float(const std::string& path);
 
-// The folder's model in xgrad's names and shapes, its metadata: the sizes and variant from config.json
+// The folder's model in xgrad's names and shapes (F16 and BF16 tensors widened to F32), its metadata: the sizes and variant from config.json
 // and the tensors, plus any "xgrad.*" metadata a conversion from xgrad stored (the prefix dropped).
 // Throws format_error naming the file and the key or tensor: a config.json that does not parse or
 // disagrees with the tensors, a setting GPT-2 has but xgrad does not compute, a missing or extra tensor.

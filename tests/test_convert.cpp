@@ -1,6 +1,7 @@
 // xgrad-convert's formats at the library level (docs/spec.md, "Converting checkpoints: xgrad-convert"):
 // Hugging Face GPT-2 folders and llama2.c folders made by tests/fixtures/make_convert_fixtures.py (NumPy,
-// from the formats' descriptions) read field by field, round trips bit-exact, a model.bin written here
+// from the formats' descriptions) read field by field, the converted models' logits against PyTorch's
+// forward of the source layout, round trips bit-exact, a model.bin written here
 // parsed back by hand, variants the targets cannot express, and malformed files refused before any
 // allocation they cannot justify.
 #include <doctest/doctest.h>
@@ -9,8 +10,11 @@
 #include <filesystem>
 #include <random>
 
+#include "io/checkpoint.hpp"
 #include "io/hf_gpt2.hpp"
 #include "io/llama2c.hpp"
+#include "io/npy.hpp"
+#include "models/gpt.hpp"
 #include "io/model_layout.hpp"
 #include "test_util.hpp"
 #include "train/tokenizer.hpp"
@@ -513,4 +517,25 @@ TEST_CASE("a damaged GPT-2 safetensors file is refused, naming the tensor")
     std::string dtype = file;
     dtype.replace(dtype.find("\"F16\""), 5, "\"I16\"");
     with_file(dtype, "F16, BF16, F32 and F64 are read");
+}
+
+TEST_CASE("converted models compute the logits PyTorch computes from the source layout")
+{
+    temp_dir dir;
+    for (const char* folder : {"hf_f32", "hf_f16", "hf_bf16", "llama2c"})
+    {
+        CAPTURE(folder);
+        const std::string source = fixtures + folder;
+        io::model_layout layout;
+        const io::safetensors_file m = std::string(folder) == "llama2c" ? io::read_llama2c(source).model
+                                                                        : io::read_hf_gpt2(source, layout);
+        const std::string path = dir / (std::string(folder) + ".safetensors");
+        io::write_safetensors(path, m);
+        const io::checkpoint<double> ck = io::load_checkpoint<double>(path);
+        const ids_t tokens = npy::load_ids(source + "/tokens.npy");
+        tape<double> t;
+        const auto r = models::gpt_forward(t, ck.params, tokens);
+        const array<double> expected = npy::load_float<double>(source + "/logits.npy");
+        CHECK(xgrad::test::max_relative_difference(r.logits.value(), expected) < 1e-12);  // measured: ~2.5e-15
+    }
 }
