@@ -71,7 +71,7 @@ double element(const unsigned char* p, const std::string& dtype)
     {
         return half_to_double(bits);
     }
-    const std::uint32_t wide = std::uint32_t(bits) << 16;  // BF16: the top half of a float32
+    const std::uint32_t wide = std::uint32_t(bits) << 16; // BF16: the top half of a float32
     float v;
     std::memcpy(&v, &wide, 4);
     return v;
@@ -93,7 +93,7 @@ entry parse_entry(const std::string& path, const std::string& name, const json& 
     {
         fail(path, what + " is not an object with dtype, shape and data_offsets [begin, end]");
     }
-    entry e{name, v["dtype"].get<std::string>(), {}, 0, 0};
+    entry e{ name, v["dtype"].get<std::string>(), {}, 0, 0 };
     if (float_bytes(e.dtype) == 0)
     {
         fail(path, what + " has dtype " + printable(e.dtype) + "; F16, BF16, F32 and F64 are read");
@@ -122,9 +122,10 @@ entry parse_entry(const std::string& path, const std::string& name, const json& 
     e.end = v["data_offsets"][1].get<std::uint64_t>();
     if (overflow || e.end < e.begin || e.end > buffer || e.end - e.begin != bytes)
     {
-        fail(path, what + " has data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
-                       "] that do not hold shape " + shape_text(e.shape) + " of " + e.dtype + " inside the " +
-                       std::to_string(buffer) + "-byte buffer");
+        fail(path,
+             what + " has data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+               "] that do not hold shape " + shape_text(e.shape) + " of " + e.dtype + " inside the " +
+               std::to_string(buffer) + "-byte buffer");
     }
     return e;
 }
@@ -203,11 +204,13 @@ void check_config_settings(const json& config, const std::string& path, model_la
     }
     else
     {
-        fail(path, "\"activation_function\" is " + printable(activation) + "; allowed: gelu_new, gelu_pytorch_tanh, gelu");
+        fail(path,
+             "\"activation_function\" is " + printable(activation) +
+               "; allowed: gelu_new, gelu_pytorch_tanh, gelu");
     }
-    const std::pair<const char*, bool> flags[] = {{"scale_attn_weights", true},
-                                                  {"scale_attn_by_inverse_layer_idx", false},
-                                                  {"reorder_and_upcast_attn", false}};
+    const std::pair<const char*, bool> flags[] = { { "scale_attn_weights", true },
+                                                   { "scale_attn_by_inverse_layer_idx", false },
+                                                   { "reorder_and_upcast_attn", false } };
     for (const auto& [key, wanted] : flags)
     {
         if (config.contains(key) && config[key] != wanted)
@@ -224,7 +227,7 @@ void check_config_settings(const json& config, const std::string& path, model_la
 // Columns [first, first + count) of a (rows, columns) matrix.
 array<double> columns(const array<double>& m, std::size_t first, std::size_t count)
 {
-    array<double> out = array<double>::from_shape({m.shape()[0], count});
+    array<double> out = array<double>::from_shape({ m.shape()[0], count });
     for (std::size_t r = 0; r < m.shape()[0]; ++r)
     {
         for (std::size_t c = 0; c < count; ++c)
@@ -237,7 +240,7 @@ array<double> columns(const array<double>& m, std::size_t first, std::size_t cou
 
 array<double> transposed(const array<double>& m)
 {
-    array<double> out = array<double>::from_shape({m.shape()[1], m.shape()[0]});
+    array<double> out = array<double>::from_shape({ m.shape()[1], m.shape()[0] });
     for (std::size_t r = 0; r < m.shape()[0]; ++r)
     {
         for (std::size_t c = 0; c < m.shape()[1]; ++c)
@@ -264,15 +267,17 @@ bool all_zero(const array<double>& a)
 std::string hf_name(const std::string& name)
 {
     static const std::pair<const char*, const char*> parts[] = {
-        {"attn.W_O", "attn.c_proj.weight"}, {"attn.b_O", "attn.c_proj.bias"}, {"mlp.W_fc", "mlp.c_fc.weight"},
-        {"mlp.b_fc", "mlp.c_fc.bias"},      {"mlp.W_proj", "mlp.c_proj.weight"}, {"mlp.b_proj", "mlp.c_proj.bias"}};
+        { "attn.W_O", "attn.c_proj.weight" },  { "attn.b_O", "attn.c_proj.bias" },
+        { "mlp.W_fc", "mlp.c_fc.weight" },     { "mlp.b_fc", "mlp.c_fc.bias" },
+        { "mlp.W_proj", "mlp.c_proj.weight" }, { "mlp.b_proj", "mlp.c_proj.bias" }
+    };
     if (name == "wte" || name == "wpe")
     {
         return name + ".weight";
     }
     if (name.rfind("blocks.", 0) != 0)
     {
-        return name;  // ln_f.weight, ln_f.bias
+        return name; // ln_f.weight, ln_f.bias
     }
     const std::size_t dot = name.find('.', 7);
     const std::string layer = name.substr(7, dot - 7), rest = name.substr(dot + 1);
@@ -283,14 +288,14 @@ std::string hf_name(const std::string& name)
             return "h." + layer + "." + theirs;
         }
     }
-    return "h." + layer + "." + rest;  // ln_1.*, ln_2.*
+    return "h." + layer + "." + rest; // ln_1.*, ln_2.*
 }
 
 stored_tensor zeros(std::size_t n)
 {
-    return {"F32", array<double>(shape_t{n}, 0.0)};
+    return { "F32", array<double>(shape_t{ n }, 0.0) };
 }
-}  // namespace
+} // namespace
 
 safetensors_file read_safetensors_any_float(const std::string& path)
 {
@@ -309,8 +314,9 @@ safetensors_file read_safetensors_any_float(const std::string& path)
     std::memcpy(&header_length, read_exactly(f.get(), 0, 8, path).data(), 8);
     if (header_length > size - 8 || header_length > max_header_bytes)
     {
-        fail(path, "header length " + std::to_string(header_length) + " exceeds the file's " + std::to_string(size) +
-                       " bytes");
+        fail(path,
+             "header length " + std::to_string(header_length) + " exceeds the file's " +
+               std::to_string(size) + " bytes");
     }
     json header;
     try
@@ -348,22 +354,26 @@ safetensors_file read_safetensors_any_float(const std::string& path)
         }
         entries.push_back(parse_entry(path, name, value, buffer));
     }
-    std::sort(entries.begin(), entries.end(), [](const entry& a, const entry& b) { return a.begin < b.begin; });
+    std::sort(
+      entries.begin(), entries.end(), [](const entry& a, const entry& b) { return a.begin < b.begin; });
     for (std::size_t i = 1; i < entries.size(); ++i)
     {
         if (entries[i].begin < entries[i - 1].end)
         {
-            fail(path, "tensors " + printable(entries[i - 1].name) + " and " + printable(entries[i].name) + " overlap");
+            fail(path,
+                 "tensors " + printable(entries[i - 1].name) + " and " + printable(entries[i].name) +
+                   " overlap");
         }
     }
     for (const entry& e : entries)
     {
         const std::string bytes = read_exactly(f.get(), 8 + header_length + e.begin, e.end - e.begin, path);
-        stored_tensor t{e.dtype, array<double>::from_shape(e.shape)};
+        stored_tensor t{ e.dtype, array<double>::from_shape(e.shape) };
         const std::size_t width = float_bytes(e.dtype);
         for (std::size_t i = 0; i < t.values.size(); ++i)
         {
-            t.values.data()[i] = element(reinterpret_cast<const unsigned char*>(bytes.data()) + i * width, e.dtype);
+            t.values.data()[i] =
+              element(reinterpret_cast<const unsigned char*>(bytes.data()) + i * width, e.dtype);
         }
         out.tensors.emplace(e.name, std::move(t));
     }
@@ -387,8 +397,9 @@ safetensors_file read_hf_gpt2(const std::string& folder, model_layout& layout)
     layout.bias = "all";
     if (layout.d_model % layout.heads != 0)
     {
-        fail(config_path, "\"n_embd\" " + std::to_string(layout.d_model) + " is not a multiple of \"n_head\" " +
-                              std::to_string(layout.heads));
+        fail(config_path,
+             "\"n_embd\" " + std::to_string(layout.d_model) + " is not a multiple of \"n_head\" " +
+               std::to_string(layout.heads));
     }
     check_config_settings(config, config_path, layout);
 
@@ -397,11 +408,13 @@ safetensors_file read_hf_gpt2(const std::string& folder, model_layout& layout)
     for (auto& [name, tensor] : hf.tensors)
     {
         std::string n = name.rfind("transformer.", 0) == 0 ? name.substr(12) : name;
-        const bool buffer = n.size() > 10 && (n.compare(n.size() - 10, 10, ".attn.bias") == 0 ||
-                                              (n.size() > 17 && n.compare(n.size() - 17, 17, ".attn.masked_bias") == 0));
+        const bool buffer =
+          n.size() > 10 && (n.compare(n.size() - 10, 10, ".attn.bias") == 0 ||
+                            (n.size() > 17 && n.compare(n.size() - 17, 17, ".attn.masked_bias") == 0));
         if (!buffer && !t.emplace(n, std::move(tensor)).second)
         {
-            fail(weights_path, "tensor " + printable(n) + " appears with and without the transformer. prefix");
+            fail(weights_path,
+                 "tensor " + printable(n) + " appears with and without the transformer. prefix");
         }
     }
 
@@ -413,7 +426,8 @@ safetensors_file read_hf_gpt2(const std::string& folder, model_layout& layout)
             out.metadata[key.substr(metadata_prefix.size())] = value;
         }
     }
-    const auto take = [&](const std::string& from, const std::string& to) {
+    const auto take = [&](const std::string& from, const std::string& to)
+    {
         const auto it = t.find(from);
         if (it == t.end())
         {
@@ -426,7 +440,7 @@ safetensors_file read_hf_gpt2(const std::string& folder, model_layout& layout)
     for (std::size_t i = 0; i < layout.layers; ++i)
     {
         const std::string h = "h." + std::to_string(i) + ".", b = "blocks." + std::to_string(i) + ".";
-        for (const char* n : {"ln_1.weight", "ln_1.bias", "ln_2.weight", "ln_2.bias"})
+        for (const char* n : { "ln_1.weight", "ln_1.bias", "ln_2.weight", "ln_2.bias" })
         {
             take(h + n, b + n);
         }
@@ -438,16 +452,20 @@ safetensors_file read_hf_gpt2(const std::string& folder, model_layout& layout)
         if (qkv.values.dimension() != 2 || qkv.values.shape()[0] != d || qkv.values.shape()[1] != 3 * d ||
             qkv_bias.values.dimension() != 1 || qkv_bias.values.shape()[0] != 3 * d)
         {
-            fail(weights_path, h + "attn.c_attn has weight " + shape_text(shape_t(qkv.values.shape().begin(), qkv.values.shape().end())) +
-                                   " and bias " + shape_text(shape_t(qkv_bias.values.shape().begin(), qkv_bias.values.shape().end())) +
-                                   "; config.json's n_embd " + std::to_string(d) + " needs (" + std::to_string(d) +
-                                   ", " + std::to_string(3 * d) + ") and (" + std::to_string(3 * d) + ",)");
+            fail(weights_path,
+                 h + "attn.c_attn has weight " +
+                   shape_text(shape_t(qkv.values.shape().begin(), qkv.values.shape().end())) + " and bias " +
+                   shape_text(shape_t(qkv_bias.values.shape().begin(), qkv_bias.values.shape().end())) +
+                   "; config.json's n_embd " + std::to_string(d) + " needs (" + std::to_string(d) + ", " +
+                   std::to_string(3 * d) + ") and (" + std::to_string(3 * d) + ",)");
         }
-        const char* parts[] = {"Q", "K", "V"};
+        const char* parts[] = { "Q", "K", "V" };
         for (std::size_t p = 0; p < 3; ++p)
         {
-            out.tensors[b + "attn.W_" + parts[p]] = {qkv.dtype, columns(qkv.values, p * d, d)};
-            out.tensors[b + "attn.b_" + parts[p]] = {qkv_bias.dtype, xt::view(qkv_bias.values, xt::range(p * d, (p + 1) * d))};
+            out.tensors[b + "attn.W_" + parts[p]] = { qkv.dtype, columns(qkv.values, p * d, d) };
+            out.tensors[b + "attn.b_" + parts[p]] = {
+                qkv_bias.dtype, xt::view(qkv_bias.values, xt::range(p * d, (p + 1) * d))
+            };
         }
         take(h + "attn.c_proj.weight", b + "attn.W_O");
         take(h + "attn.c_proj.bias", b + "attn.b_O");
@@ -470,18 +488,21 @@ safetensors_file read_hf_gpt2(const std::string& folder, model_layout& layout)
             {
                 fail(weights_path, "tensor lm_head.weight is not a matrix");
             }
-            out.tensors["lm_head"] = {head->second.dtype, transposed(head->second.values)};
+            out.tensors["lm_head"] = { head->second.dtype, transposed(head->second.values) };
         }
         t.erase(head);
     }
     if (!t.empty())
     {
-        fail(weights_path, "tensor " + printable(t.begin()->first) + " is not part of the GPT-2 layout with " +
-                               std::to_string(layout.layers) + " layers (config.json's n_layer)");
+        fail(weights_path,
+             "tensor " + printable(t.begin()->first) + " is not part of the GPT-2 layout with " +
+               std::to_string(layout.layers) + " layers (config.json's n_layer)");
     }
     // A model converted from xgrad with fewer biases comes back as it was, if those biases are still zero.
     const bool from_xgrad = out.metadata.count("vocab_size") != 0;
-    const std::string recorded = out.metadata.count("bias") ? out.metadata.at("bias") : from_xgrad ? "mlp" : "all";
+    const std::string recorded = out.metadata.count("bias") ? out.metadata.at("bias")
+                                 : from_xgrad               ? "mlp"
+                                                            : "all";
     if (recorded == "mlp" || recorded == "none")
     {
         model_layout fewer = layout;
@@ -503,7 +524,7 @@ safetensors_file read_hf_gpt2(const std::string& folder, model_layout& layout)
     }
     for (auto& [name, tensor] : out.tensors)
     {
-        tensor.dtype = tensor.dtype == "F64" ? "F64" : "F32";  // F16 and BF16 widen to F32 exactly
+        tensor.dtype = tensor.dtype == "F64" ? "F64" : "F32"; // F16 and BF16 widen to F32 exactly
     }
     layout.to_metadata(out.metadata);
     check_tensors(out, layout, weights_path);
@@ -512,9 +533,11 @@ safetensors_file read_hf_gpt2(const std::string& folder, model_layout& layout)
 
 void write_hf_gpt2(const std::string& folder, const safetensors_file& model, const model_layout& layout)
 {
-    const auto refuse = [](const std::string& key, const std::string& value) {
-        throw std::invalid_argument("hf-gpt2 cannot express metadata \"" + key + "\" = " + value +
-                                    " (GPT-2 is norm layernorm, position learned, mlp gelu_tanh or gelu, kv_heads = heads)");
+    const auto refuse = [](const std::string& key, const std::string& value)
+    {
+        throw std::invalid_argument(
+          "hf-gpt2 cannot express metadata \"" + key + "\" = " + value +
+          " (GPT-2 is norm layernorm, position learned, mlp gelu_tanh or gelu, kv_heads = heads)");
     };
     if (layout.norm != "layernorm")
     {
@@ -538,7 +561,8 @@ void write_hf_gpt2(const std::string& folder, const safetensors_file& model, con
     {
         hf.metadata[metadata_prefix + key] = value;
     }
-    const auto tensor = [&](const std::string& name, std::size_t n) {
+    const auto tensor = [&](const std::string& name, std::size_t n)
+    {
         const auto it = model.tensors.find(name);
         return it != model.tensors.end() ? it->second : zeros(n);
     };
@@ -546,8 +570,8 @@ void write_hf_gpt2(const std::string& folder, const safetensors_file& model, con
     for (const auto& [name, t] : model.tensors)
     {
         const std::string tail = name.size() >= 4 ? name.substr(name.size() - 4) : name;
-        const bool joined = tail == ".W_Q" || tail == ".W_K" || tail == ".W_V" || tail == ".b_Q" || tail == ".b_K" ||
-                            tail == ".b_V";
+        const bool joined = tail == ".W_Q" || tail == ".W_K" || tail == ".W_V" || tail == ".b_Q" ||
+                            tail == ".b_K" || tail == ".b_V";
         if (!joined && name != "lm_head")
         {
             hf.tensors[hf_name(name)] = t;
@@ -557,13 +581,19 @@ void write_hf_gpt2(const std::string& folder, const safetensors_file& model, con
     {
         const std::string h = "h." + std::to_string(i) + ".", b = "blocks." + std::to_string(i) + ".";
         const stored_tensor& q = model.tensors.at(b + "attn.W_Q");
-        hf.tensors[h + "attn.c_attn.weight"] = {
-            q.dtype, xt::concatenate(xt::xtuple(q.values, model.tensors.at(b + "attn.W_K").values,
-                                                model.tensors.at(b + "attn.W_V").values), 1)};
-        hf.tensors[h + "attn.c_attn.bias"] = {
-            q.dtype, xt::concatenate(xt::xtuple(tensor(b + "attn.b_Q", d).values, tensor(b + "attn.b_K", d).values,
-                                                tensor(b + "attn.b_V", d).values))};
-        for (const char* n : {"attn.c_proj.bias", "mlp.c_fc.bias", "mlp.c_proj.bias", "ln_1.bias", "ln_2.bias"})
+        hf.tensors[h + "attn.c_attn.weight"] = { q.dtype,
+                                                 xt::concatenate(
+                                                   xt::xtuple(q.values,
+                                                              model.tensors.at(b + "attn.W_K").values,
+                                                              model.tensors.at(b + "attn.W_V").values),
+                                                   1) };
+        hf.tensors[h + "attn.c_attn.bias"] = { q.dtype,
+                                               xt::concatenate(
+                                                 xt::xtuple(tensor(b + "attn.b_Q", d).values,
+                                                            tensor(b + "attn.b_K", d).values,
+                                                            tensor(b + "attn.b_V", d).values)) };
+        for (const char* n :
+             { "attn.c_proj.bias", "mlp.c_fc.bias", "mlp.c_proj.bias", "ln_1.bias", "ln_2.bias" })
         {
             hf.tensors.emplace(h + n, zeros(std::string(n) == "mlp.c_fc.bias" ? layout.hidden() : d));
         }
@@ -572,23 +602,23 @@ void write_hf_gpt2(const std::string& folder, const safetensors_file& model, con
     if (!layout.tied_head)
     {
         const stored_tensor& head = model.tensors.at("lm_head");
-        hf.tensors["lm_head.weight"] = {head.dtype, transposed(head.values)};
+        hf.tensors["lm_head.weight"] = { head.dtype, transposed(head.values) };
     }
-    json config = {{"model_type", "gpt2"},
-                   {"architectures", {"GPT2LMHeadModel"}},
-                   {"n_embd", d},
-                   {"n_head", layout.heads},
-                   {"n_layer", layout.layers},
-                   {"n_positions", layout.block_size},
-                   {"n_ctx", layout.block_size},
-                   {"vocab_size", layout.vocab_size},
-                   {"n_inner", nullptr},
-                   {"layer_norm_epsilon", 1e-5},
-                   {"activation_function", layout.mlp == "gelu" ? "gelu" : "gelu_new"},
-                   {"tie_word_embeddings", layout.tied_head},
-                   {"resid_pdrop", 0.0},
-                   {"embd_pdrop", 0.0},
-                   {"attn_pdrop", 0.0}};
+    json config = { { "model_type", "gpt2" },
+                    { "architectures", { "GPT2LMHeadModel" } },
+                    { "n_embd", d },
+                    { "n_head", layout.heads },
+                    { "n_layer", layout.layers },
+                    { "n_positions", layout.block_size },
+                    { "n_ctx", layout.block_size },
+                    { "vocab_size", layout.vocab_size },
+                    { "n_inner", nullptr },
+                    { "layer_norm_epsilon", 1e-5 },
+                    { "activation_function", layout.mlp == "gelu" ? "gelu" : "gelu_new" },
+                    { "tie_word_embeddings", layout.tied_head },
+                    { "resid_pdrop", 0.0 },
+                    { "embd_pdrop", 0.0 },
+                    { "attn_pdrop", 0.0 } };
     if (layout.hidden() != 4 * d)
     {
         config["n_inner"] = layout.hidden();
@@ -598,4 +628,4 @@ void write_hf_gpt2(const std::string& folder, const safetensors_file& model, con
     write_safetensors(out.path("model.safetensors"), hf);
     out.commit();
 }
-}  // namespace xgrad::io
+} // namespace xgrad::io

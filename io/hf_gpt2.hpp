@@ -16,10 +16,11 @@ namespace xgrad::io
 // is read, so no allocation exceeds what the file's size justifies. Throws format_error naming the file.
 safetensors_file read_safetensors_any_float(const std::string& path);
 
-// The folder's model in xgrad's names and shapes (F16 and BF16 tensors widened to F32), its metadata: the sizes and variant from config.json
-// and the tensors, plus any "xgrad.*" metadata a conversion from xgrad stored (the prefix dropped).
-// Throws format_error naming the file and the key or tensor: a config.json that does not parse or
-// disagrees with the tensors, a setting GPT-2 has but xgrad does not compute, a missing or extra tensor.
+// The folder's model in xgrad's names and shapes (F16 and BF16 tensors widened to F32), its metadata: the
+// sizes and variant from config.json and the tensors, plus any "xgrad.*" metadata a conversion from xgrad
+// stored (the prefix dropped). Throws format_error naming the file and the key or tensor: a config.json that
+// does not parse or disagrees with the tensors, a setting GPT-2 has but xgrad does not compute, a missing or
+// extra tensor.
 safetensors_file read_hf_gpt2(const std::string& folder, model_layout& layout);
 
 // Writes `model` (xgrad's names, checked against `layout`) as the folder `folder`, atomically
@@ -27,4 +28,4 @@ safetensors_file read_hf_gpt2(const std::string& folder, model_layout& layout);
 // the metadata, so reading the folder back gives the same checkpoint. Throws std::invalid_argument naming
 // the metadata key of a variant GPT-2 cannot express (norm, position, mlp, kv_heads).
 void write_hf_gpt2(const std::string& folder, const safetensors_file& model, const model_layout& layout);
-}  // namespace xgrad::io
+} // namespace xgrad::io

@@ -23,7 +23,7 @@ namespace fs = std::filesystem;
     throw format_error(source + ": " + problem);
 }
 
-constexpr std::int32_t version_magic = 0x616b3432;  // "ak42": version 1 and later
+constexpr std::int32_t version_magic = 0x616b3432; // "ak42": version 1 and later
 constexpr std::int32_t max_size_field = 1 << 24;
 constexpr std::uintmax_t max_tokenizer_bytes = 256u << 20;
 constexpr std::size_t header_ints = 7;
@@ -56,7 +56,7 @@ struct cursor
     const std::string& path;
     std::size_t at = 0;
 
-    template <class V>
+    template<class V>
     V next(const char* what)
     {
         if (bytes.size() - at < sizeof(V))
@@ -71,7 +71,8 @@ struct cursor
     // rows x columns float32 as stored; transposed to (columns, rows) when asked.
     array<double> matrix(std::size_t rows, std::size_t columns, bool transpose)
     {
-        array<double> out = array<double>::from_shape(transpose ? shape_t{columns, rows} : shape_t{rows, columns});
+        array<double> out =
+          array<double>::from_shape(transpose ? shape_t{ columns, rows } : shape_t{ rows, columns });
         for (std::size_t r = 0; r < rows; ++r)
         {
             for (std::size_t c = 0; c < columns; ++c)
@@ -83,7 +84,7 @@ struct cursor
     }
     array<double> vector(std::size_t n)
     {
-        array<double> out = array<double>::from_shape({n});
+        array<double> out = array<double>::from_shape({ n });
         for (double& v : out)
         {
             v = next<float>("weights");
@@ -97,11 +98,12 @@ struct header
     std::size_t dim, hidden, layers, heads, kv_heads, vocab, seq_len;
     bool shared;
     std::size_t head_dim() const { return dim / heads; }
-    unsigned __int128 floats() const  // each field below 2^24: no overflow in 128 bits
+    unsigned __int128 floats() const // each field below 2^24: no overflow in 128 bits
     {
         using wide = unsigned __int128;
         const wide d = dim, kv = wide(kv_heads) * head_dim();
-        return wide(vocab) * d * (shared ? 1 : 2) + wide(layers) * (2 * d + 2 * d * d + 2 * d * kv + 3 * d * hidden) + d +
+        return wide(vocab) * d * (shared ? 1 : 2) +
+               wide(layers) * (2 * d + 2 * d * d + 2 * d * kv + 3 * d * hidden) + d +
                wide(seq_len) * head_dim();
     }
 };
@@ -110,10 +112,13 @@ header read_header(cursor& c)
 {
     if (c.bytes.size() >= 4 && c.next<std::int32_t>("magic") == version_magic)
     {
-        fail(c.path, "starts with llama2.c's magic \"ak42\" (version 1 or later); only version 0 (legacy) files are read");
+        fail(c.path,
+             "starts with llama2.c's magic \"ak42\" (version 1 or later); only version 0 (legacy) files are "
+             "read");
     }
     c.at = 0;
-    const char* names[header_ints] = {"dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "max_seq_len"};
+    const char* names[header_ints] = { "dim",        "hidden_dim", "n_layers",   "n_heads",
+                                       "n_kv_heads", "vocab_size", "max_seq_len" };
     std::int64_t v[header_ints];
     for (std::size_t i = 0; i < header_ints; ++i)
     {
@@ -121,16 +126,20 @@ header read_header(cursor& c)
         const std::int64_t magnitude = i == 5 ? std::llabs(v[i]) : v[i];
         if (magnitude <= 0 || magnitude > max_size_field)
         {
-            fail(c.path, std::string("header field ") + names[i] + " is " + std::to_string(v[i]) + ", not a size in 1.." +
-                             std::to_string(max_size_field));
+            fail(c.path,
+                 std::string("header field ") + names[i] + " is " + std::to_string(v[i]) +
+                   ", not a size in 1.." + std::to_string(max_size_field));
         }
     }
-    header h{std::size_t(v[0]), std::size_t(v[1]), std::size_t(v[2]), std::size_t(v[3]), std::size_t(v[4]),
-             std::size_t(std::llabs(v[5])), std::size_t(v[6]), v[5] > 0};
+    header h{ std::size_t(v[0]), std::size_t(v[1]), std::size_t(v[2]),
+              std::size_t(v[3]), std::size_t(v[4]), std::size_t(std::llabs(v[5])),
+              std::size_t(v[6]), v[5] > 0 };
     if (h.dim % h.heads != 0 || h.heads % h.kv_heads != 0 || h.head_dim() % 2 != 0)
     {
-        fail(c.path, "header dim " + std::to_string(h.dim) + ", n_heads " + std::to_string(h.heads) + ", n_kv_heads " +
-                         std::to_string(h.kv_heads) + ": dim % n_heads, n_heads % n_kv_heads and the head width's parity must be 0");
+        fail(c.path,
+             "header dim " + std::to_string(h.dim) + ", n_heads " + std::to_string(h.heads) +
+               ", n_kv_heads " + std::to_string(h.kv_heads) +
+               ": dim % n_heads, n_heads % n_kv_heads and the head width's parity must be 0");
     }
     return h;
 }
@@ -144,7 +153,7 @@ struct vocabulary_file
 vocabulary_file read_tokenizer_bin(const std::string& path, std::size_t vocab)
 {
     const std::string bytes = read_file(path, max_tokenizer_bytes);
-    cursor c{bytes, path};
+    cursor c{ bytes, path };
     const std::int32_t max_length = c.next<std::int32_t>("max_token_length");
     if (max_length <= 0 || max_length > (1 << 16))
     {
@@ -156,14 +165,17 @@ vocabulary_file read_tokenizer_bin(const std::string& path, std::size_t vocab)
         const std::string token = "token " + std::to_string(i);
         if (c.at == bytes.size())
         {
-            fail(path, "holds " + std::to_string(i) + " tokens; model.bin's vocab_size is " + std::to_string(vocab));
+            fail(path,
+                 "holds " + std::to_string(i) + " tokens; model.bin's vocab_size is " +
+                   std::to_string(vocab));
         }
         v.scores.push_back(c.next<float>("a score"));
         const std::int32_t length = c.next<std::int32_t>("a length");
         if (length < 0 || length > max_length || bytes.size() - c.at < std::size_t(length))
         {
-            fail(path, token + " has length " + std::to_string(length) + " (max_token_length " +
-                           std::to_string(max_length) + ", " + std::to_string(bytes.size() - c.at) + " bytes left)");
+            fail(path,
+                 token + " has length " + std::to_string(length) + " (max_token_length " +
+                   std::to_string(max_length) + ", " + std::to_string(bytes.size() - c.at) + " bytes left)");
         }
         v.pieces.push_back(bytes.substr(c.at, std::size_t(length)));
         c.at += std::size_t(length);
@@ -177,7 +189,8 @@ vocabulary_file read_tokenizer_bin(const std::string& path, std::size_t vocab)
 
 // The vocabulary as checkpoint metadata: tokenizer.model when present (its pieces must be tokenizer.bin's),
 // else a byte vocabulary when every piece is one byte, ascending; else none (the returned note says so).
-std::string vocabulary_metadata(const std::string& folder, const vocabulary_file& v,
+std::string vocabulary_metadata(const std::string& folder,
+                                const vocabulary_file& v,
                                 std::map<std::string, std::string>& metadata)
 {
     const std::string model_path = (fs::path(folder) / "tokenizer.model").string();
@@ -196,8 +209,10 @@ std::string vocabulary_metadata(const std::string& folder, const vocabulary_file
         {
             if (sp->size() != v.pieces.size() || sp->piece(i) != v.pieces[i])
             {
-                fail(model_path, "disagrees with tokenizer.bin (" + std::to_string(sp->size()) + " pieces against " +
-                                     std::to_string(v.pieces.size()) + ", first difference at token " + std::to_string(i) + ")");
+                fail(model_path,
+                     "disagrees with tokenizer.bin (" + std::to_string(sp->size()) + " pieces against " +
+                       std::to_string(v.pieces.size()) + ", first difference at token " + std::to_string(i) +
+                       ")");
             }
         }
         sp->to_metadata(metadata);
@@ -206,9 +221,11 @@ std::string vocabulary_metadata(const std::string& folder, const vocabulary_file
     std::string json = "[";
     for (std::size_t i = 0; i < v.pieces.size(); ++i)
     {
-        if (v.pieces[i].size() != 1 || (i && (unsigned char)v.pieces[i][0] <= (unsigned char)v.pieces[i - 1][0]))
+        if (v.pieces[i].size() != 1 ||
+            (i && (unsigned char)v.pieces[i][0] <= (unsigned char)v.pieces[i - 1][0]))
         {
-            return "tokenizer.bin is not a byte vocabulary and no tokenizer.model is beside it: the checkpoint has no tokenizer";
+            return "tokenizer.bin is not a byte vocabulary and no tokenizer.model is beside it: the "
+                   "checkpoint has no tokenizer";
         }
         json += (i ? ", " : "") + std::to_string((unsigned char)v.pieces[i][0]);
     }
@@ -264,11 +281,12 @@ void refuse_unless(bool ok, const std::string& key, const std::string& value)
 {
     if (!ok)
     {
-        throw std::invalid_argument("llama2c cannot express metadata \"" + key + "\" = " + value +
-                                    " (llama2.c is norm rmsnorm, position rope, rope_base 10000, mlp swiglu, bias none)");
+        throw std::invalid_argument(
+          "llama2c cannot express metadata \"" + key + "\" = " + value +
+          " (llama2.c is norm rmsnorm, position rope, rope_base 10000, mlp swiglu, bias none)");
     }
 }
-}  // namespace
+} // namespace
 
 llama2c_model read_llama2c(const std::string& folder)
 {
@@ -285,29 +303,33 @@ llama2c_model read_llama2c(const std::string& folder)
         head_bytes.resize(std::min<std::uintmax_t>(size, 4 * header_ints));
         in.read(head_bytes.data(), static_cast<std::streamsize>(head_bytes.size()));
     }
-    cursor hc{head_bytes, model_path};
+    cursor hc{ head_bytes, model_path };
     const header h = read_header(hc);
     const unsigned __int128 wide = 4 * header_ints + 4 * h.floats();
     const std::uint64_t expected = wide > UINT64_MAX ? UINT64_MAX : static_cast<std::uint64_t>(wide);
     if (size != expected)
     {
-        fail(model_path, "is " + std::to_string(size) + " bytes; its header (dim " + std::to_string(h.dim) + ", " +
-                             std::to_string(h.layers) + " layers, vocab " + std::to_string(h.vocab) + ") implies " +
-                             std::to_string(expected));
+        fail(model_path,
+             "is " + std::to_string(size) + " bytes; its header (dim " + std::to_string(h.dim) + ", " +
+               std::to_string(h.layers) + " layers, vocab " + std::to_string(h.vocab) + ") implies " +
+               std::to_string(expected));
     }
     const std::string bytes = read_file(model_path, expected);
-    cursor c{bytes, model_path, 4 * header_ints};
+    cursor c{ bytes, model_path, 4 * header_ints };
 
     llama2c_model result;
     auto& t = result.model.tensors;
     const std::size_t kv = h.kv_heads * h.head_dim();
-    const auto layered = [&](const char* name, std::size_t rows, std::size_t columns, bool matrix) {
+    const auto layered = [&](const char* name, std::size_t rows, std::size_t columns, bool matrix)
+    {
         for (std::size_t i = 0; i < h.layers; ++i)
         {
-            t["blocks." + std::to_string(i) + "." + name] = {"F32", matrix ? c.matrix(rows, columns, true) : c.vector(rows)};
+            t["blocks." + std::to_string(i) + "." + name] = { "F32",
+                                                              matrix ? c.matrix(rows, columns, true)
+                                                                     : c.vector(rows) };
         }
     };
-    t["wte"] = {"F32", c.matrix(h.vocab, h.dim, false)};
+    t["wte"] = { "F32", c.matrix(h.vocab, h.dim, false) };
     layered("ln_1.weight", h.dim, 1, false);
     layered("attn.W_Q", h.dim, h.dim, true);
     layered("attn.W_K", kv, h.dim, true);
@@ -317,11 +339,11 @@ llama2c_model read_llama2c(const std::string& folder)
     layered("mlp.W_gate", h.hidden, h.dim, true);
     layered("mlp.W_down", h.dim, h.hidden, true);
     layered("mlp.W_up", h.hidden, h.dim, true);
-    t["ln_f.weight"] = {"F32", c.vector(h.dim)};
-    c.at += 4 * h.seq_len * h.head_dim();  // freqs_cos and freqs_sin: implied by the rotary embedding
+    t["ln_f.weight"] = { "F32", c.vector(h.dim) };
+    c.at += 4 * h.seq_len * h.head_dim(); // freqs_cos and freqs_sin: implied by the rotary embedding
     if (!h.shared)
     {
-        t["lm_head"] = {"F32", c.matrix(h.vocab, h.dim, true)};
+        t["lm_head"] = { "F32", c.matrix(h.vocab, h.dim, true) };
     }
 
     model_layout layout;
@@ -348,27 +370,32 @@ void write_llama2c(const std::string& folder, const safetensors_file& model, con
 {
     refuse_unless(layout.norm == "rmsnorm", "norm", layout.norm);
     refuse_unless(layout.position == "rope", "position", layout.position);
-    refuse_unless(layout.rope_base == 10000, "rope_base", model.metadata.count("rope_base") ? model.metadata.at("rope_base") : "");
+    refuse_unless(layout.rope_base == 10000,
+                  "rope_base",
+                  model.metadata.count("rope_base") ? model.metadata.at("rope_base") : "");
     refuse_unless(layout.mlp == "swiglu", "mlp", layout.mlp);
     refuse_unless(layout.bias == "none", "bias", layout.bias);
-    const auto vocabulary =
-        train::tokenizer_from_metadata(model.metadata, "llama2c's tokenizer.bin needs the checkpoint's vocabulary");
+    const auto vocabulary = train::tokenizer_from_metadata(
+      model.metadata, "llama2c's tokenizer.bin needs the checkpoint's vocabulary");
     if (vocabulary->size() != layout.vocab_size)
     {
         throw std::invalid_argument("the checkpoint's tokenizer has " + std::to_string(vocabulary->size()) +
-                                    " tokens but its metadata \"vocab_size\" is " + std::to_string(layout.vocab_size));
+                                    " tokens but its metadata \"vocab_size\" is " +
+                                    std::to_string(layout.vocab_size));
     }
 
     std::string bin;
-    const std::size_t sizes[header_ints] = {layout.d_model, layout.hidden(), layout.layers, layout.heads,
-                                            layout.kv_heads, layout.vocab_size, layout.block_size};
+    const std::size_t sizes[header_ints] = { layout.d_model,   layout.hidden(), layout.layers,
+                                             layout.heads,     layout.kv_heads, layout.vocab_size,
+                                             layout.block_size };
     for (std::size_t i = 0; i < header_ints; ++i)
     {
         const std::int32_t v = static_cast<std::int32_t>(sizes[i]);
         put_int(bin, i == 5 && !layout.tied_head ? -v : v);
     }
     const auto& t = model.tensors;
-    const auto layered = [&](const char* name, bool transpose) {
+    const auto layered = [&](const char* name, bool transpose)
+    {
         for (std::size_t i = 0; i < layout.layers; ++i)
         {
             put_matrix(bin, t.at("blocks." + std::to_string(i) + "." + name).values, transpose);
@@ -376,12 +403,12 @@ void write_llama2c(const std::string& folder, const safetensors_file& model, con
     };
     put_matrix(bin, t.at("wte").values, false);
     layered("ln_1.weight", false);
-    for (const char* w : {"attn.W_Q", "attn.W_K", "attn.W_V", "attn.W_O"})
+    for (const char* w : { "attn.W_Q", "attn.W_K", "attn.W_V", "attn.W_O" })
     {
         layered(w, true);
     }
     layered("ln_2.weight", false);
-    for (const char* w : {"mlp.W_gate", "mlp.W_down", "mlp.W_up"})
+    for (const char* w : { "mlp.W_gate", "mlp.W_down", "mlp.W_up" })
     {
         layered(w, true);
     }
@@ -417,4 +444,4 @@ void write_llama2c(const std::string& folder, const safetensors_file& model, con
     }
     out.commit();
 }
-}  // namespace xgrad::io
+} // namespace xgrad::io

@@ -26,8 +26,8 @@ namespace xgrad::io
 {
 struct llama2c_model
 {
-    safetensors_file model;  // xgrad's names and metadata
-    std::string note;        // non-empty when the vocabulary could not be carried over
+    safetensors_file model; // xgrad's names and metadata
+    std::string note;       // non-empty when the vocabulary could not be carried over
 };
 
 // Reads the folder. Throws format_error naming the file and the field: a header that is truncated,
@@ -41,4 +41,4 @@ llama2c_model read_llama2c(const std::string& folder);
 // the metadata key of a variant llama2.c cannot express (it is norm rmsnorm, position rope with base
 // 10000, mlp swiglu, bias none), or when the checkpoint has no vocabulary of its own size.
 void write_llama2c(const std::string& folder, const safetensors_file& model, const model_layout& layout);
-}  // namespace xgrad::io
+} // namespace xgrad::io

@@ -15,17 +15,18 @@ namespace xgrad::io
 struct model_layout
 {
     std::size_t vocab_size = 0, block_size = 0, layers = 0, d_model = 0, heads = 0, kv_heads = 0;
-    std::string norm = "layernorm";     // layernorm | rmsnorm
-    std::string position = "learned";   // learned | rope | none
+    std::string norm = "layernorm";   // layernorm | rmsnorm
+    std::string position = "learned"; // learned | rope | none
     double rope_base = 10000;
-    std::string mlp = "gelu_tanh";      // gelu_tanh | gelu | swiglu
-    std::size_t mlp_hidden = 0;         // 0: 4 d_model
-    std::string bias = "mlp";           // mlp | all | none
+    std::string mlp = "gelu_tanh"; // gelu_tanh | gelu | swiglu
+    std::size_t mlp_hidden = 0;    // 0: 4 d_model
+    std::string bias = "mlp";      // mlp | all | none
     bool tied_head = true;
 
     // Reads the six sizes and the variant keys. Throws format_error starting with `source` and naming the
     // key: missing or non-integer sizes, d % H, H % G, an unknown value (with the values allowed).
-    static model_layout from_metadata(const std::map<std::string, std::string>& metadata, const std::string& source);
+    static model_layout from_metadata(const std::map<std::string, std::string>& metadata,
+                                      const std::string& source);
     // Sets the sizes and every variant key that is not the default; a default-valued key already present
     // stays when it says the same, and is removed otherwise.
     void to_metadata(std::map<std::string, std::string>& metadata) const;
@@ -57,7 +58,7 @@ public:
     ~staged_folder();
     staged_folder(const staged_folder&) = delete;
     staged_folder& operator=(const staged_folder&) = delete;
-    std::string path(const std::string& name) const;  // a file inside the staging folder
+    std::string path(const std::string& name) const; // a file inside the staging folder
     void write_file(const std::string& name, const std::string& bytes) const;
     void commit();
 
@@ -66,5 +67,5 @@ private:
     bool committed_ = false;
 };
 
-std::string shape_text(const shape_t& shape);  // "(3, 4)"
-}  // namespace xgrad::io
+std::string shape_text(const shape_t& shape); // "(3, 4)"
+} // namespace xgrad::io

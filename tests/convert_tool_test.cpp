@@ -33,12 +33,13 @@ struct run_result
 run_result run(const temp_dir& scratch, const std::string& args)
 {
     const std::string out = scratch / "stdout.txt", err = scratch / "stderr.txt";
-    const std::string command = "cd '" + scratch.path.string() + "' && '" + tool + "' " + args + " >'" + out + "' 2>'" + err + "'";
+    const std::string command =
+      "cd '" + scratch.path.string() + "' && '" + tool + "' " + args + " >'" + out + "' 2>'" + err + "'";
     const int raw = std::system(command.c_str());
     INFO(command);
     REQUIRE(raw != -1);
     REQUIRE_FALSE(WIFSIGNALED(raw));
-    run_result r{WEXITSTATUS(raw), read_bytes(out), read_bytes(err)};
+    run_result r{ WEXITSTATUS(raw), read_bytes(out), read_bytes(err) };
     fs::remove(out);
     fs::remove(err);
     return r;
@@ -68,7 +69,7 @@ void refused(const temp_dir& scratch, const std::string& args, const std::string
     CHECK(r.err.find(expected) != std::string::npos);
     CHECK(listing(scratch.path) == before);
 }
-}  // namespace
+} // namespace
 
 TEST_CASE("xgrad-convert converts between the three formats")
 {
@@ -78,12 +79,12 @@ TEST_CASE("xgrad-convert converts between the three formats")
     CHECK(ck.metadata.at("bias") == "all");
     CHECK(ck.tensors.at("wte").dtype == "F32");
     REQUIRE(run(s, "--from xgrad --to hf-gpt2 gpt2.safetensors hf").status == 0);
-    CHECK(listing(s / "hf") == std::set<std::string>{"config.json", "model.safetensors"});
+    CHECK(listing(s / "hf") == std::set<std::string>{ "config.json", "model.safetensors" });
     REQUIRE(run(s, "--from llama2c --to xgrad '" + fixtures + "llama2c' llama.safetensors").status == 0);
     fs::create_directory(s / "empty");
     const run_result r = run(s, "--from xgrad --to llama2c llama.safetensors empty");
     CHECK(r.status == 0);
-    CHECK(listing(s / "empty") == std::set<std::string>{"model.bin", "tokenizer.bin"});
+    CHECK(listing(s / "empty") == std::set<std::string>{ "model.bin", "tokenizer.bin" });
     CHECK(read_bytes(s / "empty/model.bin") == read_bytes(fixtures + "llama2c/model.bin"));
     CHECK(run(s, "--help").status == 0);
 }
@@ -123,7 +124,8 @@ TEST_CASE("a tokenizer in the metadata that does not parse or disagrees with the
     temp_dir s;
     REQUIRE(run(s, "--from llama2c --to xgrad '" + fixtures + "llama2c' llama.safetensors").status == 0);
     io::safetensors_file f = io::read_safetensors(s / "llama.safetensors");
-    const auto with_metadata = [&](const train::metadata_map& extra, const std::string& expected) {
+    const auto with_metadata = [&](const train::metadata_map& extra, const std::string& expected)
+    {
         io::safetensors_file g = f;
         for (const auto& [k, v] : extra)
         {
@@ -134,11 +136,12 @@ TEST_CASE("a tokenizer in the metadata that does not parse or disagrees with the
         refused(s, "--from xgrad --to xgrad in.safetensors out.safetensors", expected);
         fs::remove(s / "in.safetensors");
     };
-    with_metadata({{"vocab", "[1, 2, 3]"}}, "has 3 tokens but \"vocab_size\" is 11");
-    with_metadata({{"vocab", "[1, 1]"}}, "vocab metadata");
-    with_metadata({{"tokenizer", "sentencepiece"}, {"tokenizer_model", train::to_base64("no model here")}},
-                  "not a SentencePiece model");
-    with_metadata({{"tokenizer", "sentencepiece"}, {"tokenizer_model", "%%%%"}}, "not base64");
-    with_metadata({{"tokenizer", "tiktoken"}}, "allowed: bytes, sentencepiece");
-    with_metadata({{"norm", "batchnorm"}}, "\"norm\" is 'batchnorm'; allowed: layernorm, rmsnorm");
+    with_metadata({ { "vocab", "[1, 2, 3]" } }, "has 3 tokens but \"vocab_size\" is 11");
+    with_metadata({ { "vocab", "[1, 1]" } }, "vocab metadata");
+    with_metadata(
+      { { "tokenizer", "sentencepiece" }, { "tokenizer_model", train::to_base64("no model here") } },
+      "not a SentencePiece model");
+    with_metadata({ { "tokenizer", "sentencepiece" }, { "tokenizer_model", "%%%%" } }, "not base64");
+    with_metadata({ { "tokenizer", "tiktoken" } }, "allowed: bytes, sentencepiece");
+    with_metadata({ { "norm", "batchnorm" } }, "\"norm\" is 'batchnorm'; allowed: layernorm, rmsnorm");
 }

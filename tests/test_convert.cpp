@@ -13,9 +13,9 @@
 #include "io/checkpoint.hpp"
 #include "io/hf_gpt2.hpp"
 #include "io/llama2c.hpp"
+#include "io/model_layout.hpp"
 #include "io/npy.hpp"
 #include "models/gpt.hpp"
-#include "io/model_layout.hpp"
 #include "test_util.hpp"
 #include "train/tokenizer.hpp"
 
@@ -42,7 +42,7 @@ io::safetensors_file random_model(const io::model_layout& layout, unsigned seed)
     std::normal_distribution<float> normal(0.0f, 0.5f);
     for (const auto& [name, shape] : layout.tensor_shapes())
     {
-        io::stored_tensor t{"F32", array<double>::from_shape(shape)};
+        io::stored_tensor t{ "F32", array<double>::from_shape(shape) };
         for (double& v : t.values)
         {
             v = normal(rng);
@@ -116,11 +116,11 @@ std::string copy_fixture(const temp_dir& dir, const std::string& name)
     fs::copy(fixtures + name, to, fs::copy_options::recursive);
     return to;
 }
-}  // namespace
+} // namespace
 
 TEST_CASE("a Hugging Face GPT-2 folder reads as the bias = all model, c_attn split into W_Q | W_K | W_V")
 {
-    for (const char* folder : {"hf_f32", "hf_f16", "hf_bf16"})
+    for (const char* folder : { "hf_f32", "hf_f16", "hf_bf16" })
     {
         CAPTURE(folder);
         io::model_layout layout;
@@ -134,7 +134,7 @@ TEST_CASE("a Hugging Face GPT-2 folder reads as the bias = all model, c_attn spl
         CHECK(m.metadata.at("block_size") == "8");
         CHECK(m.metadata.at("heads") == "2");
         CHECK(m.metadata.at("kv_heads") == "2");
-        CHECK(m.tensors.size() == 2 + 2 * 16 + 2);  // no buffers, no lm_head (tied)
+        CHECK(m.tensors.size() == 2 + 2 * 16 + 2); // no buffers, no lm_head (tied)
         CHECK(m.tensors.at("wte").values == ref.tensors.at("wte.weight").values);
         CHECK(m.tensors.at("wpe").values == ref.tensors.at("wpe.weight").values);
         for (int i = 0; i < 2; ++i)
@@ -145,7 +145,8 @@ TEST_CASE("a Hugging Face GPT-2 folder reads as the bias = all model, c_attn spl
             CHECK(m.tensors.at(b + "attn.W_Q").values == columns_of(qkv, 0, 8));
             CHECK(m.tensors.at(b + "attn.W_K").values == columns_of(qkv, 8, 8));
             CHECK(m.tensors.at(b + "attn.W_V").values == columns_of(qkv, 16, 8));
-            CHECK(m.tensors.at(b + "attn.b_V").values == array<double>(xt::view(qkv_bias, xt::range(16, 24))));
+            CHECK(m.tensors.at(b + "attn.b_V").values ==
+                  array<double>(xt::view(qkv_bias, xt::range(16, 24))));
             CHECK(m.tensors.at(b + "attn.W_O").values == ref.tensors.at(h + "attn.c_proj.weight").values);
             CHECK(m.tensors.at(b + "mlp.W_fc").values == ref.tensors.at(h + "mlp.c_fc.weight").values);
             CHECK(m.tensors.at(b + "mlp.b_proj").values == ref.tensors.at(h + "mlp.c_proj.bias").values);
@@ -178,8 +179,13 @@ TEST_CASE("hf-gpt2 -> xgrad -> hf-gpt2 and xgrad -> hf-gpt2 -> xgrad are bit-exa
     io::write_safetensors(dir / "b.safetensors", io::read_hf_gpt2(dir / "hf", back_layout));
     CHECK(read_bytes(dir / "a.safetensors") == read_bytes(dir / "b.safetensors"));
     const std::string config = read_bytes(dir / "hf/config.json");
-    for (const char* field : {"\"n_embd\": 8", "\"n_head\": 2", "\"n_layer\": 2", "\"n_positions\": 8", "\"vocab_size\": 11",
-                              "\"layer_norm_epsilon\": 1e-05", "\"activation_function\": \"gelu_new\""})
+    for (const char* field : { "\"n_embd\": 8",
+                               "\"n_head\": 2",
+                               "\"n_layer\": 2",
+                               "\"n_positions\": 8",
+                               "\"vocab_size\": 11",
+                               "\"layer_norm_epsilon\": 1e-05",
+                               "\"activation_function\": \"gelu_new\"" })
     {
         CAPTURE(field);
         CHECK(config.find(field) != std::string::npos);
@@ -188,7 +194,7 @@ TEST_CASE("hf-gpt2 -> xgrad -> hf-gpt2 and xgrad -> hf-gpt2 -> xgrad are bit-exa
 
 TEST_CASE("the default model and bias = none go to GPT-2 with zero biases and come back as they were")
 {
-    for (const char* bias : {"mlp", "none"})
+    for (const char* bias : { "mlp", "none" })
     {
         CAPTURE(bias);
         temp_dir dir;
@@ -216,7 +222,7 @@ TEST_CASE("a llama2.c folder reads field by field: nn.Linear weights transposed,
     CHECK(m.note.empty());
     CHECK(m.model.metadata.at("norm") == "rmsnorm");
     CHECK(m.model.metadata.at("position") == "rope");
-    CHECK(m.model.metadata.count("rope_base") == 0);  // 10000, the default
+    CHECK(m.model.metadata.count("rope_base") == 0); // 10000, the default
     CHECK(m.model.metadata.at("mlp") == "swiglu");
     CHECK(m.model.metadata.at("mlp_hidden") == "24");
     CHECK(m.model.metadata.at("bias") == "none");
@@ -232,9 +238,10 @@ TEST_CASE("a llama2.c folder reads field by field: nn.Linear weights transposed,
         const std::string b = "blocks." + std::to_string(i) + ".", n = "." + std::to_string(i);
         CHECK(t.at(b + "ln_1.weight").values == r.at("attention_norm" + n).values);
         CHECK(t.at(b + "ln_2.weight").values == r.at("ffn_norm" + n).values);
-        const std::pair<const char*, const char*> matrices[] = {{"attn.W_Q", "wq"}, {"attn.W_K", "wk"}, {"attn.W_V", "wv"},
-                                                                {"attn.W_O", "wo"}, {"mlp.W_gate", "w1"}, {"mlp.W_down", "w2"},
-                                                                {"mlp.W_up", "w3"}};
+        const std::pair<const char*, const char*> matrices[] = {
+            { "attn.W_Q", "wq" },   { "attn.W_K", "wk" },   { "attn.W_V", "wv" }, { "attn.W_O", "wo" },
+            { "mlp.W_gate", "w1" }, { "mlp.W_down", "w2" }, { "mlp.W_up", "w3" }
+        };
         for (const auto& [ours, theirs] : matrices)
         {
             CAPTURE(ours);
@@ -251,30 +258,33 @@ TEST_CASE("a model.bin and tokenizer.bin written by xgrad follow llama2.c's lega
     io::write_llama2c(dir / "out", m, layout);
     const std::string bin = read_bytes(dir / "out/model.bin");
     std::size_t at = 0;
-    const auto next_int = [&] {
+    const auto next_int = [&]
+    {
         std::int32_t v;
         std::memcpy(&v, bin.data() + at, 4);
         at += 4;
         return v;
     };
-    const auto next_float = [&] {
+    const auto next_float = [&]
+    {
         float v;
         std::memcpy(&v, bin.data() + at, 4);
         at += 4;
         return double(v);
     };
     REQUIRE(bin.size() >= 28);
-    CHECK(next_int() == 8);   // dim
-    CHECK(next_int() == 12);  // hidden_dim
-    CHECK(next_int() == 2);   // n_layers
-    CHECK(next_int() == 4);   // n_heads
-    CHECK(next_int() == 2);   // n_kv_heads
-    CHECK(next_int() == 7);   // vocab_size, positive: the classifier is the embedding
-    CHECK(next_int() == 6);   // max_seq_len
+    CHECK(next_int() == 8);  // dim
+    CHECK(next_int() == 12); // hidden_dim
+    CHECK(next_int() == 2);  // n_layers
+    CHECK(next_int() == 4);  // n_heads
+    CHECK(next_int() == 2);  // n_kv_heads
+    CHECK(next_int() == 7);  // vocab_size, positive: the classifier is the embedding
+    CHECK(next_int() == 6);  // max_seq_len
     const std::size_t floats = 7 * 8 + 2 * (8 + 64 + 32 + 32 + 64 + 8 + 3 * 96) + 8 + 2 * 6 * 1;
     REQUIRE(bin.size() == 28 + 4 * floats);
     // Each (out, in) matrix row by row: element (o, i) of nn.Linear's weight is xgrad's (i, o).
-    const auto expect_linear = [&](const std::string& name) {
+    const auto expect_linear = [&](const std::string& name)
+    {
         const array<double>& w = m.tensors.at(name).values;
         bool same = true;
         for (std::size_t o = 0; o < w.shape()[1]; ++o)
@@ -286,7 +296,8 @@ TEST_CASE("a model.bin and tokenizer.bin written by xgrad follow llama2.c's lega
         }
         CHECK_MESSAGE(same, name);
     };
-    const auto expect_plain = [&](const std::string& name) {
+    const auto expect_plain = [&](const std::string& name)
+    {
         bool same = true;
         for (double v : m.tensors.at(name).values)
         {
@@ -295,8 +306,15 @@ TEST_CASE("a model.bin and tokenizer.bin written by xgrad follow llama2.c's lega
         CHECK_MESSAGE(same, name);
     };
     expect_plain("wte");
-    for (const char* kind : {"ln_1.weight", "attn.W_Q", "attn.W_K", "attn.W_V", "attn.W_O", "ln_2.weight", "mlp.W_gate",
-                             "mlp.W_down", "mlp.W_up"})
+    for (const char* kind : { "ln_1.weight",
+                              "attn.W_Q",
+                              "attn.W_K",
+                              "attn.W_V",
+                              "attn.W_O",
+                              "ln_2.weight",
+                              "mlp.W_gate",
+                              "mlp.W_down",
+                              "mlp.W_up" })
     {
         for (int i = 0; i < 2; ++i)
         {
@@ -317,7 +335,7 @@ TEST_CASE("a model.bin and tokenizer.bin written by xgrad follow llama2.c's lega
     CHECK(at == bin.size());
 
     const std::string tok = read_bytes(dir / "out/tokenizer.bin");
-    REQUIRE(tok.size() == 4 + 7 * 9);  // max_token_length, then (score, length, one byte) per token
+    REQUIRE(tok.size() == 4 + 7 * 9); // max_token_length, then (score, length, one byte) per token
     std::int32_t max_length, length;
     float score;
     std::memcpy(&max_length, tok.data(), 4);
@@ -359,18 +377,23 @@ TEST_CASE("llama2c round trips are bit-exact, untied and tied, with a byte or a 
     const io::llama2c_model back = io::read_llama2c(dir / "sp");
     check_same(m, back.model);
     const std::string tok = read_bytes(dir / "sp/tokenizer.bin");
-    CHECK(tok.find(" the") != std::string::npos);  // U+2581 written as a space, as llama2.c's tokenizer.py does
+    CHECK(tok.find(" the") !=
+          std::string::npos); // U+2581 written as a space, as llama2.c's tokenizer.py does
 }
 
 TEST_CASE("variants a format cannot express are refused, naming the metadata key")
 {
     temp_dir dir;
-    const auto refused = [&](io::model_layout layout, const char* to, const char* key) {
+    const auto refused = [&](io::model_layout layout, const char* to, const char* key)
+    {
         CAPTURE(key);
         const io::safetensors_file m = random_model(layout, 1);
-        const std::string e = read_error([&] {
-            std::string(to) == "llama2c" ? io::write_llama2c(dir / "x", m, layout) : io::write_hf_gpt2(dir / "x", m, layout);
-        });
+        const std::string e = read_error(
+          [&]
+          {
+              std::string(to) == "llama2c" ? io::write_llama2c(dir / "x", m, layout)
+                                           : io::write_hf_gpt2(dir / "x", m, layout);
+          });
         CHECK(e.find(std::string("\"") + key + "\"") != std::string::npos);
         CHECK_FALSE(fs::exists(dir / "x"));
     };
@@ -396,7 +419,7 @@ TEST_CASE("variants a format cannot express are refused, naming the metadata key
     io::model_layout none = small_layout();
     none.position = "none";
     refused(none, "hf-gpt2", "position");
-    for (const char* dir_left : {".x.partial"})
+    for (const char* dir_left : { ".x.partial" })
     {
         for (const auto& e : fs::directory_iterator(dir.path))
         {
@@ -410,7 +433,8 @@ TEST_CASE("malformed llama2.c files are refused before reading more than they ho
     temp_dir dir;
     const std::string folder = copy_fixture(dir, "llama2c");
     const std::string bin = read_bytes(folder + "/model.bin");
-    const auto with_model = [&](const std::string& bytes, const std::string& expected) {
+    const auto with_model = [&](const std::string& bytes, const std::string& expected)
+    {
         CAPTURE(expected);
         write_bytes(folder + "/model.bin", bytes);
         const std::string e = read_error([&] { io::read_llama2c(folder); });
@@ -418,7 +442,8 @@ TEST_CASE("malformed llama2.c files are refused before reading more than they ho
         CHECK(e.find(expected) != std::string::npos);
         CHECK(e.find("model.bin") != std::string::npos);
     };
-    const auto header_with = [&](std::size_t field, std::int32_t value) {
+    const auto header_with = [&](std::size_t field, std::int32_t value)
+    {
         std::string b = bin;
         std::memcpy(b.data() + 4 * field, &value, 4);
         return b;
@@ -433,7 +458,7 @@ TEST_CASE("malformed llama2.c files are refused before reading more than they ho
     with_model(header_with(4, 3), "n_heads % n_kv_heads");
     // Sizes near the limits: the header promises far more than the file holds; refused before allocating.
     with_model(header_with(0, (1 << 24) + 1), "dim is 16777217");
-    for (std::size_t field : {1, 2, 5, 6})
+    for (std::size_t field : { 1, 2, 5, 6 })
     {
         with_model(header_with(field, (1 << 24) - 8), "implies");
     }
@@ -441,7 +466,8 @@ TEST_CASE("malformed llama2.c files are refused before reading more than they ho
     write_bytes(folder + "/model.bin", bin);
 
     const std::string tok = read_bytes(folder + "/tokenizer.bin");
-    const auto with_tokenizer = [&](const std::string& bytes, const char* expected) {
+    const auto with_tokenizer = [&](const std::string& bytes, const char* expected)
+    {
         CAPTURE(expected);
         write_bytes(folder + "/tokenizer.bin", bytes);
         const std::string e = read_error([&] { io::read_llama2c(folder); });
@@ -465,12 +491,14 @@ TEST_CASE("malformed llama2.c files are refused before reading more than they ho
     CHECK(e.find("not a SentencePiece model") != std::string::npos);
 }
 
-TEST_CASE("a GPT-2 config.json that disagrees with the tensors, or asks for what xgrad does not compute, is refused")
+TEST_CASE(
+  "a GPT-2 config.json that disagrees with the tensors, or asks for what xgrad does not compute, is refused")
 {
     temp_dir dir;
     const std::string folder = copy_fixture(dir, "hf_f32");
     const std::string config = read_bytes(folder + "/config.json");
-    const auto with_config = [&](const std::string& from, const std::string& to, const char* expected) {
+    const auto with_config = [&](const std::string& from, const std::string& to, const char* expected)
+    {
         CAPTURE(expected);
         std::string c = config;
         const std::size_t at = c.find(from);
@@ -485,12 +513,15 @@ TEST_CASE("a GPT-2 config.json that disagrees with the tensors, or asks for what
     with_config("\"n_embd\": 8", "\"n_embd\": 16", "n_embd 16 needs");
     with_config("\"n_layer\": 2", "\"n_layer\": 3", "h.2.ln_1.weight is missing");
     with_config("\"n_layer\": 2", "\"n_layer\": 1", "not part of the GPT-2 layout with 1 layers");
-    with_config("\"vocab_size\": 11", "\"vocab_size\": 12", "tensor wte has shape (11, 8), the metadata implies (12, 8)");
+    with_config("\"vocab_size\": 11",
+                "\"vocab_size\": 12",
+                "tensor wte has shape (11, 8), the metadata implies (12, 8)");
     with_config("\"n_positions\": 8", "\"n_positions\": 0", "\"n_positions\" must be a positive integer");
     with_config("\"n_head\": 2", "\"n_head\": 3", "not a multiple of \"n_head\"");
     with_config("\"gelu_new\"", "\"relu\"", "\"activation_function\"");
     with_config("1e-05", "1e-06", "\"layer_norm_epsilon\"");
-    with_config("\"n_inner\": null", "\"n_inner\": 16", "mlp.W_fc has shape (8, 32), the metadata implies (8, 16)");
+    with_config(
+      "\"n_inner\": null", "\"n_inner\": 16", "mlp.W_fc has shape (8, 32), the metadata implies (8, 16)");
     with_config(config, "[1, 2]", "not a JSON object");
     with_config("\"n_embd\": 8,", "\"n_embd\": 8,,", "not valid JSON");
 }
@@ -500,7 +531,8 @@ TEST_CASE("a damaged GPT-2 safetensors file is refused, naming the tensor")
     temp_dir dir;
     const std::string folder = copy_fixture(dir, "hf_f16");
     const std::string file = read_bytes(folder + "/model.safetensors");
-    const auto with_file = [&](const std::string& bytes, const char* expected) {
+    const auto with_file = [&](const std::string& bytes, const char* expected)
+    {
         CAPTURE(expected);
         write_bytes(folder + "/model.safetensors", bytes);
         io::model_layout layout;
@@ -522,7 +554,7 @@ TEST_CASE("a damaged GPT-2 safetensors file is refused, naming the tensor")
 TEST_CASE("converted models compute the logits PyTorch computes from the source layout")
 {
     temp_dir dir;
-    for (const char* folder : {"hf_f32", "hf_f16", "hf_bf16", "llama2c"})
+    for (const char* folder : { "hf_f32", "hf_f16", "hf_bf16", "llama2c" })
     {
         CAPTURE(folder);
         const std::string source = fixtures + folder;
@@ -536,6 +568,6 @@ TEST_CASE("converted models compute the logits PyTorch computes from the source 
         tape<double> t;
         const auto r = models::gpt_forward(t, ck.params, tokens);
         const array<double> expected = npy::load_float<double>(source + "/logits.npy");
-        CHECK(xgrad::test::max_relative_difference(r.logits.value(), expected) < 1e-12);  // measured: ~2.5e-15
+        CHECK(xgrad::test::max_relative_difference(r.logits.value(), expected) < 1e-12); // measured: ~2.5e-15
     }
 }

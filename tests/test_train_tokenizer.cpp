@@ -23,7 +23,9 @@ namespace
 {
 std::string practice_text()
 {
-    const char* words[] = {"the ", "cat ", "sat ", "on ", "a ", "mat. ", "dogs ", "run ", "fast!\n", "\tand "};
+    const char* words[] = {
+        "the ", "cat ", "sat ", "on ", "a ", "mat. ", "dogs ", "run ", "fast!\n", "\tand "
+    };
     std::mt19937 rng(11);
     std::string text;
     for (int i = 0; i < 3000; ++i)
@@ -74,7 +76,7 @@ std::vector<std::vector<std::string>> csv(const std::string& path)
     }
     return rows;
 }
-}  // namespace
+} // namespace
 
 TEST_CASE("--tokenizer bpe:N trains on the training split, stores the model, and logs val_bpb")
 {
@@ -92,7 +94,8 @@ TEST_CASE("--tokenizer bpe:N trains on the training split, stores the model, and
 
     // val_bpb = val_loss x (validation tokens / validation bytes) / ln 2, the split at byte floor(0.9 n).
     const std::size_t split = text.size() * 9 / 10;
-    const double tokens_per_byte = double(tok->encode(text.substr(split)).size()) / double(text.size() - split);
+    const double tokens_per_byte =
+      double(tok->encode(text.substr(split)).size()) / double(text.size() - split);
     CHECK(tokens_per_byte < 0.5);
     const auto rows = csv(dir / "a/log.csv");
     REQUIRE(rows.size() == 9);
@@ -110,11 +113,12 @@ TEST_CASE("--tokenizer bpe:N trains on the training split, stores the model, and
                   doctest::Approx(std::stod(rows[r][2]) * tokens_per_byte / std::log(2.0)).epsilon(1e-7));
         }
     }
-    CHECK(measured == 2);  // steps 4 and 8
+    CHECK(measured == 2); // steps 4 and 8
 
     // The same flags: the same tokenizer, bit for bit, and the same losses.
     run_training(small_run(data, dir / "b", "bpe:48"));
-    CHECK(io::read_safetensors(dir / "b/model.safetensors").metadata.at("tokenizer_model") == ck.metadata.at("tokenizer_model"));
+    CHECK(io::read_safetensors(dir / "b/model.safetensors").metadata.at("tokenizer_model") ==
+          ck.metadata.at("tokenizer_model"));
     const auto again = csv(dir / "b/log.csv");
     for (std::size_t r = 1; r < rows.size(); ++r)
     {
@@ -150,7 +154,7 @@ TEST_CASE("--time ends the run at the step that passes it, with validation and a
     std::ofstream(data, std::ios::binary) << practice_text();
     train_options o = small_run(data, dir / "run", "bytes");
     o.steps = 1000;
-    o.time_limit_s = 1e-9;  // passed by the end of the first step
+    o.time_limit_s = 1e-9; // passed by the end of the first step
     const train_summary s = run_training(o);
     CHECK(s.last_step == 1);
     CHECK_FALSE(s.interrupted);

@@ -62,12 +62,15 @@ void normalise(io::safetensors_file& model, const io::model_layout& layout, cons
     const auto vocabulary = train::tokenizer_from_metadata(model.metadata, in);
     if (vocabulary->size() != layout.vocab_size)
     {
-        throw std::invalid_argument(in + ": the tokenizer in the metadata has " + std::to_string(vocabulary->size()) +
-                                    " tokens but \"vocab_size\" is " + std::to_string(layout.vocab_size));
+        throw std::invalid_argument(in + ": the tokenizer in the metadata has " +
+                                    std::to_string(vocabulary->size()) + " tokens but \"vocab_size\" is " +
+                                    std::to_string(layout.vocab_size));
     }
 }
 
-void write_model(const std::string& format, const std::string& out, const io::safetensors_file& model,
+void write_model(const std::string& format,
+                 const std::string& out,
+                 const io::safetensors_file& model,
                  const io::model_layout& layout)
 {
     if (format == "hf-gpt2")
@@ -83,17 +86,21 @@ void write_model(const std::string& format, const std::string& out, const io::sa
         io::write_safetensors(out, model);
     }
 }
-}  // namespace
+} // namespace
 
 int main(int argc, char** argv)
 {
-    CLI::App app{"Converts a GPT checkpoint between xgrad's safetensors file, a Hugging Face GPT-2 folder "
-                 "(model.safetensors + config.json) and a llama2.c folder (model.bin + tokenizer.bin)",
-                 program};
+    CLI::App app{ "Converts a GPT checkpoint between xgrad's safetensors file, a Hugging Face GPT-2 folder "
+                  "(model.safetensors + config.json) and a llama2.c folder (model.bin + tokenizer.bin)",
+                  program };
     std::string from, to, in, out;
-    const std::vector<std::string> formats = {"xgrad", "hf-gpt2", "llama2c"};
-    app.add_option("--from", from, "format of IN: xgrad | hf-gpt2 | llama2c")->required()->check(CLI::IsMember(formats));
-    app.add_option("--to", to, "format of OUT: xgrad | hf-gpt2 | llama2c")->required()->check(CLI::IsMember(formats));
+    const std::vector<std::string> formats = { "xgrad", "hf-gpt2", "llama2c" };
+    app.add_option("--from", from, "format of IN: xgrad | hf-gpt2 | llama2c")
+      ->required()
+      ->check(CLI::IsMember(formats));
+    app.add_option("--to", to, "format of OUT: xgrad | hf-gpt2 | llama2c")
+      ->required()
+      ->check(CLI::IsMember(formats));
     app.add_option("IN", in, "checkpoint file (xgrad) or folder")->required();
     app.add_option("OUT", out, "checkpoint file (xgrad) or folder, written atomically")->required();
     try
@@ -119,8 +126,14 @@ int main(int argc, char** argv)
         io::safetensors_file model = read_model(from, in, layout);
         normalise(model, layout, in);
         write_model(to, out, model, layout);
-        std::printf("%s (%s) -> %s (%s): %zu tensors, %zu layers, d_model %zu, vocabulary %zu\n", in.c_str(),
-                    from.c_str(), out.c_str(), to.c_str(), model.tensors.size(), layout.layers, layout.d_model,
+        std::printf("%s (%s) -> %s (%s): %zu tensors, %zu layers, d_model %zu, vocabulary %zu\n",
+                    in.c_str(),
+                    from.c_str(),
+                    out.c_str(),
+                    to.c_str(),
+                    model.tensors.size(),
+                    layout.layers,
+                    layout.d_model,
                     layout.vocab_size);
         return 0;
     }

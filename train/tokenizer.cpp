@@ -12,7 +12,7 @@
 
 namespace sentencepiece::logging
 {
-void SetMinLogLevel(int level);  // in libsentencepiece, not declared by its public headers
+void SetMinLogLevel(int level); // in libsentencepiece, not declared by its public headers
 }
 
 namespace xgrad::train
@@ -25,7 +25,7 @@ std::string hex_byte(unsigned char c)
     std::snprintf(hex, sizeof hex, "0x%02x", c);
     return hex;
 }
-}  // namespace
+} // namespace
 
 // ---- bytes ----------------------------------------------------------------------------------------
 
@@ -50,8 +50,10 @@ byte_vocabulary byte_vocabulary::of_text(const std::string& text)
 
 byte_vocabulary byte_vocabulary::from_json(const std::string& json)
 {
-    auto bad = [&](const std::string& why) {
-        return std::invalid_argument("vocab metadata: " + why + " (expected a JSON array of ascending byte values)");
+    auto bad = [&](const std::string& why)
+    {
+        return std::invalid_argument("vocab metadata: " + why +
+                                     " (expected a JSON array of ascending byte values)");
     };
     std::size_t i = json.find_first_not_of(" \t\r\n");
     if (i == std::string::npos || json[i] != '[')
@@ -83,7 +85,8 @@ byte_vocabulary byte_vocabulary::from_json(const std::string& json)
         const int value = std::stoi(json.substr(i, end - i));
         if (value > 255)
         {
-            throw bad("entry " + std::to_string(v.bytes_.size()) + " is " + std::to_string(value) + ", above 255");
+            throw bad("entry " + std::to_string(v.bytes_.size()) + " is " + std::to_string(value) +
+                      ", above 255");
         }
         if (!v.bytes_.empty() && value <= v.bytes_.back())
         {
@@ -133,8 +136,9 @@ std::vector<std::int32_t> byte_vocabulary::encode(const std::string& text) const
         const int id = id_of_[static_cast<unsigned char>(text[i])];
         if (id < 0)
         {
-            throw std::invalid_argument("byte " + hex_byte(static_cast<unsigned char>(text[i])) + " at position " +
-                                        std::to_string(i) + " is not in the model's vocabulary");
+            throw std::invalid_argument("byte " + hex_byte(static_cast<unsigned char>(text[i])) +
+                                        " at position " + std::to_string(i) +
+                                        " is not in the model's vocabulary");
         }
         ids[i] = id;
     }
@@ -149,8 +153,8 @@ std::string byte_vocabulary::decode(const std::vector<std::int32_t>& ids) const
     {
         if (id < 0 || static_cast<std::size_t>(id) >= bytes_.size())
         {
-            throw std::invalid_argument("decode: token " + std::to_string(id) + " is outside the vocabulary of " +
-                                        std::to_string(bytes_.size()));
+            throw std::invalid_argument("decode: token " + std::to_string(id) +
+                                        " is outside the vocabulary of " + std::to_string(bytes_.size()));
         }
         out.push_back(static_cast<char>(bytes_[static_cast<std::size_t>(id)]));
     }
@@ -168,9 +172,11 @@ void byte_vocabulary::to_metadata(metadata_map& metadata) const
 
 tokenizer_spec tokenizer_spec::parse(const std::string& text)
 {
-    const auto bad = [&] {
-        return std::invalid_argument("--tokenizer: '" + text +
-                                     "' is not one of bytes, bpe:N, unigram:N (N a vocabulary size, 8 to 65536)");
+    const auto bad = [&]
+    {
+        return std::invalid_argument(
+          "--tokenizer: '" + text +
+          "' is not one of bytes, bpe:N, unigram:N (N a vocabulary size, 8 to 65536)");
     };
     if (text == "bytes")
     {
@@ -202,12 +208,12 @@ std::string tokenizer_spec::to_string() const
 {
     switch (type)
     {
-    case kind::bpe:
-        return "bpe:" + std::to_string(vocab_size);
-    case kind::unigram:
-        return "unigram:" + std::to_string(vocab_size);
-    default:
-        return "bytes";
+        case kind::bpe:
+            return "bpe:" + std::to_string(vocab_size);
+        case kind::unigram:
+            return "unigram:" + std::to_string(vocab_size);
+        default:
+            return "bytes";
     }
 }
 
@@ -220,13 +226,17 @@ const char* const newline_piece = "\n";
 // in a sentence as the start of a frequency column ("word<tab>freq") and so never learns it.
 const char* const atomic_symbols = "\n,\t";
 const char* const sentence_breaks = "\n\t";
-const std::string word_mark = "\xe2\x96\x81";  // U+2581, SentencePiece's stand-in for a space
+const std::string word_mark = "\xe2\x96\x81"; // U+2581, SentencePiece's stand-in for a space
 
 // The training split's pieces between newlines and tabs, one sentence each (empty ones skipped).
 class line_iterator : public sentencepiece::SentenceIterator
 {
 public:
-    explicit line_iterator(const std::string& text) : text_(text) { advance_to_line(0); }
+    explicit line_iterator(const std::string& text)
+      : text_(text)
+    {
+        advance_to_line(0);
+    }
     bool done() const override { return begin_ >= text_.size(); }
     void Next() override { advance_to_line(end_ + 1); }
     const std::string& value() const override { return line_; }
@@ -257,13 +267,13 @@ std::vector<int> checked_ids(const std::vector<std::int32_t>& ids, std::size_t s
     {
         if (id < 0 || static_cast<std::size_t>(id) >= size)
         {
-            throw std::invalid_argument("decode: token " + std::to_string(id) + " is outside the vocabulary of " +
-                                        std::to_string(size));
+            throw std::invalid_argument("decode: token " + std::to_string(id) +
+                                        " is outside the vocabulary of " + std::to_string(size));
         }
     }
     return std::vector<int>(ids.begin(), ids.end());
 }
-}  // namespace
+} // namespace
 
 struct sentencepiece_tokenizer::processor
 {
@@ -272,7 +282,8 @@ struct sentencepiece_tokenizer::processor
 };
 
 sentencepiece_tokenizer::sentencepiece_tokenizer(const std::string& serialized)
-    : processor_(std::make_unique<processor>()), serialized_(serialized)
+  : processor_(std::make_unique<processor>())
+  , serialized_(serialized)
 {
     const auto status = processor_->sp.LoadFromSerializedProto(serialized);
     if (!status.ok())
@@ -288,45 +299,49 @@ sentencepiece_tokenizer::sentencepiece_tokenizer(const std::string& serialized)
 
 sentencepiece_tokenizer::~sentencepiece_tokenizer() = default;
 
-std::shared_ptr<const sentencepiece_tokenizer> sentencepiece_tokenizer::train(const tokenizer_spec& spec,
-                                                                               const std::string& training_text)
+std::shared_ptr<const sentencepiece_tokenizer> sentencepiece_tokenizer::train(
+  const tokenizer_spec& spec,
+  const std::string& training_text)
 {
     if (spec.type == tokenizer_spec::kind::bytes)
     {
         throw std::invalid_argument("sentencepiece_tokenizer::train: --tokenizer bytes needs no training");
     }
     const std::unordered_map<std::string, std::string> settings = {
-        {"model_type", spec.type == tokenizer_spec::kind::bpe ? "bpe" : "unigram"},
-        {"vocab_size", std::to_string(spec.vocab_size)},
-        {"character_coverage", "1.0"},
-        {"num_threads", "1"},
-        {"shuffle_input_sentence", "false"},
-        {"input_sentence_size", "0"},
-        {"normalization_rule_name", "identity"},
-        {"remove_extra_whitespaces", "false"},
-        {"add_dummy_prefix", "false"},
-        {"user_defined_symbols", atomic_symbols},
-        {"hard_vocab_limit", "false"},
-        {"minloglevel", "2"},
+        { "model_type", spec.type == tokenizer_spec::kind::bpe ? "bpe" : "unigram" },
+        { "vocab_size", std::to_string(spec.vocab_size) },
+        { "character_coverage", "1.0" },
+        { "num_threads", "1" },
+        { "shuffle_input_sentence", "false" },
+        { "input_sentence_size", "0" },
+        { "normalization_rule_name", "identity" },
+        { "remove_extra_whitespaces", "false" },
+        { "add_dummy_prefix", "false" },
+        { "user_defined_symbols", atomic_symbols },
+        { "hard_vocab_limit", "false" },
+        { "minloglevel", "2" },
     };
     sentencepiece::logging::SetMinLogLevel(2);
     sentencepiece::SetRandomGeneratorSeed(1);
     line_iterator lines(training_text);
     if (lines.done())
     {
-        throw std::runtime_error("--tokenizer " + spec.to_string() + ": the training split has no text to train on");
+        throw std::runtime_error("--tokenizer " + spec.to_string() +
+                                 ": the training split has no text to train on");
     }
     std::string serialized;
     const auto status = sentencepiece::SentencePieceTrainer::Train(settings, &lines, &serialized);
     if (!status.ok())
     {
-        throw std::runtime_error("--tokenizer " + spec.to_string() + ": SentencePiece cannot train on the training split (" +
-                                 status.ToString() + ")");
+        throw std::runtime_error("--tokenizer " + spec.to_string() +
+                                 ": SentencePiece cannot train on the training split (" + status.ToString() +
+                                 ")");
     }
     return from_serialized(serialized);
 }
 
-std::shared_ptr<const sentencepiece_tokenizer> sentencepiece_tokenizer::from_serialized(const std::string& serialized)
+std::shared_ptr<const sentencepiece_tokenizer> sentencepiece_tokenizer::from_serialized(
+  const std::string& serialized)
 {
     sentencepiece::logging::SetMinLogLevel(2);
     return std::shared_ptr<const sentencepiece_tokenizer>(new sentencepiece_tokenizer(serialized));
@@ -337,7 +352,8 @@ std::size_t sentencepiece_tokenizer::size() const
     return static_cast<std::size_t>(processor_->sp.GetPieceSize());
 }
 
-std::vector<std::int32_t> sentencepiece_tokenizer::encode_lines(const std::string& text, bool allow_unknown) const
+std::vector<std::int32_t> sentencepiece_tokenizer::encode_lines(const std::string& text,
+                                                                bool allow_unknown) const
 {
     std::vector<std::int32_t> ids;
     std::vector<int> line_ids;
@@ -360,8 +376,9 @@ std::vector<std::int32_t> sentencepiece_tokenizer::encode_lines(const std::strin
                     if (processor_->sp.IsUnknown(processor_->sp.PieceToId(c == " " ? word_mark : c)))
                     {
                         throw std::invalid_argument("the character starting with byte " +
-                                                    hex_byte(static_cast<unsigned char>(text[i])) + " at position " +
-                                                    std::to_string(i) + " is not in the tokenizer's vocabulary");
+                                                    hex_byte(static_cast<unsigned char>(text[i])) +
+                                                    " at position " + std::to_string(i) +
+                                                    " is not in the tokenizer's vocabulary");
                     }
                 }
                 throw std::invalid_argument("line at byte " + std::to_string(begin) +
@@ -410,7 +427,8 @@ std::string sentencepiece_tokenizer::decode(const std::vector<std::int32_t>& ids
 
 std::string sentencepiece_tokenizer::piece(std::size_t id) const
 {
-    std::string p = processor_->sp.IdToPiece(static_cast<int>(checked_ids({static_cast<std::int32_t>(id)}, size())[0]));
+    std::string p =
+      processor_->sp.IdToPiece(static_cast<int>(checked_ids({ static_cast<std::int32_t>(id) }, size())[0]));
     for (std::size_t at = p.find(word_mark); at != std::string::npos; at = p.find(word_mark, at + 1))
     {
         p.replace(at, word_mark.size(), " ");
@@ -420,7 +438,8 @@ std::string sentencepiece_tokenizer::piece(std::size_t id) const
 
 float sentencepiece_tokenizer::score(std::size_t id) const
 {
-    return processor_->sp.GetScore(static_cast<int>(checked_ids({static_cast<std::int32_t>(id)}, size())[0]));
+    return processor_->sp.GetScore(
+      static_cast<int>(checked_ids({ static_cast<std::int32_t>(id) }, size())[0]));
 }
 
 void sentencepiece_tokenizer::to_metadata(metadata_map& metadata) const
@@ -432,7 +451,8 @@ void sentencepiece_tokenizer::to_metadata(metadata_map& metadata) const
 
 // ---- from metadata --------------------------------------------------------------------------------
 
-std::shared_ptr<const tokenizer> tokenizer_from_metadata(const metadata_map& metadata, const std::string& source)
+std::shared_ptr<const tokenizer> tokenizer_from_metadata(const metadata_map& metadata,
+                                                         const std::string& source)
 {
     const auto kind = metadata.find("tokenizer");
     if (kind == metadata.end() || kind->second == "bytes")
@@ -440,7 +460,8 @@ std::shared_ptr<const tokenizer> tokenizer_from_metadata(const metadata_map& met
         const auto vocab = metadata.find("vocab");
         if (vocab == metadata.end())
         {
-            throw std::invalid_argument(source + ": no \"vocab\" metadata (a model trained on text stores its bytes)");
+            throw std::invalid_argument(source +
+                                        ": no \"vocab\" metadata (a model trained on text stores its bytes)");
         }
         try
         {
@@ -459,7 +480,8 @@ std::shared_ptr<const tokenizer> tokenizer_from_metadata(const metadata_map& met
     const auto model = metadata.find("tokenizer_model");
     if (model == metadata.end())
     {
-        throw std::invalid_argument(source + ": metadata \"tokenizer\" is sentencepiece but \"tokenizer_model\" is missing");
+        throw std::invalid_argument(
+          source + ": metadata \"tokenizer\" is sentencepiece but \"tokenizer_model\" is missing");
     }
     try
     {
@@ -493,7 +515,7 @@ int base64_value(char c)
     }
     return c == '+' ? 62 : c == '/' ? 63 : -1;
 }
-}  // namespace
+} // namespace
 
 std::string to_base64(const std::string& bytes)
 {
@@ -527,14 +549,16 @@ std::string from_base64(const std::string& text)
     for (std::size_t i = 0; i < text.size(); i += 4)
     {
         const bool last = i + 4 == text.size();
-        const std::size_t padding = last ? (text[i + 3] == '=') + (text[i + 2] == '=' && text[i + 3] == '=') : 0;
+        const std::size_t padding =
+          last ? (text[i + 3] == '=') + (text[i + 2] == '=' && text[i + 3] == '=') : 0;
         std::uint32_t group = 0;
         for (std::size_t k = 0; k < 4; ++k)
         {
             const int v = k >= 4 - padding ? 0 : base64_value(text[i + k]);
             if (v < 0)
             {
-                throw std::invalid_argument("tokenizer_model: not base64 (character " + std::to_string(i + k) + ")");
+                throw std::invalid_argument("tokenizer_model: not base64 (character " +
+                                            std::to_string(i + k) + ")");
             }
             group = group << 6 | static_cast<std::uint32_t>(v);
         }
@@ -545,4 +569,4 @@ std::string from_base64(const std::string& text)
     }
     return out;
 }
-}  // namespace xgrad::train
+} // namespace xgrad::train

@@ -19,7 +19,7 @@ class tokenizer
 {
 public:
     virtual ~tokenizer() = default;
-    virtual std::size_t size() const = 0;  // the vocabulary size V
+    virtual std::size_t size() const = 0; // the vocabulary size V
     // Throws std::invalid_argument naming the first character that has no token and its byte position.
     virtual std::vector<std::int32_t> encode(const std::string& text) const = 0;
     // As encode, but a character without a token becomes the unknown token (SentencePiece's id 0); for the
@@ -49,9 +49,12 @@ public:
 
     std::size_t size() const override { return bytes_.size(); }
     std::uint8_t byte(std::size_t id) const { return bytes_.at(id); }
-    int id(std::uint8_t byte) const { return id_of_[byte]; }  // -1 when the byte is not in the vocabulary
+    int id(std::uint8_t byte) const { return id_of_[byte]; } // -1 when the byte is not in the vocabulary
     std::vector<std::int32_t> encode(const std::string& text) const override;
-    std::vector<std::int32_t> encode_allowing_unknown(const std::string& text) const override { return encode(text); }
+    std::vector<std::int32_t> encode_allowing_unknown(const std::string& text) const override
+    {
+        return encode(text);
+    }
     std::string decode(const std::vector<std::int32_t>& ids) const override;
     std::string piece(std::size_t id) const override { return std::string(1, static_cast<char>(byte(id))); }
     float score(std::size_t) const override { return 0.0f; }
@@ -72,7 +75,7 @@ struct tokenizer_spec
         unigram
     };
     kind type = kind::bytes;
-    std::size_t vocab_size = 0;  // N for bpe and unigram
+    std::size_t vocab_size = 0; // N for bpe and unigram
 
     // Throws std::invalid_argument naming "--tokenizer", the value and the forms allowed.
     static tokenizer_spec parse(const std::string& text);
@@ -116,9 +119,10 @@ private:
 // "sentencepiece" -> "tokenizer_model" (base64). Throws std::invalid_argument starting with `source` and
 // naming the key: missing, an unknown "tokenizer" value (and the values allowed), base64 or a model that
 // does not parse.
-std::shared_ptr<const tokenizer> tokenizer_from_metadata(const metadata_map& metadata, const std::string& source);
+std::shared_ptr<const tokenizer> tokenizer_from_metadata(const metadata_map& metadata,
+                                                         const std::string& source);
 
 // Standard base64 (RFC 4648, with padding). from_base64 throws std::invalid_argument on any other text.
 std::string to_base64(const std::string& bytes);
 std::string from_base64(const std::string& text);
-}  // namespace xgrad::train
+} // namespace xgrad::train
