@@ -231,3 +231,19 @@ TEST_CASE("a tokenizer that cannot be trained is one clear error")
       doctest::Contains("no text to train on"),
       std::runtime_error);
 }
+
+TEST_CASE("a text without newlines trains: lines longer than SentencePiece's sentence limit are cut before a space")
+{
+    std::string text;
+    for (const char c : word_salad(600))
+    {
+        text += c == '\n' ? ' ' : c;
+    }
+    REQUIRE(text.size() > 3 * 4192);
+    const auto tok = trained("bpe:64", text);
+    CHECK(tok->size() == 64);
+    CHECK(tok->decode(tok->encode(text)) == text);
+    CHECK(tok->encode(text).size() < text.size() * 3 / 5);  // merges were learned from every chunk
+    std::string one_word(10000, 'a');
+    CHECK(trained("bpe:16", one_word)->decode(trained("bpe:16", one_word)->encode(one_word)) == one_word);
+}

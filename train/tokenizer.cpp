@@ -238,20 +238,34 @@ public:
         advance_to_line(0);
     }
     bool done() const override { return begin_ >= text_.size(); }
-    void Next() override { advance_to_line(end_ + 1); }
+    void Next() override { advance_to_line(next_); }
     const std::string& value() const override { return line_; }
     sentencepiece::util::Status status() const override { return {}; }
 
 private:
+    // SentencePiece skips sentences longer than its max_sentence_length (4192 bytes): a longer line is cut
+    // before a space (pieces never span one, so nothing is lost), or else at a character boundary.
+    static constexpr std::size_t longest = 4000;
+
     void advance_to_line(std::size_t from)
     {
-        begin_ = from;
-        begin_ = std::min(text_.find_first_not_of(sentence_breaks, begin_), text_.size());
-        end_ = std::min(text_.find_first_of(sentence_breaks, begin_), text_.size());
-        line_ = begin_ < text_.size() ? text_.substr(begin_, end_ - begin_) : std::string();
+        begin_ = std::min(text_.find_first_not_of(sentence_breaks, from), text_.size());
+        std::size_t end = std::min(text_.find_first_of(sentence_breaks, begin_), text_.size());
+        next_ = end + 1;
+        if (end - begin_ > longest)
+        {
+            const std::size_t space = text_.rfind(' ', begin_ + longest);
+            end = space != std::string::npos && space > begin_ ? space : begin_ + longest;
+            while (end > begin_ + 1 && (static_cast<unsigned char>(text_[end]) & 0xc0) == 0x80)
+            {
+                --end;  // not inside a UTF-8 character
+            }
+            next_ = end;
+        }
+        line_ = begin_ < text_.size() ? text_.substr(begin_, end - begin_) : std::string();
     }
     const std::string& text_;
-    std::size_t begin_ = 0, end_ = 0;
+    std::size_t begin_ = 0, next_ = 0;
     std::string line_;
 };
 
