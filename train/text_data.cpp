@@ -1,3 +1,5 @@
+// Text as tokens: the 90/10 split at a byte, each split encoded by the corpus's tokenizer (bytes or a
+// SentencePiece model trained on the training split), bits per byte, and the windows of a step.
 #include "train/text_data.hpp"
 
 #include <algorithm>
