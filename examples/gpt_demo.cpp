@@ -1,5 +1,6 @@
 // Exercise 20.3 for the whole small GPT: the parameter and multiply-add formulas beside what the model
-// and the tape actually hold and count, for one seeded configuration (../shared/SPEC.md, "The small GPT").
+// and the tape actually hold and count, for one seeded configuration (docs/spec.md, "The small GPT"), and
+// the same two counts for the Llama and GPT-2 layouts (docs/spec.md, "Architecture variants").
 //
 // Usage: gpt_demo
 #include <cmath>
@@ -60,11 +61,14 @@ std::string term_of(const std::vector<node_info>& nodes, const node_info& n)
                 return "projections";
             }
         }
-        if (ends_with(in.label, "W_fc") || ends_with(in.label, "W_proj"))
+        for (const char* w : {"W_fc", "W_proj", "W_gate", "W_up", "W_down"})
         {
-            return "mlp";
+            if (ends_with(in.label, w))
+            {
+                return "mlp";
+            }
         }
-        if (in.label == "wte")
+        if (in.label == "wte" || in.label == "lm_head")
         {
             return "head";
         }
@@ -72,6 +76,35 @@ std::string term_of(const std::vector<node_info>& nodes, const node_info& n)
     return "attention";
 }
 }  // namespace
+
+// Parameters and forward multiply-adds of three layouts: the counting functions against the declared
+// tensors and the tape.
+void print_variants(const gpt_config& base, std::size_t B, std::size_t T, const ids_t& tokens, const ids_t& targets)
+{
+    heading("Architecture variants");
+    gpt_config llama = base, gpt2 = base;
+    llama.norm = norm_kind::rmsnorm;
+    llama.position = position_kind::rope;
+    llama.mlp = mlp_kind::swiglu;
+    llama.bias = bias_kind::none;
+    gpt2.bias = bias_kind::all;
+    gpt2.mlp = mlp_kind::gelu;
+    std::printf("  %-34s %10s %10s   %14s %14s\n", "layout", "parameters", "tensors", "multiply-adds", "on the tape");
+    const std::pair<const char*, gpt_config> layouts[] = {
+        {"default", base}, {"Llama (rmsnorm rope swiglu none)", llama}, {"GPT-2 (bias all, exact gelu)", gpt2}};
+    for (const auto& [name, c] : layouts)
+    {
+        const auto params = gpt_parameters<double>::init(c, 1);
+        tape<double> t;
+        gpt_forward(t, params, tokens, &targets);
+        const std::uint64_t matmuls = t.multiply_adds();
+        const std::uint64_t formula = gpt_forward_multiply_adds(c, B, T).total();
+        std::printf("  %-34s %10s %10s   %14s %14s  %s\n", name, with_commas(gpt_parameter_count(c)).c_str(),
+                    with_commas(parameter_scalars(params)).c_str(), with_commas(formula).c_str(),
+                    with_commas(matmuls).c_str(), equal_or_not(formula, matmuls));
+    }
+    std::printf("\n  SwiGLU's three matrices cost 3 d h against GELU's 2 d h; at h = 4 d that is 12 d^2 per token.\n");
+}
 
 int main()
 {
@@ -138,5 +171,6 @@ int main()
     const double loss = r.loss.value().flat(0);
     std::printf("\n  loss at initialisation %.4f, ln V = %.4f: an untrained model is close to uniform\n", loss,
                 std::log(double(V)));
+    print_variants(c, B, T, tokens, targets);
     return 0;
 }

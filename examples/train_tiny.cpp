@@ -28,6 +28,8 @@ int main(int argc, char** argv)
                 config.d_model, config.heads, static_cast<unsigned long long>(parameter_count(config)), B, T,
                 learning_rate);
     std::printf("%6s  %12s\n", "step", "mse loss");
+    mha_options causal;
+    causal.causal = true;
     for (int step = 0; step <= steps; ++step)
     {
         array<float> x = array<float>::from_shape({B, T, config.d_model});
@@ -40,9 +42,9 @@ int main(int argc, char** argv)
         array<float> target;
         {
             auto no_grad = t.no_grad();  // the teacher's forward records no backward rules
-            target = self_attention(input, bind(t, teacher), config, {nullptr, true}).output.value();
+            target = self_attention(input, bind(t, teacher), config, causal).output.value();
         }
-        var<float> y = self_attention(input, bind(t, student), config, {nullptr, true}).output;
+        var<float> y = self_attention(input, bind(t, student), config, causal).output;
         var<float> diff = y - t.constant(target, "target");
         var<float> loss = ops::mean(diff * diff);
         t.backward(loss);

@@ -121,7 +121,8 @@ template <class Model>
 std::vector<std::pair<std::string, declaration>> declared_parameters(const Model& model)
 {
     std::vector<std::pair<std::string, declaration>> all;
-    visit_parameters(model, [&all](const std::string& name, auto&, const declaration& d) { all.emplace_back(name, d); });
+    visit_parameters(model,
+                     [&all](const std::string& name, auto&, const declaration& d) { all.emplace_back(name, d); });
     return all;
 }
 

@@ -1,14 +1,18 @@
 // The GPT's architecture variants (models/gpt.hpp; docs/spec.md, "Architecture variants"): the tensors
 // each variant declares (names, shapes, count), the metadata keys, checkpoint round trips, and for every
-// variant: KV-cache decoding equal to the full forward, fused equal to composed, the tape against central
-// differences, dropout off in evaluation and seeded in training; and the errors.
+// variant: logits, loss and gradients against PyTorch (tests/data/gpt_variant_fixtures), KV-cache decoding
+// equal to the full forward, fused equal to composed, the tape against central differences, dropout off in
+// evaluation and seeded in training; and the errors.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <map>
 #include <set>
 
+#include <filesystem>
+
 #include "io/checkpoint.hpp"
+#include "io/npy.hpp"
 #include "models/gpt_decode.hpp"
 #include "test_util.hpp"
 
@@ -504,4 +508,68 @@ TEST_CASE("multiply-adds follow the variant: SwiGLU's three matrices and the MLP
     CHECK(swiglu.mlp == 2ull * 2 * 5 * 3 * 8 * 12);
     CHECK(swiglu.projections == base.projections);
     CHECK(swiglu.attention == base.attention);
+}
+
+TEST_CASE("the tape counts the multiply-adds gpt_forward_multiply_adds says, for every variant")
+{
+    for (const auto& [name, c] : variants())
+    {
+        CAPTURE(name);
+        const auto p = gpt_parameters<double>::init(c, 1);
+        for (bool fused : {true, false})
+        {
+            tape<double> t;
+            gpt_options o;
+            o.fused = fused;
+            gpt_forward(t, p, random_ids(2, 5, c.vocab_size, 1), nullptr, o);
+            // The composed RoPE turns each pair by a (dh, dh) matmul, for every head of Q and K.
+            const std::uint64_t dh = c.d_model / c.heads;
+            const std::uint64_t rope_matmuls = c.position == position_kind::rope && !fused
+                                                 ? c.layers * 2 * (c.heads + c.kv_head_count()) * 5 * dh * dh
+                                                 : 0;
+            CHECK(t.multiply_adds() == gpt_forward_multiply_adds(c, 2, 5).total() + rope_matmuls);
+        }
+    }
+}
+
+TEST_CASE("the tape equals PyTorch on every variant fixture: logits, loss and every gradient (float64)")
+{
+    namespace fs = std::filesystem;
+    const fs::path root = fs::path(XGRAD_SOURCE_DIR) / "tests" / "data" / "gpt_variant_fixtures";
+    std::size_t cases = 0;
+    for (const auto& entry : fs::directory_iterator(root))
+    {
+        const fs::path dir = entry.path();
+        CAPTURE(dir.filename().string());
+        const io::checkpoint<double> ck = io::load_checkpoint<double>((dir / "model.safetensors").string());
+        const ids_t tokens = npy::load_ids((dir / "in" / "tokens.npy").string());
+        const ids_t targets = npy::load_ids((dir / "in" / "targets.npy").string());
+        const array<double> logits = npy::load_float<double>((dir / "expected" / "logits.npy").string());
+        const double loss = npy::load_float<double>((dir / "expected" / "loss.npy").string()).flat(0);
+        const auto grads = io::read_safetensors((dir / "expected" / "grads.safetensors").string()).tensors;
+        for (bool fused : {true, false})
+        {
+            CAPTURE(fused);
+            gpt_parameters<double> p = ck.params;
+            p.zero_grad();
+            tape<double> t;
+            gpt_options o;
+            o.fused = fused;
+            const auto r = gpt_forward(t, p, tokens, &targets, o);
+            t.backward(r.loss);
+            XGRAD_CHECK_CLOSE(r.logits.value(), logits, 1e-10, 1e-12);
+            CHECK(r.loss.item() == doctest::Approx(loss).epsilon(1e-12));
+            const auto named = p.named_parameters();
+            CHECK(named.size() == grads.size());
+            for (const auto& q : named)
+            {
+                CAPTURE(q.name());
+                REQUIRE(grads.count(q.name()) == 1);
+                const array<double>& want = grads.at(q.name()).values;
+                XGRAD_CHECK_CLOSE(q.grad(), want, 1e-8, 1e-10 * std::max(1.0, test::max_abs(want)));
+            }
+        }
+        ++cases;
+    }
+    CHECK(cases >= 9);
 }

@@ -15,7 +15,7 @@ struct variant_flags
     bool untied_head = false;
 };
 
-// --data and --out are checked after parsing (train_options), so that an unknown flag is reported first.
+// --data and --out are checked after parsing, so that an unknown flag is reported first.
 void add_train_flags(CLI::App& app, train::train_options& o, std::int64_t& warmup, std::int64_t& decay, bool& quiet,
                      variant_flags& v)
 {
@@ -124,6 +124,15 @@ train_command parse_train_arguments(const std::vector<std::string>& args)
         c.help = true;
         c.help_text = app.help();
         return c;
+    }
+    // Checked here rather than by CLI11, which would report a missing --data before an unknown flag.
+    for (const auto& [flag, value] : {std::pair<const char*, const std::string*>{"--data", &c.run.data},
+                                      {"--out", &c.run.out}})
+    {
+        if (value->empty())
+        {
+            throw input_error(std::string(flag) + " is required (see --help)");
+        }
     }
     apply_variant(variant, c.run.model);
     if (warmup != -1)
