@@ -19,7 +19,7 @@ struct variant_flags
 void add_train_flags(CLI::App& app, train::train_options& o, std::int64_t& warmup, std::int64_t& decay, bool& quiet,
                      variant_flags& v)
 {
-    app.add_option("--data", o.data, "text file to train on (bytes are tokens); required");
+    app.add_option("--data", o.data, "text file to train on; required");
     app.add_option("--out", o.out, "folder for model.safetensors, log.csv, loss.png, attention.png; required");
     app.add_option("--steps", o.steps, "train up to this step")->capture_default_str();
     app.add_option("--layers", o.model.layers, "transformer blocks L")->capture_default_str();
@@ -34,6 +34,10 @@ void add_train_flags(CLI::App& app, train::train_options& o, std::int64_t& warmu
     app.add_option("--seed", o.seed, "seeds the initial weights and the batches")->capture_default_str();
     app.add_option("--threads", o.threads, "threads per process")->capture_default_str();
     app.add_flag("--resume", o.resume, "continue from --out/model.safetensors up to --steps");
+    app.add_option("--tokenizer", o.tokenizer, "bytes, or a SentencePiece model trained on the training split: "
+                   "bpe:N or unigram:N (vocabulary N)")->capture_default_str();
+    app.add_option("--time", o.time_limit_s, "stop after the step that passes this many seconds of training "
+                   "(validation and checkpoint there; 0: no limit)")->capture_default_str();
     app.add_option("--weight-decay", o.weight_decay, "AdamW weight decay on matrices")->capture_default_str();
     app.add_option("--clip", o.clip, "clip the global gradient norm to this")->capture_default_str();
     app.add_option("--eval-every", o.eval_every, "validation loss every so many steps (and at the last)")
@@ -149,7 +153,7 @@ sample_command parse_sample_arguments(const std::vector<std::string>& args)
     sample_command c;
     CLI::App app{"Sample text from a checkpoint written by xgrad-train", "xgrad-sample"};
     app.add_option("--checkpoint", c.checkpoint, "model.safetensors written by xgrad-train")->required();
-    app.add_option("--prompt", c.prompt, "text to continue (every byte must be in the model's vocabulary)");
+    app.add_option("--prompt", c.prompt, "text to continue (the model's tokenizer must encode every character)");
     app.add_option("--tokens", c.run.tokens, "tokens to generate")->capture_default_str();
     app.add_option("--temperature", c.run.temperature, "0 picks the most likely token")
         ->capture_default_str()

@@ -1,5 +1,6 @@
 // xgrad-sample: continues a prompt with a model trained by xgrad-train, one token at a time through a
-// key/value cache (models/gpt_decode.hpp).
+// key/value cache (models/gpt_decode.hpp). The prompt is encoded and the tokens decoded by the
+// checkpoint's tokenizer (bytes or SentencePiece, train/tokenizer.hpp).
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -8,7 +9,7 @@
 #include "io/checkpoint.hpp"
 #include "tools/train_args.hpp"
 #include "models/gpt_decode.hpp"
-#include "train/text_data.hpp"
+#include "train/tokenizer.hpp"
 
 using namespace xgrad;
 
@@ -22,20 +23,23 @@ int fail_with(const std::string& message, int status)
     return status;
 }
 
-train::byte_vocabulary vocabulary_of(const io::checkpoint<float>& ck, const std::string& path)
+std::shared_ptr<const train::tokenizer> tokenizer_of(const io::checkpoint<float>& ck, const std::string& path)
 {
-    const auto it = ck.metadata.find("vocab");
-    if (it == ck.metadata.end())
+    std::shared_ptr<const train::tokenizer> t;
+    try
     {
-        throw std::runtime_error(path + " has no \"vocab\" metadata (not trained on text by xgrad-train)");
+        t = train::tokenizer_from_metadata(ck.metadata, path);
     }
-    train::byte_vocabulary v = train::byte_vocabulary::from_json(it->second);
-    if (v.size() != ck.params.config.vocab_size)
+    catch (const std::invalid_argument& e)
     {
-        throw std::runtime_error(path + ": \"vocab\" lists " + std::to_string(v.size()) + " bytes but vocab_size is " +
-                                 std::to_string(ck.params.config.vocab_size));
+        throw std::runtime_error(e.what());
     }
-    return v;
+    if (t->size() != ck.params.config.vocab_size)
+    {
+        throw std::runtime_error(path + ": the tokenizer has " + std::to_string(t->size()) +
+                                 " tokens but vocab_size is " + std::to_string(ck.params.config.vocab_size));
+    }
+    return t;
 }
 }  // namespace
 
@@ -61,13 +65,21 @@ int main(int argc, char** argv)
     try
     {
         const io::checkpoint<float> ck = io::load_checkpoint<float>(checkpoint);
-        const train::byte_vocabulary vocab = vocabulary_of(ck, checkpoint);
+        const auto vocab = tokenizer_of(ck, checkpoint);
         if (prompt.empty())
         {
             throw std::invalid_argument("--prompt must not be empty");
         }
-        const std::vector<std::int32_t> ids = vocab.encode(prompt);
-        const std::string text = vocab.decode(models::sample(ck.params, ids, o));
+        std::vector<std::int32_t> ids;
+        try
+        {
+            ids = vocab->encode(prompt);
+        }
+        catch (const std::invalid_argument& e)
+        {
+            throw std::invalid_argument("--prompt: " + std::string(e.what()));
+        }
+        const std::string text = vocab->decode(models::sample(ck.params, ids, o));
         std::printf("%s%s\n", prompt.c_str(), text.c_str());
         return 0;
     }

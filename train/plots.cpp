@@ -98,6 +98,25 @@ plot_note plot_loss_curves(const std::vector<std::string>& logs, const std::vect
     return run_gnuplot(s.str(), png);
 }
 
+plot_note plot_bits_per_byte(const std::vector<std::string>& logs, const std::vector<std::string>& labels,
+                             const std::string& png, const std::string& title)
+{
+    constexpr int val_bpb_column = 9;  // train/progress.hpp, log_header()
+    std::ostringstream s;
+    s << "set datafile separator ','\nset key outside right top\nset grid\nset xlabel 'step'\n"
+      << "set ylabel 'validation loss (bits per byte)'\nset title " << quoted(title) << "\n";
+    s << "plot ";
+    for (std::size_t i = 0; i < logs.size(); ++i)
+    {
+        const std::string label = i < labels.size() ? labels[i] : logs[i];
+        s << (i ? ", \\\n     " : "") << quoted(logs[i]) << " using 1:($" << val_bpb_column << " == $"
+          << val_bpb_column << " ? $" << val_bpb_column << " : 1/0) every ::1 with linespoints lw 2 pt 7 ps 0.6 lc "
+          << i + 1 << " title " << quoted(label);
+    }
+    s << "\n";
+    return run_gnuplot(s.str(), png);
+}
+
 plot_note plot_attention_maps(const std::vector<array<double>>& weights, const std::string& text,
                               const std::string& png, const std::string& title)
 {

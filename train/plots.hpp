@@ -21,6 +21,11 @@ bool gnuplot_available();
 plot_note plot_loss_curves(const std::vector<std::string>& logs, const std::vector<std::string>& labels,
                            const std::string& png, const std::string& title);
 
+// Validation bits per byte (log.csv's val_bpb column) against step, one curve per file: runs with
+// different tokenizers on one scale.
+plot_note plot_bits_per_byte(const std::vector<std::string>& logs, const std::vector<std::string>& labels,
+                             const std::string& png, const std::string& title);
+
 // One panel per (layer, head): weights (H, T, T) per layer for a single sequence, rows = queries,
 // columns = keys, the sentence's characters on the axes.
 plot_note plot_attention_maps(const std::vector<array<double>>& weights, const std::string& text,

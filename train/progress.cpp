@@ -202,8 +202,13 @@ void training_log::write(const step_record& r)
     {
         std::snprintf(val, sizeof val, "%.9g", *r.val_loss);
     }
-    std::fprintf(file_, "%llu,%.9g,%s,%.9g,%.6g,%.1f,%.3f,%.2f\n", static_cast<unsigned long long>(r.step),
-                 r.train_loss, val, r.lr, r.grad_norm, r.tokens_per_s, r.elapsed_s, r.rss_mib);
+    char bpb[40] = "";
+    if (r.val_bpb)
+    {
+        std::snprintf(bpb, sizeof bpb, "%.9g", *r.val_bpb);
+    }
+    std::fprintf(file_, "%llu,%.9g,%s,%.9g,%.6g,%.1f,%.3f,%.2f,%s\n", static_cast<unsigned long long>(r.step),
+                 r.train_loss, val, r.lr, r.grad_norm, r.tokens_per_s, r.elapsed_s, r.rss_mib, bpb);
     if (std::fflush(file_) != 0)
     {
         throw std::runtime_error("cannot write " + path_ + ": " + std::strerror(errno));

@@ -15,6 +15,7 @@ struct step_record
     std::uint64_t step = 0;
     double train_loss = 0;
     std::optional<double> val_loss;  // measured on some steps only
+    std::optional<double> val_bpb;   // val_loss in bits per byte of text, where val_loss was measured
     double lr = 0;
     double grad_norm = 0;            // global gradient norm before clipping
     double tokens_per_s = 0;         // this step's tokens over its wall time
@@ -52,7 +53,7 @@ private:
 std::string format_duration(double seconds);
 
 // log.csv: a header line, then one row per step (step,train_loss,val_loss,lr,grad_norm,tokens_per_s,
-// elapsed_s,rss_mib); val_loss empty where it was not measured. Each row is flushed as it is written.
+// elapsed_s,rss_mib,val_bpb); val_loss and val_bpb empty where they were not measured. Each row is flushed as it is written.
 class training_log
 {
 public:
@@ -70,5 +71,5 @@ private:
     std::FILE* file_ = nullptr;
 };
 
-inline const char* log_header() { return "step,train_loss,val_loss,lr,grad_norm,tokens_per_s,elapsed_s,rss_mib"; }
+inline const char* log_header() { return "step,train_loss,val_loss,lr,grad_norm,tokens_per_s,elapsed_s,rss_mib,val_bpb"; }
 }  // namespace xgrad::train

@@ -1,6 +1,9 @@
+// Text as tokens: the 90/10 split at a byte, each split encoded by the corpus's tokenizer (bytes or a
+// SentencePiece model trained on the training split), bits per byte, and the windows of a step.
 #include "train/text_data.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
@@ -12,132 +15,22 @@
 
 namespace xgrad::train
 {
-byte_vocabulary byte_vocabulary::of_text(const std::string& text)
+namespace
 {
-    std::array<bool, 256> seen{};
-    for (unsigned char c : text)
-    {
-        seen[c] = true;
-    }
-    byte_vocabulary v;
-    for (int b = 0; b < 256; ++b)
-    {
-        if (seen[b])
-        {
-            v.id_of_[b] = static_cast<int>(v.bytes_.size());
-            v.bytes_.push_back(static_cast<std::uint8_t>(b));
-        }
-    }
-    return v;
-}
-
-byte_vocabulary byte_vocabulary::from_json(const std::string& json)
+void check_split_length(const std::string& name, const char* split, std::size_t tokens, std::size_t block_size,
+                        std::size_t file_bytes)
 {
-    auto bad = [&](const std::string& why) {
-        return std::invalid_argument("vocab metadata: " + why + " (expected a JSON array of ascending byte values)");
-    };
-    std::size_t i = json.find_first_not_of(" \t\r\n");
-    if (i == std::string::npos || json[i] != '[')
+    if (tokens < block_size + 1)
     {
-        throw bad("does not start with '['");
+        throw std::runtime_error(name + ": the " + std::string(split) + " split has " + std::to_string(tokens) +
+                                 " tokens, fewer than block + 1 = " + std::to_string(block_size + 1) +
+                                 " (the file has " + std::to_string(file_bytes) + " bytes)");
     }
-    byte_vocabulary v;
-    ++i;
-    while (true)
-    {
-        i = json.find_first_not_of(" \t\r\n", i);
-        if (i == std::string::npos)
-        {
-            throw bad("unterminated array");
-        }
-        if (json[i] == ']' && v.bytes_.empty())
-        {
-            break;
-        }
-        std::size_t end = i;
-        while (end < json.size() && std::isdigit(static_cast<unsigned char>(json[end])) && end - i < 4)
-        {
-            ++end;
-        }
-        if (end == i)
-        {
-            throw bad("entry " + std::to_string(v.bytes_.size()) + " is not a non-negative integer");
-        }
-        const int value = std::stoi(json.substr(i, end - i));
-        if (value > 255)
-        {
-            throw bad("entry " + std::to_string(v.bytes_.size()) + " is " + std::to_string(value) + ", above 255");
-        }
-        if (!v.bytes_.empty() && value <= v.bytes_.back())
-        {
-            throw bad("entry " + std::to_string(v.bytes_.size()) + " (" + std::to_string(value) +
-                      ") is not above the one before");
-        }
-        v.id_of_[value] = static_cast<int>(v.bytes_.size());
-        v.bytes_.push_back(static_cast<std::uint8_t>(value));
-        i = json.find_first_not_of(" \t\r\n", end);
-        if (i != std::string::npos && json[i] == ',')
-        {
-            ++i;
-            continue;
-        }
-        if (i != std::string::npos && json[i] == ']')
-        {
-            break;
-        }
-        throw bad("expected ',' or ']' after entry " + std::to_string(v.bytes_.size() - 1));
-    }
-    if (json.find_first_not_of(" \t\r\n", i + 1) != std::string::npos)
-    {
-        throw bad("text after the closing ']'");
-    }
-    if (v.bytes_.empty())
-    {
-        throw bad("empty");
-    }
-    return v;
 }
+}  // namespace
 
-std::string byte_vocabulary::to_json() const
-{
-    std::string out = "[";
-    for (std::size_t i = 0; i < bytes_.size(); ++i)
-    {
-        out += (i ? ", " : "") + std::to_string(bytes_[i]);
-    }
-    return out + "]";
-}
-
-std::vector<std::int32_t> byte_vocabulary::encode(const std::string& text) const
-{
-    std::vector<std::int32_t> ids(text.size());
-    for (std::size_t i = 0; i < text.size(); ++i)
-    {
-        const int id = id_of_[static_cast<unsigned char>(text[i])];
-        if (id < 0)
-        {
-            char hex[8];
-            std::snprintf(hex, sizeof hex, "0x%02x", static_cast<unsigned char>(text[i]));
-            throw std::invalid_argument("byte " + std::string(hex) + " at position " + std::to_string(i) +
-                                        " is not in the model's vocabulary");
-        }
-        ids[i] = id;
-    }
-    return ids;
-}
-
-std::string byte_vocabulary::decode(const std::vector<std::int32_t>& ids) const
-{
-    std::string out;
-    out.reserve(ids.size());
-    for (std::int32_t id : ids)
-    {
-        out.push_back(static_cast<char>(byte(static_cast<std::size_t>(id))));
-    }
-    return out;
-}
-
-text_corpus text_corpus::of_text(const std::string& text, std::size_t block_size, const std::string& name)
+text_corpus text_corpus::of_text(const std::string& text, std::size_t block_size, const std::string& name,
+                                 const tokenizer_spec& spec)
 {
     if (text.empty())
     {
@@ -145,24 +38,25 @@ text_corpus text_corpus::of_text(const std::string& text, std::size_t block_size
     }
     text_corpus c;
     c.vocabulary = byte_vocabulary::of_text(text);
-    const std::vector<std::int32_t> ids = c.vocabulary.encode(text);
-    const std::size_t train_length = text.size() * 9 / 10;  // floor(0.9 n)
-    c.train.assign(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(train_length));
-    c.validation.assign(ids.begin() + static_cast<std::ptrdiff_t>(train_length), ids.end());
-    for (const auto& [split, tokens] : {std::pair{"training", &c.train}, std::pair{"validation", &c.validation}})
+    c.train_bytes = text.size() * 9 / 10;  // floor(0.9 n)
+    c.validation_bytes = text.size() - c.train_bytes;
+    const std::string training_text = text.substr(0, c.train_bytes);
+    if (spec.type == tokenizer_spec::kind::bytes)
     {
-        if (tokens->size() < block_size + 1)
-        {
-            throw std::runtime_error(name + ": the " + std::string(split) + " split has " +
-                                     std::to_string(tokens->size()) + " tokens, fewer than block + 1 = " +
-                                     std::to_string(block_size + 1) + " (the file has " +
-                                     std::to_string(text.size()) + " bytes)");
-        }
+        c.tokens = std::make_shared<byte_vocabulary>(c.vocabulary);
     }
+    else
+    {
+        c.tokens = sentencepiece_tokenizer::train(spec, training_text);
+    }
+    c.train = c.tokens->encode_allowing_unknown(training_text);
+    c.validation = c.tokens->encode_allowing_unknown(text.substr(c.train_bytes));
+    check_split_length(name, "training", c.train.size(), block_size, text.size());
+    check_split_length(name, "validation", c.validation.size(), block_size, text.size());
     return c;
 }
 
-text_corpus text_corpus::load(const std::string& path, std::size_t block_size)
+text_corpus text_corpus::load(const std::string& path, std::size_t block_size, const tokenizer_spec& spec)
 {
     std::error_code not_regular;  // a FIFO or /dev/zero would be read without end
     if (std::filesystem::exists(path, not_regular) && !std::filesystem::is_regular_file(path, not_regular))
@@ -179,12 +73,18 @@ text_corpus text_corpus::load(const std::string& path, std::size_t block_size)
     {
         throw std::runtime_error("cannot read " + path);
     }
-    return of_text(text, block_size, path);
+    return of_text(text, block_size, path, spec);
+}
+
+double text_corpus::validation_bits_per_byte(double nats_per_token) const
+{
+    return nats_per_token * static_cast<double>(validation.size()) / static_cast<double>(validation_bytes) /
+           std::log(2.0);
 }
 
 std::string prose_sample(const text_corpus& corpus, std::size_t length)
 {
-    const std::string text = corpus.vocabulary.decode(corpus.validation);
+    const std::string text = corpus.tokens->decode(corpus.validation);
     std::size_t start = 0;
     for (std::size_t i = 1; i < text.size(); ++i)
     {

@@ -1,51 +1,38 @@
-// Text as training data (../shared/SPEC.md, "Training on text"): byte tokens, a 90/10 split, and the
-// windows a step trains on. Everything here is a pure function of the file, the seed and the step, so a
+// Text as training data (docs/spec.md, "Training on text"): tokens (bytes or SentencePiece), a 90/10
+// split, and the windows a step trains on. Everything here is a pure function of the file, the seed and the step, so a
 // run that resumes, or that is split across processes, draws exactly the windows of an unbroken run.
 #pragma once
 
-#include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "autodiff/xtensor.hpp"
+#include "train/tokenizer.hpp"
 
 namespace xgrad::train
 {
-// Token id -> byte value, ascending: the distinct bytes of a text (so V <= 256).
-class byte_vocabulary
-{
-public:
-    byte_vocabulary() { id_of_.fill(-1); }
-    static byte_vocabulary of_text(const std::string& text);
-    // The checkpoint's "vocab" metadata: a JSON array of byte values, e.g. "[10, 32, 33]". Throws
-    // std::invalid_argument naming the problem (not an array, a value outside 0..255, not ascending).
-    static byte_vocabulary from_json(const std::string& json);
-    std::string to_json() const;
-
-    std::size_t size() const { return bytes_.size(); }
-    std::uint8_t byte(std::size_t id) const { return bytes_.at(id); }
-    int id(std::uint8_t byte) const { return id_of_[byte]; }  // -1 when the byte is not in the vocabulary
-    // Throws std::invalid_argument naming the first byte that has no token.
-    std::vector<std::int32_t> encode(const std::string& text) const;
-    std::string decode(const std::vector<std::int32_t>& ids) const;
-
-private:
-    std::vector<std::uint8_t> bytes_;
-    std::array<int, 256> id_of_{};
-};
-
-// A text file as tokens: the first floor(0.9 n) bytes train, the rest validate.
+// A text file as tokens: the first floor(0.9 n) bytes train, the rest validate. With a SentencePiece
+// tokenizer the model is trained on the training split's bytes only, and each split is encoded alone.
 struct text_corpus
 {
-    byte_vocabulary vocabulary;
+    std::shared_ptr<const tokenizer> tokens;  // encodes, decodes, and stores itself in a checkpoint
+    byte_vocabulary vocabulary;               // the text's bytes (the tokenizer itself under "bytes")
     std::vector<std::int32_t> train;
     std::vector<std::int32_t> validation;
+    std::size_t train_bytes = 0;
+    std::size_t validation_bytes = 0;
 
-    // Throws std::runtime_error with one clear line: the file cannot be read, is empty, or a split holds
-    // fewer than block_size + 1 tokens.
-    static text_corpus load(const std::string& path, std::size_t block_size);
-    static text_corpus of_text(const std::string& text, std::size_t block_size, const std::string& name = "text");
+    // Throws std::runtime_error with one clear line: the file cannot be read, is empty, the tokenizer
+    // cannot be trained, or a split holds fewer than block_size + 1 tokens.
+    static text_corpus load(const std::string& path, std::size_t block_size, const tokenizer_spec& spec = {});
+    static text_corpus of_text(const std::string& text, std::size_t block_size, const std::string& name = "text",
+                               const tokenizer_spec& spec = {});
+
+    // Validation loss in bits per byte of text: nats per token x tokens / bytes / ln 2, so that models with
+    // different tokenizers compare (docs/spec.md, "Training on text": val_bpb).
+    double validation_bits_per_byte(double nats_per_token) const;
 };
 
 // Up to `length` characters of the validation split, starting at its first line that begins with a

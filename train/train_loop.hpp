@@ -25,12 +25,12 @@ void check_loop_options(const train_options& o);
 std::string checkpoint_path(const train_options& o);
 // Temporary checkpoints a killed run left behind (never the checkpoint itself).
 void remove_stale_temporaries(const train_options& o);
-// The "step" a checkpoint records, and that it was trained on `vocab`; std::runtime_error otherwise.
+// The "step" a checkpoint records, and that it was trained with `vocab`; std::runtime_error otherwise.
 std::int64_t checkpoint_step(const std::map<std::string, std::string>& metadata, const std::string& path);
-void check_vocabulary(const std::map<std::string, std::string>& metadata, const byte_vocabulary& vocab,
+void check_vocabulary(const std::map<std::string, std::string>& metadata, const tokenizer& vocab,
                       const std::string& path);
-// The metadata and optimiser tensors a checkpoint stores beside the parameters.
-io::checkpoint_extras extras_of(const optim::optimiser<float>& opt, const byte_vocabulary& vocab, std::int64_t step,
+// The metadata (the tokenizer's among it) and optimiser tensors a checkpoint stores beside the parameters.
+io::checkpoint_extras extras_of(const optim::optimiser<float>& opt, const tokenizer& vocab, std::int64_t step,
                                 const train_options& o);
 optim::named_tensors<float> optimiser_state(const std::map<std::string, io::stored_tensor>& tensors);
 // Averages the gradients of every process: one contiguous buffer, summed in a few large calls.
@@ -43,8 +43,9 @@ public:
 private:
     std::vector<float> buffer_;
 };
-// Whether any process was interrupted (all of them stop at the same step).
-bool stop_requested(const train_options& o, communicator& comm);
+// Whether any process was interrupted, and whether any has trained for --time seconds (all stop at the
+// same step).
+std::pair<bool, bool> stop_requested(const train_options& o, communicator& comm, double elapsed_s);
 double median(std::vector<double> v);
 // The dropout generator of one step: a function of (seed, step), so a resumed run drops what an
 // unbroken one drops.
@@ -95,7 +96,7 @@ train_summary train_module(Model& model, const text_corpus& data, const train_op
             throw std::runtime_error("--resume: no checkpoint at " + ck_path);
         }
         resumed = model.resume_from(ck_path);
-        detail::check_vocabulary(resumed.metadata, data.vocabulary, ck_path);
+        detail::check_vocabulary(resumed.metadata, *data.tokens, ck_path);
         first_step = detail::checkpoint_step(resumed.metadata, ck_path);
     }
     std::vector<parameter<float>> named = models::named_parameters<float>(model);
@@ -172,10 +173,13 @@ train_summary train_module(Model& model, const text_corpus& data, const train_op
             throw std::runtime_error("the training loss became " + std::to_string(loss) + " at step " +
                                      std::to_string(s) + " (try a lower --lr, or --detect-anomaly to find the op)");
         }
-        const bool stop = detail::stop_requested(o, comm);
-        if ((o.eval_every > 0 && s % o.eval_every == 0) || s == o.steps)
+        const auto [stop, out_of_time] =
+            detail::stop_requested(o, comm, std::chrono::duration<double>(clock_type::now() - start).count());
+        const bool last = s == o.steps || out_of_time;  // --time: this step ends the run
+        if ((o.eval_every > 0 && s % o.eval_every == 0) || last)
         {
             rec.val_loss = detail::validation_loss(model, data, val_offsets, block, o.batch, comm);
+            rec.val_bpb = data.validation_bits_per_byte(*rec.val_loss);
             summary.val_loss = *rec.val_loss;
         }
         const double step_s = std::chrono::duration<double>(clock_type::now() - step_start).count();
@@ -196,18 +200,18 @@ train_summary train_module(Model& model, const text_corpus& data, const train_op
             // The row first: a run killed between the two resumes from the older checkpoint, which cuts
             // the log back to its own step, so no step is ever missing or doubled.
             log->write(rec);
-            if ((o.save_every > 0 && s % o.save_every == 0) || s == o.steps || stop)
+            if ((o.save_every > 0 && s % o.save_every == 0) || last || stop)
             {
-                model.save(ck_path, detail::extras_of(opt, data.vocabulary, s, o));
+                model.save(ck_path, detail::extras_of(opt, *data.tokens, s, o));
             }
             if (display)
             {
                 display->show(rec);
             }
         }
-        if (stop)
+        if (stop || out_of_time)
         {
-            summary.interrupted = true;
+            summary.interrupted = stop;
             summary.last_step = s;
             break;
         }

@@ -56,6 +56,11 @@ void check_loop_options(const train_options& o)
     {
         bad("--dropout must be in [0, 1), got " + std::to_string(o.dropout));
     }
+    if (!(o.time_limit_s >= 0) || !std::isfinite(o.time_limit_s))
+    {
+        bad("--time must be a number of seconds >= 0 (0: no limit)");
+    }
+    tokenizer_spec::parse(o.tokenizer);  // names --tokenizer and the forms allowed
 }
 
 std::string checkpoint_path(const train_options& o) { return (fs::path(o.out) / "model.safetensors").string(); }
@@ -75,13 +80,19 @@ void remove_stale_temporaries(const train_options& o)
     }
 }
 
-void check_vocabulary(const std::map<std::string, std::string>& metadata, const byte_vocabulary& vocab,
+void check_vocabulary(const std::map<std::string, std::string>& metadata, const tokenizer& vocab,
                       const std::string& path)
 {
-    const auto it = metadata.find("vocab");
-    if (it == metadata.end() || byte_vocabulary::from_json(it->second).to_json() != vocab.to_json())
+    metadata_map ours;
+    vocab.to_metadata(ours);
+    for (const auto& [key, value] : ours)
     {
-        throw std::runtime_error("--resume: " + path + " was trained on another vocabulary than --data's");
+        const auto it = metadata.find(key);
+        if (it == metadata.end() || it->second != value)
+        {
+            throw std::runtime_error("--resume: " + path + " was trained with another tokenizer or vocabulary than "
+                                     "--data and --tokenizer give (metadata \"" + key + "\")");
+        }
     }
 }
 
@@ -96,11 +107,11 @@ std::int64_t checkpoint_step(const std::map<std::string, std::string>& metadata,
     return std::stoll(it->second);
 }
 
-io::checkpoint_extras extras_of(const optim::optimiser<float>& opt, const byte_vocabulary& vocab, std::int64_t step,
+io::checkpoint_extras extras_of(const optim::optimiser<float>& opt, const tokenizer& vocab, std::int64_t step,
                                 const train_options& o)
 {
     io::checkpoint_extras e;
-    e.metadata["vocab"] = vocab.to_json();
+    vocab.to_metadata(e.metadata);
     e.metadata["step"] = std::to_string(step);
     e.metadata["seed"] = std::to_string(o.seed);
     e.metadata["batch"] = std::to_string(o.batch);
@@ -165,15 +176,15 @@ std::mt19937_64 dropout_generator(std::uint64_t seed, std::uint64_t step)
     return std::mt19937_64(sequence);
 }
 
-// Whether any process was interrupted (all of them stop at the same step).
-bool stop_requested(const train_options& o, communicator& comm)
+std::pair<bool, bool> stop_requested(const train_options& o, communicator& comm, double elapsed_s)
 {
-    float stop = o.interrupt && *o.interrupt ? 1.0f : 0.0f;
+    float stop[2] = {o.interrupt && *o.interrupt ? 1.0f : 0.0f,
+                     o.time_limit_s > 0 && elapsed_s >= o.time_limit_s ? 1.0f : 0.0f};
     if (comm.size() > 1)
     {
-        comm.allreduce_sum(&stop, 1);
+        comm.allreduce_sum(stop, 2);
     }
-    return stop > 0;
+    return {stop[0] > 0, stop[1] > 0};
 }
 
 double median(std::vector<double> v)
@@ -258,7 +269,12 @@ void draw_pictures(const models::gpt_parameters<float>& params, const text_corpu
     std::vector<plot_note> notes;
     notes.push_back(plot_loss_curves({log}, {title}, (fs::path(o.out) / "loss.png").string(), "xgrad-train: " + title));
     const std::string text = prose_sample(data, std::min<std::size_t>(params.config.block_size, 32));
-    const auto ids = data.vocabulary.encode(text);
+    const auto ids = data.tokens->encode_allowing_unknown(text);
+    std::string labels;  // one character per token: its first
+    for (std::int32_t id : ids)
+    {
+        labels += data.tokens->piece(static_cast<std::size_t>(id)).substr(0, 1);
+    }
     ids_t tokens = ids_t::from_shape({1, ids.size()});
     std::copy(ids.begin(), ids.end(), tokens.begin());
     models::kv_cache<float> cache;
@@ -269,7 +285,9 @@ void draw_pictures(const models::gpt_parameters<float>& params, const text_corpu
     {
         maps.push_back(xt::view(array<double>(w), 0));  // (H, T, T) of the single sequence
     }
-    notes.push_back(plot_attention_maps(maps, text, (fs::path(o.out) / "attention.png").string(),
+    notes.push_back(plot_bits_per_byte({log}, {title + " " + o.tokenizer}, (fs::path(o.out) / "bpb.png").string(),
+                                       "xgrad-train: validation bits per byte, " + title));
+    notes.push_back(plot_attention_maps(maps, labels, (fs::path(o.out) / "attention.png").string(),
                                         "attention per head: " + title));
     for (const auto& note : notes)
     {
@@ -288,7 +306,7 @@ std::string sample_text(const models::gpt_parameters<float>& params, const text_
     so.temperature = 0.8;
     so.top_k = 0;
     so.seed = o.seed;
-    return data.vocabulary.decode(prompt) + data.vocabulary.decode(models::sample(params, prompt, so));
+    return data.tokens->decode(prompt) + data.tokens->decode(models::sample(params, prompt, so));
 }
 }  // namespace
 
@@ -299,9 +317,9 @@ train_summary run_training(const train_options& o, std::FILE* progress, bool ter
     probe.vocab_size = 1;
     probe.validate("xgrad-train");  // d % H, H % G, zero sizes, dh odd with RoPE
     set_num_threads(o.threads);
-    const text_corpus data = text_corpus::load(o.data, o.model.block_size);
+    const text_corpus data = text_corpus::load(o.data, o.model.block_size, tokenizer_spec::parse(o.tokenizer));
     models::gpt_config config = o.model;
-    config.vocab_size = data.vocabulary.size();
+    config.vocab_size = data.tokens->size();
     require_memory(estimate_training(sizes_of(config), o.batch, static_cast<std::uint64_t>(o.threads)),
                    parse_memory_budget(o.max_memory, "--max-memory"), "this run",
                    "use a smaller model or batch, or --max-memory BYTES to insist");

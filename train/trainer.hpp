@@ -40,6 +40,8 @@ struct train_options
     int threads = 1;
     bool resume = false;
     double dropout = 0;  // inverted dropout in training steps only, drawn from a generator of (seed, step)
+    std::string tokenizer = "bytes";  // bytes | bpe:N | unigram:N (train/tokenizer.hpp)
+    double time_limit_s = 0;          // > 0: stop after the step that passes this many seconds of training
 
     double weight_decay = 0.1;   // AdamW, on matrices only
     double beta2 = 0.99;

@@ -1,0 +1,631 @@
+// The GPT-2 layout to and from xgrad's names: c_attn split into W_Q, W_K, W_V (columns) and joined back,
+// other names renamed; config.json from and to the sizes; half-precision safetensors widened on reading.
+#include "io/hf_gpt2.hpp"
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <set>
+#include <stdexcept>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace xgrad::io
+{
+namespace
+{
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+[[noreturn]] void fail(const std::string& source, const std::string& problem)
+{
+    throw format_error(source + ": " + problem);
+}
+
+constexpr std::uint64_t max_header_bytes = 100'000'000;
+constexpr std::uintmax_t max_config_bytes = 1'000'000;
+const std::string metadata_prefix = "xgrad.";
+
+std::size_t float_bytes(const std::string& dtype)
+{
+    return dtype == "F64" ? 8 : dtype == "F32" ? 4 : dtype == "F16" || dtype == "BF16" ? 2 : 0;
+}
+
+double half_to_double(std::uint16_t h)
+{
+    const int exponent = (h >> 10) & 0x1f;
+    const int mantissa = h & 0x3ff;
+    const double sign = (h & 0x8000) ? -1.0 : 1.0;
+    if (exponent == 0)
+    {
+        return sign * std::ldexp(mantissa, -24);
+    }
+    if (exponent == 31)
+    {
+        return mantissa ? std::nan("") : sign * INFINITY;
+    }
+    return sign * std::ldexp(mantissa + 1024, exponent - 25);
+}
+
+double element(const unsigned char* p, const std::string& dtype)
+{
+    if (dtype == "F64")
+    {
+        double v;
+        std::memcpy(&v, p, 8);
+        return v;
+    }
+    if (dtype == "F32")
+    {
+        float v;
+        std::memcpy(&v, p, 4);
+        return v;
+    }
+    std::uint16_t bits;
+    std::memcpy(&bits, p, 2);
+    if (dtype == "F16")
+    {
+        return half_to_double(bits);
+    }
+    const std::uint32_t wide = std::uint32_t(bits) << 16; // BF16: the top half of a float32
+    float v;
+    std::memcpy(&v, &wide, 4);
+    return v;
+}
+
+struct entry
+{
+    std::string name, dtype;
+    shape_t shape;
+    std::uint64_t begin = 0, end = 0;
+};
+
+entry parse_entry(const std::string& path, const std::string& name, const json& v, std::uint64_t buffer)
+{
+    const std::string what = "tensor " + printable(name);
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets") ||
+        !v["dtype"].is_string() || !v["shape"].is_array() || !v["data_offsets"].is_array() ||
+        v["data_offsets"].size() != 2)
+    {
+        fail(path, what + " is not an object with dtype, shape and data_offsets [begin, end]");
+    }
+    entry e{ name, v["dtype"].get<std::string>(), {}, 0, 0 };
+    if (float_bytes(e.dtype) == 0)
+    {
+        fail(path, what + " has dtype " + printable(e.dtype) + "; F16, BF16, F32 and F64 are read");
+    }
+    std::uint64_t count = 1;
+    bool overflow = false;
+    for (const json& s : v["shape"])
+    {
+        if (!s.is_number_unsigned())
+        {
+            fail(path, what + ": shape must hold non-negative integers");
+        }
+        e.shape.push_back(s.get<std::size_t>());
+        overflow = overflow || __builtin_mul_overflow(count, s.get<std::uint64_t>(), &count);
+    }
+    std::uint64_t bytes = 0;
+    overflow = overflow || __builtin_mul_overflow(count, float_bytes(e.dtype), &bytes);
+    for (const json& o : v["data_offsets"])
+    {
+        if (!o.is_number_unsigned())
+        {
+            fail(path, what + ": data_offsets must hold non-negative integers");
+        }
+    }
+    e.begin = v["data_offsets"][0].get<std::uint64_t>();
+    e.end = v["data_offsets"][1].get<std::uint64_t>();
+    if (overflow || e.end < e.begin || e.end > buffer || e.end - e.begin != bytes)
+    {
+        fail(path,
+             what + " has data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+               "] that do not hold shape " + shape_text(e.shape) + " of " + e.dtype + " inside the " +
+               std::to_string(buffer) + "-byte buffer");
+    }
+    return e;
+}
+
+struct file_closer
+{
+    void operator()(std::FILE* f) const { std::fclose(f); }
+};
+
+std::string read_exactly(std::FILE* f, std::uint64_t offset, std::uint64_t bytes, const std::string& path)
+{
+    std::string out(bytes, '\0');
+    if (std::fseek(f, static_cast<long>(offset), SEEK_SET) != 0 ||
+        (bytes && std::fread(out.data(), 1, bytes, f) != bytes))
+    {
+        fail(path, "cannot read " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset));
+    }
+    return out;
+}
+
+json parse_json_file(const std::string& path)
+{
+    std::error_code ec;
+    const auto size = fs::file_size(path, ec);
+    if (ec)
+    {
+        fail(path, "cannot read (" + ec.message() + ")");
+    }
+    if (size > max_config_bytes)
+    {
+        fail(path, "is " + std::to_string(size) + " bytes, more than a config file needs");
+    }
+    std::ifstream in(path, std::ios::binary);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    try
+    {
+        json j = json::parse(text);
+        if (!j.is_object())
+        {
+            fail(path, "is not a JSON object");
+        }
+        return j;
+    }
+    catch (const json::exception&)
+    {
+        fail(path, "is not valid JSON");
+    }
+}
+
+std::size_t config_size(const json& config, const char* key, const std::string& path)
+{
+    if (!config.contains(key) || !config[key].is_number_unsigned() || config[key].get<std::uint64_t>() == 0 ||
+        config[key].get<std::uint64_t>() > (1u << 30))
+    {
+        fail(path, std::string("\"") + key + "\" must be a positive integer");
+    }
+    return config[key].get<std::size_t>();
+}
+
+// The GPT-2 settings that change the computation must be the ones xgrad computes.
+void check_config_settings(const json& config, const std::string& path, model_layout& layout)
+{
+    if (config.contains("layer_norm_epsilon") &&
+        !(config["layer_norm_epsilon"].is_number() && config["layer_norm_epsilon"].get<double>() == 1e-5))
+    {
+        fail(path, "\"layer_norm_epsilon\" must be 1e-5 (the epsilon xgrad's LayerNorm uses)");
+    }
+    const std::string activation = config.value("activation_function", std::string("gelu_new"));
+    if (activation == "gelu_new" || activation == "gelu_pytorch_tanh")
+    {
+        layout.mlp = "gelu_tanh";
+    }
+    else if (activation == "gelu")
+    {
+        layout.mlp = "gelu";
+    }
+    else
+    {
+        fail(path,
+             "\"activation_function\" is " + printable(activation) +
+               "; allowed: gelu_new, gelu_pytorch_tanh, gelu");
+    }
+    const std::pair<const char*, bool> flags[] = { { "scale_attn_weights", true },
+                                                   { "scale_attn_by_inverse_layer_idx", false },
+                                                   { "reorder_and_upcast_attn", false } };
+    for (const auto& [key, wanted] : flags)
+    {
+        if (config.contains(key) && config[key] != wanted)
+        {
+            fail(path, std::string("\"") + key + "\" must be " + (wanted ? "true" : "false"));
+        }
+    }
+    if (config.contains("n_inner") && !config["n_inner"].is_null())
+    {
+        layout.mlp_hidden = config_size(config, "n_inner", path);
+    }
+}
+
+// Columns [first, first + count) of a (rows, columns) matrix.
+array<double> columns(const array<double>& m, std::size_t first, std::size_t count)
+{
+    array<double> out = array<double>::from_shape({ m.shape()[0], count });
+    for (std::size_t r = 0; r < m.shape()[0]; ++r)
+    {
+        for (std::size_t c = 0; c < count; ++c)
+        {
+            out(r, c) = m(r, first + c);
+        }
+    }
+    return out;
+}
+
+array<double> transposed(const array<double>& m)
+{
+    array<double> out = array<double>::from_shape({ m.shape()[1], m.shape()[0] });
+    for (std::size_t r = 0; r < m.shape()[0]; ++r)
+    {
+        for (std::size_t c = 0; c < m.shape()[1]; ++c)
+        {
+            out(c, r) = m(r, c);
+        }
+    }
+    return out;
+}
+
+bool all_zero(const array<double>& a)
+{
+    for (double v : a)
+    {
+        if (v != 0)
+        {
+            return false;
+        }
+    }
+    return true;
+}
+
+// The HF name for each xgrad name that maps one to one (everything but attention's Q, K, V).
+std::string hf_name(const std::string& name)
+{
+    static const std::pair<const char*, const char*> parts[] = {
+        { "attn.W_O", "attn.c_proj.weight" },  { "attn.b_O", "attn.c_proj.bias" },
+        { "mlp.W_fc", "mlp.c_fc.weight" },     { "mlp.b_fc", "mlp.c_fc.bias" },
+        { "mlp.W_proj", "mlp.c_proj.weight" }, { "mlp.b_proj", "mlp.c_proj.bias" }
+    };
+    if (name == "wte" || name == "wpe")
+    {
+        return name + ".weight";
+    }
+    if (name.rfind("blocks.", 0) != 0)
+    {
+        return name; // ln_f.weight, ln_f.bias
+    }
+    const std::size_t dot = name.find('.', 7);
+    const std::string layer = name.substr(7, dot - 7), rest = name.substr(dot + 1);
+    for (const auto& [ours, theirs] : parts)
+    {
+        if (rest == ours)
+        {
+            return "h." + layer + "." + theirs;
+        }
+    }
+    return "h." + layer + "." + rest; // ln_1.*, ln_2.*
+}
+
+stored_tensor zeros(std::size_t n)
+{
+    return { "F32", array<double>(shape_t{ n }, 0.0) };
+}
+} // namespace
+
+safetensors_file read_safetensors_any_float(const std::string& path)
+{
+    std::error_code ec;
+    const std::uint64_t size = fs::file_size(path, ec);
+    if (ec)
+    {
+        fail(path, "cannot read (" + ec.message() + ")");
+    }
+    std::unique_ptr<std::FILE, file_closer> f(std::fopen(path.c_str(), "rb"));
+    if (!f || size < 8)
+    {
+        fail(path, f ? "is shorter than the 8-byte header length" : "cannot open");
+    }
+    std::uint64_t header_length = 0;
+    std::memcpy(&header_length, read_exactly(f.get(), 0, 8, path).data(), 8);
+    if (header_length > size - 8 || header_length > max_header_bytes)
+    {
+        fail(path,
+             "header length " + std::to_string(header_length) + " exceeds the file's " +
+               std::to_string(size) + " bytes");
+    }
+    json header;
+    try
+    {
+        header = json::parse(read_exactly(f.get(), 8, header_length, path));
+    }
+    catch (const json::exception&)
+    {
+        fail(path, "header is not valid JSON");
+    }
+    if (!header.is_object())
+    {
+        fail(path, "header is not a JSON object");
+    }
+    const std::uint64_t buffer = size - 8 - header_length;
+    safetensors_file out;
+    std::vector<entry> entries;
+    for (const auto& [name, value] : header.items())
+    {
+        if (name == "__metadata__")
+        {
+            if (!value.is_object())
+            {
+                fail(path, "__metadata__ is not an object of strings");
+            }
+            for (const auto& [k, v] : value.items())
+            {
+                if (!v.is_string())
+                {
+                    fail(path, "metadata " + printable(k) + " is not a string");
+                }
+                out.metadata[k] = v.get<std::string>();
+            }
+            continue;
+        }
+        entries.push_back(parse_entry(path, name, value, buffer));
+    }
+    std::sort(
+      entries.begin(), entries.end(), [](const entry& a, const entry& b) { return a.begin < b.begin; });
+    for (std::size_t i = 1; i < entries.size(); ++i)
+    {
+        if (entries[i].begin < entries[i - 1].end)
+        {
+            fail(path,
+                 "tensors " + printable(entries[i - 1].name) + " and " + printable(entries[i].name) +
+                   " overlap");
+        }
+    }
+    for (const entry& e : entries)
+    {
+        const std::string bytes = read_exactly(f.get(), 8 + header_length + e.begin, e.end - e.begin, path);
+        stored_tensor t{ e.dtype, array<double>::from_shape(e.shape) };
+        const std::size_t width = float_bytes(e.dtype);
+        for (std::size_t i = 0; i < t.values.size(); ++i)
+        {
+            t.values.data()[i] =
+              element(reinterpret_cast<const unsigned char*>(bytes.data()) + i * width, e.dtype);
+        }
+        out.tensors.emplace(e.name, std::move(t));
+    }
+    return out;
+}
+
+safetensors_file read_hf_gpt2(const std::string& folder, model_layout& layout)
+{
+    const std::string config_path = (fs::path(folder) / "config.json").string();
+    const std::string weights_path = (fs::path(folder) / "model.safetensors").string();
+    const json config = parse_json_file(config_path);
+    safetensors_file hf = read_safetensors_any_float(weights_path);
+
+    layout = model_layout{};
+    layout.d_model = config_size(config, "n_embd", config_path);
+    layout.heads = config_size(config, "n_head", config_path);
+    layout.kv_heads = layout.heads;
+    layout.layers = config_size(config, "n_layer", config_path);
+    layout.block_size = config_size(config, "n_positions", config_path);
+    layout.vocab_size = config_size(config, "vocab_size", config_path);
+    layout.bias = "all";
+    if (layout.d_model % layout.heads != 0)
+    {
+        fail(config_path,
+             "\"n_embd\" " + std::to_string(layout.d_model) + " is not a multiple of \"n_head\" " +
+               std::to_string(layout.heads));
+    }
+    check_config_settings(config, config_path, layout);
+
+    // Names without "transformer.", attention's constant mask buffers dropped.
+    std::map<std::string, stored_tensor> t;
+    for (auto& [name, tensor] : hf.tensors)
+    {
+        std::string n = name.rfind("transformer.", 0) == 0 ? name.substr(12) : name;
+        const bool buffer =
+          n.size() > 10 && (n.compare(n.size() - 10, 10, ".attn.bias") == 0 ||
+                            (n.size() > 17 && n.compare(n.size() - 17, 17, ".attn.masked_bias") == 0));
+        if (!buffer && !t.emplace(n, std::move(tensor)).second)
+        {
+            fail(weights_path,
+                 "tensor " + printable(n) + " appears with and without the transformer. prefix");
+        }
+    }
+
+    safetensors_file out;
+    for (const auto& [key, value] : hf.metadata)
+    {
+        if (key.rfind(metadata_prefix, 0) == 0)
+        {
+            out.metadata[key.substr(metadata_prefix.size())] = value;
+        }
+    }
+    const auto take = [&](const std::string& from, const std::string& to)
+    {
+        const auto it = t.find(from);
+        if (it == t.end())
+        {
+            fail(weights_path, "tensor " + from + " is missing");
+        }
+        out.tensors[to] = std::move(it->second);
+        t.erase(it);
+    };
+    const std::size_t d = layout.d_model;
+    for (std::size_t i = 0; i < layout.layers; ++i)
+    {
+        const std::string h = "h." + std::to_string(i) + ".", b = "blocks." + std::to_string(i) + ".";
+        for (const char* n : { "ln_1.weight", "ln_1.bias", "ln_2.weight", "ln_2.bias" })
+        {
+            take(h + n, b + n);
+        }
+        take(h + "attn.c_attn.weight", "qkv");
+        take(h + "attn.c_attn.bias", "qkv_bias");
+        const stored_tensor qkv = out.tensors["qkv"], qkv_bias = out.tensors["qkv_bias"];
+        out.tensors.erase("qkv");
+        out.tensors.erase("qkv_bias");
+        if (qkv.values.dimension() != 2 || qkv.values.shape()[0] != d || qkv.values.shape()[1] != 3 * d ||
+            qkv_bias.values.dimension() != 1 || qkv_bias.values.shape()[0] != 3 * d)
+        {
+            fail(weights_path,
+                 h + "attn.c_attn has weight " +
+                   shape_text(shape_t(qkv.values.shape().begin(), qkv.values.shape().end())) + " and bias " +
+                   shape_text(shape_t(qkv_bias.values.shape().begin(), qkv_bias.values.shape().end())) +
+                   "; config.json's n_embd " + std::to_string(d) + " needs (" + std::to_string(d) + ", " +
+                   std::to_string(3 * d) + ") and (" + std::to_string(3 * d) + ",)");
+        }
+        const char* parts[] = { "Q", "K", "V" };
+        for (std::size_t p = 0; p < 3; ++p)
+        {
+            out.tensors[b + "attn.W_" + parts[p]] = { qkv.dtype, columns(qkv.values, p * d, d) };
+            out.tensors[b + "attn.b_" + parts[p]] = {
+                qkv_bias.dtype, xt::view(qkv_bias.values, xt::range(p * d, (p + 1) * d))
+            };
+        }
+        take(h + "attn.c_proj.weight", b + "attn.W_O");
+        take(h + "attn.c_proj.bias", b + "attn.b_O");
+        take(h + "mlp.c_fc.weight", b + "mlp.W_fc");
+        take(h + "mlp.c_fc.bias", b + "mlp.b_fc");
+        take(h + "mlp.c_proj.weight", b + "mlp.W_proj");
+        take(h + "mlp.c_proj.bias", b + "mlp.b_proj");
+    }
+    take("wte.weight", "wte");
+    take("wpe.weight", "wpe");
+    take("ln_f.weight", "ln_f.weight");
+    take("ln_f.bias", "ln_f.bias");
+    if (const auto head = t.find("lm_head.weight"); head != t.end())
+    {
+        const array<double>& wte = out.tensors["wte"].values;
+        if (head->second.values.shape() != wte.shape() || head->second.values != wte)
+        {
+            layout.tied_head = false;
+            if (head->second.values.dimension() != 2)
+            {
+                fail(weights_path, "tensor lm_head.weight is not a matrix");
+            }
+            out.tensors["lm_head"] = { head->second.dtype, transposed(head->second.values) };
+        }
+        t.erase(head);
+    }
+    if (!t.empty())
+    {
+        fail(weights_path,
+             "tensor " + printable(t.begin()->first) + " is not part of the GPT-2 layout with " +
+               std::to_string(layout.layers) + " layers (config.json's n_layer)");
+    }
+    // A model converted from xgrad with fewer biases comes back as it was, if those biases are still zero.
+    const bool from_xgrad = out.metadata.count("vocab_size") != 0;
+    const std::string recorded = out.metadata.count("bias") ? out.metadata.at("bias")
+                                 : from_xgrad               ? "mlp"
+                                                            : "all";
+    if (recorded == "mlp" || recorded == "none")
+    {
+        model_layout fewer = layout;
+        fewer.bias = recorded;
+        const auto keep = fewer.tensor_shapes();
+        bool zero = true;
+        for (const auto& [name, tensor] : out.tensors)
+        {
+            zero = zero && (keep.count(name) || all_zero(tensor.values));
+        }
+        if (zero)
+        {
+            for (auto it = out.tensors.begin(); it != out.tensors.end();)
+            {
+                it = keep.count(it->first) ? std::next(it) : out.tensors.erase(it);
+            }
+            layout.bias = fewer.bias;
+        }
+    }
+    for (auto& [name, tensor] : out.tensors)
+    {
+        tensor.dtype = tensor.dtype == "F64" ? "F64" : "F32"; // F16 and BF16 widen to F32 exactly
+    }
+    layout.to_metadata(out.metadata);
+    check_tensors(out, layout, weights_path);
+    return out;
+}
+
+void write_hf_gpt2(const std::string& folder, const safetensors_file& model, const model_layout& layout)
+{
+    const auto refuse = [](const std::string& key, const std::string& value)
+    {
+        throw std::invalid_argument(
+          "hf-gpt2 cannot express metadata \"" + key + "\" = " + value +
+          " (GPT-2 is norm layernorm, position learned, mlp gelu_tanh or gelu, kv_heads = heads)");
+    };
+    if (layout.norm != "layernorm")
+    {
+        refuse("norm", layout.norm);
+    }
+    if (layout.position != "learned")
+    {
+        refuse("position", layout.position);
+    }
+    if (layout.mlp == "swiglu")
+    {
+        refuse("mlp", layout.mlp);
+    }
+    if (layout.kv_heads != layout.heads)
+    {
+        refuse("kv_heads", std::to_string(layout.kv_heads));
+    }
+    safetensors_file hf;
+    hf.metadata["format"] = "pt";
+    for (const auto& [key, value] : model.metadata)
+    {
+        hf.metadata[metadata_prefix + key] = value;
+    }
+    const auto tensor = [&](const std::string& name, std::size_t n)
+    {
+        const auto it = model.tensors.find(name);
+        return it != model.tensors.end() ? it->second : zeros(n);
+    };
+    const std::size_t d = layout.d_model;
+    for (const auto& [name, t] : model.tensors)
+    {
+        const std::string tail = name.size() >= 4 ? name.substr(name.size() - 4) : name;
+        const bool joined = tail == ".W_Q" || tail == ".W_K" || tail == ".W_V" || tail == ".b_Q" ||
+                            tail == ".b_K" || tail == ".b_V";
+        if (!joined && name != "lm_head")
+        {
+            hf.tensors[hf_name(name)] = t;
+        }
+    }
+    for (std::size_t i = 0; i < layout.layers; ++i)
+    {
+        const std::string h = "h." + std::to_string(i) + ".", b = "blocks." + std::to_string(i) + ".";
+        const stored_tensor& q = model.tensors.at(b + "attn.W_Q");
+        hf.tensors[h + "attn.c_attn.weight"] = { q.dtype,
+                                                 xt::concatenate(
+                                                   xt::xtuple(q.values,
+                                                              model.tensors.at(b + "attn.W_K").values,
+                                                              model.tensors.at(b + "attn.W_V").values),
+                                                   1) };
+        hf.tensors[h + "attn.c_attn.bias"] = { q.dtype,
+                                               xt::concatenate(
+                                                 xt::xtuple(tensor(b + "attn.b_Q", d).values,
+                                                            tensor(b + "attn.b_K", d).values,
+                                                            tensor(b + "attn.b_V", d).values)) };
+        for (const char* n :
+             { "attn.c_proj.bias", "mlp.c_fc.bias", "mlp.c_proj.bias", "ln_1.bias", "ln_2.bias" })
+        {
+            hf.tensors.emplace(h + n, zeros(std::string(n) == "mlp.c_fc.bias" ? layout.hidden() : d));
+        }
+    }
+    hf.tensors.emplace("ln_f.bias", zeros(d));
+    if (!layout.tied_head)
+    {
+        const stored_tensor& head = model.tensors.at("lm_head");
+        hf.tensors["lm_head.weight"] = { head.dtype, transposed(head.values) };
+    }
+    json config = { { "model_type", "gpt2" },
+                    { "architectures", { "GPT2LMHeadModel" } },
+                    { "n_embd", d },
+                    { "n_head", layout.heads },
+                    { "n_layer", layout.layers },
+                    { "n_positions", layout.block_size },
+                    { "n_ctx", layout.block_size },
+                    { "vocab_size", layout.vocab_size },
+                    { "n_inner", nullptr },
+                    { "layer_norm_epsilon", 1e-5 },
+                    { "activation_function", layout.mlp == "gelu" ? "gelu" : "gelu_new" },
+                    { "tie_word_embeddings", layout.tied_head },
+                    { "resid_pdrop", 0.0 },
+                    { "embd_pdrop", 0.0 },
+                    { "attn_pdrop", 0.0 } };
+    if (layout.hidden() != 4 * d)
+    {
+        config["n_inner"] = layout.hidden();
+    }
+    staged_folder out(folder);
+    out.write_file("config.json", config.dump(2) + "\n");
+    write_safetensors(out.path("model.safetensors"), hf);
+    out.commit();
+}
+} // namespace xgrad::io

@@ -1,0 +1,23 @@
+# The xgrad-convert command-line checks (tests/convert_tool_test.cpp): a doctest program that runs the tool.
+if(TARGET xgrad-convert)
+  add_executable(convert_tool_test ${CMAKE_CURRENT_LIST_DIR}/convert_tool_test.cpp)
+  target_link_libraries(convert_tool_test PRIVATE xgrad xgrad_test_main doctest::doctest)
+  target_compile_options(convert_tool_test PRIVATE -Wall -Wextra)
+  target_compile_definitions(convert_tool_test PRIVATE XGRAD_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
+    XGRAD_CONVERT_TOOL="$<TARGET_FILE:xgrad-convert>")
+  add_dependencies(convert_tool_test xgrad-convert)
+  add_test(NAME convert_tool COMMAND convert_tool_test)
+endif()
+# tools/nanogpt_convert.py, round trip through xgrad's strict reader; skipped where PyTorch is missing.
+if(TARGET xgrad-convert)
+  add_test(NAME nanogpt_convert
+    COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/nanogpt_convert_test.py $<TARGET_FILE:xgrad-convert>
+            ${CMAKE_CURRENT_BINARY_DIR}/nanogpt_convert)
+  set_tests_properties(nanogpt_convert PROPERTIES SKIP_RETURN_CODE 77)
+endif()
+# xgrad-sample through a SentencePiece checkpoint: a prompt it cannot encode is one line, exit 2.
+if(TARGET xgrad-train AND TARGET xgrad-sample)
+  add_test(NAME sample_tokenizer
+    COMMAND ${CMAKE_CURRENT_LIST_DIR}/sample_tokenizer.sh $<TARGET_FILE:xgrad-train> $<TARGET_FILE:xgrad-sample>
+            ${CMAKE_CURRENT_BINARY_DIR}/sample_tokenizer)
+endif()

@@ -1,0 +1,148 @@
+// xgrad-convert: a GPT checkpoint from one format to another (docs/spec.md, "Converting checkpoints:
+// xgrad-convert"): xgrad's safetensors checkpoint, Hugging Face's GPT-2 folder, llama2.c's folder. Works
+// on tensors, names and metadata only. Bad input or a variant the target cannot express: one line on
+// stderr, exit 2, nothing written (folders are built beside OUT and renamed into place).
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "io/hf_gpt2.hpp"
+#include "io/llama2c.hpp"
+#include "io/model_layout.hpp"
+#include "train/tokenizer.hpp"
+
+using namespace xgrad;
+
+namespace
+{
+const char* const program = "xgrad-convert";
+
+int fail_with(const std::string& message, int status)
+{
+    std::fprintf(stderr, "%s: %s\n", program, message.substr(0, message.find('\n')).c_str());
+    return status;
+}
+
+io::safetensors_file read_model(const std::string& format, const std::string& in, io::model_layout& layout)
+{
+    if (format == "hf-gpt2")
+    {
+        return io::read_hf_gpt2(in, layout);
+    }
+    if (format == "llama2c")
+    {
+        io::llama2c_model m = io::read_llama2c(in);
+        if (!m.note.empty())
+        {
+            std::fprintf(stderr, "%s: note: %s\n", program, m.note.c_str());
+        }
+        layout = io::model_layout::from_metadata(m.model.metadata, in);
+        return m.model;
+    }
+    return io::read_model_checkpoint(in, layout);
+}
+
+// Tensors stored in half precision become F32 (exact); a vocabulary in the metadata must parse and have
+// the model's size.
+void normalise(io::safetensors_file& model, const io::model_layout& layout, const std::string& in)
+{
+    for (auto& [name, tensor] : model.tensors)
+    {
+        if (tensor.dtype != "F64")
+        {
+            tensor.dtype = "F32";
+        }
+    }
+    if (!model.metadata.count("vocab") && !model.metadata.count("tokenizer"))
+    {
+        return;
+    }
+    const auto vocabulary = train::tokenizer_from_metadata(model.metadata, in);
+    if (vocabulary->size() != layout.vocab_size)
+    {
+        throw std::invalid_argument(in + ": the tokenizer in the metadata has " +
+                                    std::to_string(vocabulary->size()) + " tokens but \"vocab_size\" is " +
+                                    std::to_string(layout.vocab_size));
+    }
+}
+
+void write_model(const std::string& format,
+                 const std::string& out,
+                 const io::safetensors_file& model,
+                 const io::model_layout& layout)
+{
+    if (format == "hf-gpt2")
+    {
+        io::write_hf_gpt2(out, model, layout);
+    }
+    else if (format == "llama2c")
+    {
+        io::write_llama2c(out, model, layout);
+    }
+    else
+    {
+        io::write_safetensors(out, model);
+    }
+}
+} // namespace
+
+int main(int argc, char** argv)
+{
+    CLI::App app{ "Converts a GPT checkpoint between xgrad's safetensors file, a Hugging Face GPT-2 folder "
+                  "(model.safetensors + config.json) and a llama2.c folder (model.bin + tokenizer.bin)",
+                  program };
+    std::string from, to, in, out;
+    const std::vector<std::string> formats = { "xgrad", "hf-gpt2", "llama2c" };
+    app.add_option("--from", from, "format of IN: xgrad | hf-gpt2 | llama2c")
+      ->required()
+      ->check(CLI::IsMember(formats));
+    app.add_option("--to", to, "format of OUT: xgrad | hf-gpt2 | llama2c")
+      ->required()
+      ->check(CLI::IsMember(formats));
+    app.add_option("IN", in, "checkpoint file (xgrad) or folder")->required();
+    app.add_option("OUT", out, "checkpoint file (xgrad) or folder, written atomically")->required();
+    try
+    {
+        app.parse(argc, argv);
+    }
+    catch (const CLI::CallForHelp&)
+    {
+        std::fputs(app.help().c_str(), stdout);
+        return 0;
+    }
+    catch (const CLI::ParseError& e)
+    {
+        return fail_with(std::string(e.what()) + " (see --help)", 2);
+    }
+    if (in.empty() || out.empty())
+    {
+        return fail_with("IN and OUT must not be empty", 2);
+    }
+    try
+    {
+        io::model_layout layout;
+        io::safetensors_file model = read_model(from, in, layout);
+        normalise(model, layout, in);
+        write_model(to, out, model, layout);
+        std::printf("%s (%s) -> %s (%s): %zu tensors, %zu layers, d_model %zu, vocabulary %zu\n",
+                    in.c_str(),
+                    from.c_str(),
+                    out.c_str(),
+                    to.c_str(),
+                    model.tensors.size(),
+                    layout.layers,
+                    layout.d_model,
+                    layout.vocab_size);
+        return 0;
+    }
+    catch (const std::bad_alloc&)
+    {
+        return fail_with("out of memory", 2);
+    }
+    catch (const std::exception& e)
+    {
+        return fail_with(e.what(), 2);
+    }
+}
