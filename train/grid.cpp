@@ -1,0 +1,924 @@
+#include "train/grid.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "train/run_log.hpp"
+#include "train/trainer.hpp"
+
+namespace xgrad::train::grid
+{
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+namespace
+{
+[[noreturn]] void bad(const std::string& what) { throw std::invalid_argument("spec: " + what); }
+
+// Flags xgrad-experiment sets on every run itself.
+const std::set<std::string> runner_flags{"data", "out", "seed", "steps", "resume", "quiet", "threads", "help"};
+
+std::string flag_name(std::string name, const std::string& where)
+{
+    if (name.rfind("--", 0) == 0)
+    {
+        name = name.substr(2);
+    }
+    const bool well_formed = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+    });
+    if (!well_formed)
+    {
+        bad(where + ": \"" + name + "\" is not a flag name (lower-case letters, digits and '-')");
+    }
+    if (runner_flags.count(name))
+    {
+        bad(where + ": --" + name + " is set by the runner (use \"data\", \"seeds\" or \"budget\")");
+    }
+    return name;
+}
+
+// Sets, replaces (value a number or string), adds a switch (true) or removes (false, null) flag `name`.
+void apply_flag(std::vector<flag>& flags, const std::string& name, const json& value, const std::string& where)
+{
+    flags.erase(std::remove_if(flags.begin(), flags.end(), [&](const flag& f) { return f.name == name; }), flags.end());
+    if (value.is_boolean() || value.is_null())
+    {
+        if (value.is_boolean() && value.get<bool>())
+        {
+            flags.push_back({name, "", true});
+        }
+        return;
+    }
+    if (value.is_string())
+    {
+        flags.push_back({name, value.get<std::string>(), false});
+    }
+    else if (value.is_number())
+    {
+        flags.push_back({name, value.dump(), false});
+    }
+    else
+    {
+        bad(where + ": --" + name + " must be a number, a string or true/false, got " + value.dump());
+    }
+}
+
+// "name=value" for a variant's generated name.
+std::string describe(const std::string& name, const json& value)
+{
+    if (value.is_boolean() || value.is_null())
+    {
+        return value.is_boolean() && value.get<bool>() ? name : "no-" + name;
+    }
+    return name + "=" + (value.is_string() ? value.get<std::string>() : value.dump());
+}
+
+// A command-line value: JSON when it is a JSON number or boolean, a string otherwise.
+json cli_value(const std::string& text)
+{
+    const json parsed = json::parse(text, nullptr, false);
+    return !parsed.is_discarded() && (parsed.is_number() || parsed.is_boolean()) ? parsed : json(text);
+}
+
+std::pair<std::string, std::string> split_at(const std::string& s, char sep, const std::string& what)
+{
+    const auto at = s.find(sep);
+    if (at == std::string::npos || at == 0)
+    {
+        throw std::invalid_argument(what + ": expected NAME" + sep + "VALUE, got \"" + s + "\"");
+    }
+    return {s.substr(0, at), s.substr(at + 1)};
+}
+
+std::vector<std::string> split_list(const std::string& s)
+{
+    std::vector<std::string> items;
+    std::stringstream in(s);
+    for (std::string item; std::getline(in, item, ',');)
+    {
+        items.push_back(item);
+    }
+    return items;
+}
+
+// The overrides written into the spec's JSON, so that one parser checks both.
+void apply_overrides(json& j, const spec_overrides& o)
+{
+    if (!o.data.empty())
+    {
+        j["data"] = o.data;
+    }
+    for (const auto& s : o.sets)
+    {
+        const auto [name, value] = split_at(s, '=', "--set");
+        j["fixed"][name] = cli_value(value);
+    }
+    for (const auto& a : o.axes)
+    {
+        const auto [name, values] = split_at(a, '=', "--axis");
+        json list = json::array();
+        for (const auto& v : split_list(values))
+        {
+            list.push_back(cli_value(v));
+        }
+        j["axes"][name] = list;
+    }
+    for (const auto& v : o.variants)
+    {
+        const auto [name, flags] = split_at(v, ':', "--variant");
+        json entry = {{"name", name}};
+        for (const auto& f : split_list(flags))
+        {
+            const auto [flag, value] = split_at(f, '=', "--variant " + name);
+            entry[flag] = cli_value(value);
+        }
+        j["variants"].push_back(entry);
+    }
+    if (!o.seeds.empty())
+    {
+        json seeds = json::array();
+        for (const auto& s : split_list(o.seeds))
+        {
+            seeds.push_back(cli_value(s));
+        }
+        j["seeds"] = seeds.size() == 1 ? seeds[0] : seeds;
+    }
+    if (!o.baseline.empty())
+    {
+        j["baseline"] = o.baseline;
+    }
+    if (!o.budget.empty())
+    {
+        const auto [unit, amount] = split_at(o.budget, '=', "budget");
+        j["budget"] = {{unit, cli_value(amount)}};
+    }
+}
+
+std::vector<variant> product_of_axes(const json& axes, const std::vector<flag>& fixed)
+{
+    if (!axes.is_object() || axes.empty())
+    {
+        bad("\"axes\" must be an object of flag: [values]");
+    }
+    std::vector<variant> out{{"", fixed}};
+    for (const auto& [key, values] : axes.items())
+    {
+        const std::string name = flag_name(key, "axes");
+        if (!values.is_array() || values.empty())
+        {
+            bad("axes: --" + name + " needs a non-empty list of values");
+        }
+        std::vector<variant> next;
+        for (const variant& v : out)
+        {
+            for (const json& value : values)
+            {
+                variant w = v;
+                w.name += (w.name.empty() ? "" : ",") + describe(name, value);
+                apply_flag(w.flags, name, value, "axes");
+                next.push_back(w);
+            }
+        }
+        out = next;
+    }
+    return out;
+}
+
+variant listed_variant(const json& entry, const std::vector<flag>& fixed)
+{
+    if (!entry.is_object())
+    {
+        bad("each of \"variants\" must be an object of flags (and \"name\")");
+    }
+    variant v{"", fixed};
+    std::string generated;
+    for (const auto& [key, value] : entry.items())
+    {
+        if (key == "name")
+        {
+            if (!value.is_string() || value.get<std::string>().empty())
+            {
+                bad("variants: \"name\" must be a non-empty string");
+            }
+            v.name = value.get<std::string>();
+            continue;
+        }
+        const std::string name = flag_name(key, "variants");
+        apply_flag(v.flags, name, value, "variant " + entry.value("name", std::string("?")));
+        generated += (generated.empty() ? "" : ",") + describe(name, value);
+    }
+    if (v.name.empty())
+    {
+        v.name = generated.empty() ? "default" : generated;
+    }
+    return v;
+}
+
+std::vector<std::uint64_t> seeds_of(const json& j)
+{
+    std::vector<std::uint64_t> seeds;
+    if (j.is_number_unsigned() && j.get<std::uint64_t>() >= 1)
+    {
+        for (std::uint64_t s = 1; s <= j.get<std::uint64_t>(); ++s)
+        {
+            seeds.push_back(s);
+        }
+        return seeds;
+    }
+    if (!j.is_array() || j.empty())
+    {
+        bad("\"seeds\" must be a count (seeds 1..N) or a non-empty list of seeds, got " + j.dump());
+    }
+    for (const json& s : j)
+    {
+        if (!s.is_number_unsigned())
+        {
+            bad("\"seeds\": " + s.dump() + " is not a non-negative integer");
+        }
+        seeds.push_back(s.get<std::uint64_t>());
+    }
+    if (std::set<std::uint64_t>(seeds.begin(), seeds.end()).size() != seeds.size())
+    {
+        bad("\"seeds\" lists a seed twice");
+    }
+    return seeds;
+}
+
+budget budget_of(const json& j)
+{
+    if (!j.is_object() || j.size() != 1)
+    {
+        bad("\"budget\" must be one of {\"steps\": N}, {\"tokens\": N}, {\"seconds\": S}, got " + j.dump());
+    }
+    const auto& [unit, amount] = *j.items().begin();
+    budget b;
+    if (unit == "steps")
+    {
+        b.kind = budget::unit::steps;
+    }
+    else if (unit == "tokens")
+    {
+        b.kind = budget::unit::tokens;
+    }
+    else if (unit == "seconds")
+    {
+        b.kind = budget::unit::seconds;
+    }
+    else
+    {
+        bad("budget: unknown unit \"" + unit + "\" (steps, tokens or seconds)");
+    }
+    if (!amount.is_number() || !(amount.get<double>() > 0) || !std::isfinite(amount.get<double>()))
+    {
+        bad("budget: " + unit + " must be a positive number, got " + amount.dump());
+    }
+    b.amount = amount.get<double>();
+    return b;
+}
+
+void check_keys(const json& j)
+{
+    const std::set<std::string> known{"data", "fixed", "axes", "variants", "seeds", "baseline", "budget", "name",
+                                      "description"};
+    for (const auto& [key, value] : j.items())
+    {
+        if (!known.count(key))
+        {
+            bad("unknown key \"" + key + "\" (data, fixed, axes, variants, seeds, baseline, budget, name, description)");
+        }
+    }
+}
+}  // namespace
+
+spec load_spec(const std::string& json_text, const spec_overrides& overrides)
+{
+    json j = json::object();
+    if (!json_text.empty())
+    {
+        try
+        {
+            j = json::parse(json_text);
+        }
+        catch (const json::parse_error& e)
+        {
+            bad(std::string("not valid JSON: ") + e.what());
+        }
+        if (!j.is_object())
+        {
+            bad("the file must hold a JSON object");
+        }
+    }
+    apply_overrides(j, overrides);
+    check_keys(j);
+    spec s;
+    if (!j.contains("data") || !j["data"].is_string() || j["data"].get<std::string>().empty())
+    {
+        bad("no \"data\" (the text file every run trains on; or --data)");
+    }
+    s.data = j["data"].get<std::string>();
+    const json fixed = j.value("fixed", json::object());
+    if (!fixed.is_object())
+    {
+        bad("\"fixed\" must be an object of flag: value");
+    }
+    for (const auto& [key, value] : fixed.items())
+    {
+        apply_flag(s.fixed, flag_name(key, "fixed"), value, "fixed");
+    }
+    if (j.contains("axes"))
+    {
+        s.variants = product_of_axes(j["axes"], s.fixed);
+    }
+    const json listed = j.value("variants", json::array());
+    if (!listed.is_array())
+    {
+        bad("\"variants\" must be a list of objects");
+    }
+    for (const json& entry : listed)
+    {
+        s.variants.push_back(listed_variant(entry, s.fixed));
+    }
+    if (s.variants.empty())
+    {
+        s.variants.push_back({"default", s.fixed});
+    }
+    std::set<std::string> names, folders;
+    for (const variant& v : s.variants)
+    {
+        if (!names.insert(v.name).second || !folders.insert(folder_name(v.name)).second)
+        {
+            bad("two variants are named \"" + v.name + "\" (or the same as folders)");
+        }
+    }
+    if (!j.contains("seeds"))
+    {
+        bad("no \"seeds\" (a count or a list; or --seeds)");
+    }
+    s.seeds = seeds_of(j["seeds"]);
+    s.baseline = j.value("baseline", s.variants.front().name);
+    if (!names.count(s.baseline))
+    {
+        bad("the baseline \"" + s.baseline + "\" is not one of the variants");
+    }
+    if (!j.contains("budget"))
+    {
+        bad("no \"budget\" ({\"steps\": N}, {\"tokens\": N} or {\"seconds\": S}; or --steps, --tokens, --seconds)");
+    }
+    s.per_run = budget_of(j["budget"]);
+    return s;
+}
+
+namespace
+{
+json flag_json(const flag& f)
+{
+    if (f.is_switch)
+    {
+        return true;
+    }
+    const json number = json::parse(f.value, nullptr, false);
+    return !number.is_discarded() && number.is_number() && number.dump() == f.value ? number : json(f.value);
+}
+}  // namespace
+
+std::string spec_to_json(const spec& s)
+{
+    json j;
+    j["data"] = s.data;
+    j["fixed"] = json::object();
+    for (const flag& f : s.fixed)
+    {
+        j["fixed"][f.name] = flag_json(f);
+    }
+    j["variants"] = json::array();
+    for (const variant& v : s.variants)
+    {
+        json entry = {{"name", v.name}};
+        for (const flag& f : v.flags)
+        {
+            entry[f.name] = flag_json(f);
+        }
+        for (const flag& f : s.fixed)
+        {
+            const bool kept = std::any_of(v.flags.begin(), v.flags.end(), [&](const flag& g) { return g.name == f.name; });
+            if (!kept)
+            {
+                entry[f.name] = false;
+            }
+        }
+        j["variants"].push_back(entry);
+    }
+    j["seeds"] = s.seeds;
+    j["baseline"] = s.baseline;
+    const char* units[] = {"steps", "tokens", "seconds"};
+    j["budget"] = {{units[static_cast<int>(s.per_run.kind)], s.per_run.amount}};
+    return j.dump(2) + "\n";
+}
+
+std::string flag_value(const variant& v, const std::string& name)
+{
+    for (const flag& f : v.flags)
+    {
+        if (f.name == name)
+        {
+            return f.is_switch ? "true" : f.value;
+        }
+    }
+    return "";
+}
+
+std::string folder_name(const std::string& variant_name)
+{
+    std::string out = variant_name;
+    for (char& c : out)
+    {
+        const bool kept = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                          c == '.' || c == '=' || c == '+' || c == '-';
+        c = kept ? c : '_';
+    }
+    return out;
+}
+
+namespace
+{
+// xgrad-train's arguments for variant `v`; `replaced` flags take the place of the variant's own.
+std::vector<std::string> arguments(const spec& s, const variant& v, std::uint64_t seed, std::int64_t steps,
+                                   const std::string& dir, const std::vector<flag>& replaced = {})
+{
+    std::vector<std::string> args{"--data", s.data};
+    auto add = [&](const flag& f) {
+        args.push_back("--" + f.name);
+        if (!f.is_switch)
+        {
+            args.push_back(f.value);
+        }
+    };
+    for (const flag& f : v.flags)
+    {
+        const bool overridden =
+            std::any_of(replaced.begin(), replaced.end(), [&](const flag& r) { return r.name == f.name; });
+        if (!overridden)
+        {
+            add(f);
+        }
+    }
+    std::for_each(replaced.begin(), replaced.end(), add);
+    for (const std::string& a : {std::string("--steps"), std::to_string(steps), std::string("--seed"),
+                                 std::to_string(seed), std::string("--out"), dir, std::string("--quiet")})
+    {
+        args.push_back(a);
+    }
+    return args;
+}
+}  // namespace
+
+std::vector<run> plan_runs(const spec& s, const std::map<std::string, std::int64_t>& steps, const std::string& out)
+{
+    std::vector<run> runs;
+    for (std::uint64_t seed : s.seeds)
+    {
+        for (const variant& v : s.variants)
+        {
+            run r;
+            r.variant = v.name;
+            r.seed = seed;
+            r.dir = (fs::path(out) / folder_name(v.name) / ("seed-" + std::to_string(seed))).string();
+            r.steps = steps.at(v.name);
+            r.args = arguments(s, v, seed, r.steps, r.dir);
+            runs.push_back(r);
+        }
+    }
+    return runs;
+}
+
+// ---- child processes ----
+namespace
+{
+volatile std::sig_atomic_t stop_requested = 0;
+
+void on_stop(int) { stop_requested = 1; }
+
+// Starts `program args...` with stdout and stderr appended to `output`. The child dies with this process
+// (PR_SET_PDEATHSIG), so a runner killed by SIGKILL leaves no orphan writing into its run folder.
+pid_t spawn(const std::string& program, const std::vector<std::string>& args, const std::string& output)
+{
+    std::vector<char*> argv{const_cast<char*>(program.c_str())};
+    for (const std::string& a : args)
+    {
+        argv.push_back(const_cast<char*>(a.c_str()));
+    }
+    argv.push_back(nullptr);
+    const pid_t parent = getpid();
+    const pid_t pid = fork();
+    if (pid < 0)
+    {
+        throw std::runtime_error("cannot start " + program + ": fork failed");
+    }
+    if (pid == 0)
+    {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+        {
+            _exit(137);
+        }
+        const int fd = open(output.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+        const int null_in = open("/dev/null", O_RDONLY);
+        if (fd < 0 || null_in < 0)
+        {
+            _exit(126);
+        }
+        dup2(null_in, 0);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execv(program.c_str(), argv.data());
+        _exit(127);
+    }
+    return pid;
+}
+
+std::string describe_status(int status)
+{
+    if (WIFEXITED(status))
+    {
+        return "exit status " + std::to_string(WEXITSTATUS(status));
+    }
+    return "killed by signal " + std::to_string(WTERMSIG(status));
+}
+
+std::string last_line_of(const std::string& path)
+{
+    std::ifstream in(path);
+    std::string line, last;
+    while (std::getline(in, line))
+    {
+        if (!line.empty())
+        {
+            last = line;
+        }
+    }
+    return last;
+}
+
+std::string read_file(const std::string& path)
+{
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void write_atomically(const std::string& path, const std::string& text)
+{
+    const std::string tmp = path + ".tmp";
+    {
+        std::ofstream out(tmp, std::ios::trunc);
+        out << text;
+        if (!out)
+        {
+            throw std::runtime_error("cannot write " + tmp);
+        }
+    }
+    fs::rename(tmp, path);
+}
+
+std::int64_t last_logged_step(const std::string& dir)
+{
+    return run_log::read((fs::path(dir) / "log.csv").string()).last_step();
+}
+
+struct job
+{
+    std::vector<std::string> args;
+    std::string output;  // where its stdout and stderr go
+};
+
+// Runs `jobs` at most `parallel` at a time: `on_start(index)` before each, `on_exit(index, status)` after,
+// `on_tick(running)` every half second. Stops launching once SIGINT or SIGTERM arrived and forwards
+// SIGINT to the running children (xgrad-train then stops at a checkpoint).
+template <class OnStart, class OnExit, class OnTick>
+void run_jobs(const std::string& program, const std::vector<job>& jobs, int parallel, OnStart on_start, OnExit on_exit,
+              OnTick on_tick)
+{
+    struct sigaction action = {};
+    action.sa_handler = on_stop;
+    struct sigaction old_int, old_term;
+    sigaction(SIGINT, &action, &old_int);
+    sigaction(SIGTERM, &action, &old_term);
+    std::map<pid_t, std::size_t> running;
+    std::size_t next = 0;
+    bool forwarded = false;
+    while (next < jobs.size() || !running.empty())
+    {
+        while (!stop_requested && next < jobs.size() && static_cast<int>(running.size()) < parallel)
+        {
+            on_start(next);
+            running[spawn(program, jobs[next].args, jobs[next].output)] = next;
+            ++next;
+        }
+        if (stop_requested && !forwarded)
+        {
+            for (const auto& [pid, index] : running)
+            {
+                kill(pid, SIGINT);
+            }
+            forwarded = true;
+            next = jobs.size();
+        }
+        int status = 0;
+        const pid_t pid = waitpid(-1, &status, WNOHANG);
+        if (pid > 0 && running.count(pid))
+        {
+            const std::size_t index = running[pid];
+            running.erase(pid);
+            on_exit(index, status);
+            continue;
+        }
+        on_tick(running.size());
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGTERM, &old_term, nullptr);
+}
+
+// The probe's seconds per training step: elapsed_s between step 1 and the step before the last, which
+// leaves out the start-up and the final evaluation.
+double seconds_per_step(const std::string& dir, std::int64_t probe_steps)
+{
+    const auto elapsed = run_log::read((fs::path(dir) / "log.csv").string()).numbers("elapsed_s");
+    if (!elapsed.count(1) || !elapsed.count(probe_steps - 1))
+    {
+        throw std::runtime_error("the timing probe in " + dir + " wrote no elapsed_s column");
+    }
+    return (elapsed.at(probe_steps - 1) - elapsed.at(1)) / static_cast<double>(probe_steps - 2);
+}
+
+std::int64_t steps_for_tokens(const variant& v, double tokens)
+{
+    const train_options defaults;
+    const std::string batch = flag_value(v, "batch"), block = flag_value(v, "block");
+    const double per_step = (batch.empty() ? static_cast<double>(defaults.batch) : std::stod(batch)) *
+                            (block.empty() ? static_cast<double>(defaults.model.block_size) : std::stod(block));
+    return std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(tokens / per_step)));
+}
+
+const std::int64_t timing_probe_steps = 30;
+}  // namespace
+
+std::map<std::string, std::int64_t> check_and_size(const spec& s, const std::string& out, const runner_options& o)
+{
+    const bool timed = s.per_run.kind == budget::unit::seconds;
+    const std::int64_t probe_steps = timed ? timing_probe_steps : 1;
+    const fs::path check_dir = fs::path(out) / ".check";
+    fs::remove_all(check_dir);
+    fs::create_directories(check_dir);
+    std::vector<job> probes;
+    for (const variant& v : s.variants)
+    {
+        const std::string dir = (check_dir / folder_name(v.name)).string();
+        const std::vector<flag> quick{{"eval-windows", "1", false}, {"eval-every", "0", false},
+                                      {"save-every", "0", false},   {"sample-tokens", "0", false},
+                                      {"no-plots", "", true},       {"threads", std::to_string(o.threads), false}};
+        probes.push_back({arguments(s, v, s.seeds.front(), probe_steps, dir, quick), dir + ".out"});
+    }
+    std::vector<int> statuses(probes.size(), -1);
+    run_jobs(
+        o.program, probes, o.jobs, [](std::size_t) {}, [&](std::size_t i, int status) { statuses[i] = status; },
+        [](std::size_t) {});
+    if (stop_requested)
+    {
+        throw std::runtime_error("interrupted while checking the variants");
+    }
+    std::map<std::string, std::int64_t> steps;
+    for (std::size_t i = 0; i < probes.size(); ++i)
+    {
+        const variant& v = s.variants[i];
+        if (!(WIFEXITED(statuses[i]) && WEXITSTATUS(statuses[i]) == 0))
+        {
+            const std::string why = last_line_of(probes[i].output);
+            throw std::invalid_argument("variant " + v.name + ": " + (why.empty() ? describe_status(statuses[i]) : why));
+        }
+        if (timed)
+        {
+            const double per_step = seconds_per_step((check_dir / folder_name(v.name)).string(), probe_steps);
+            steps[v.name] = std::max<std::int64_t>(1, static_cast<std::int64_t>(s.per_run.amount / per_step));
+        }
+        else if (s.per_run.kind == budget::unit::tokens)
+        {
+            steps[v.name] = steps_for_tokens(v, s.per_run.amount);
+        }
+        else
+        {
+            steps[v.name] = static_cast<std::int64_t>(std::llround(s.per_run.amount));
+        }
+    }
+    fs::remove_all(check_dir);
+    return steps;
+}
+
+// ---- the grid ----
+namespace
+{
+std::string joined(const std::vector<std::string>& args)
+{
+    std::string text;
+    for (const std::string& a : args)
+    {
+        text += a + "\n";
+    }
+    return text;
+}
+
+// Holds an exclusive lock on OUT/.lock for the runner's life; the kernel drops it if the runner dies.
+struct grid_lock
+{
+    int fd = -1;
+    explicit grid_lock(const std::string& out)
+    {
+        const std::string path = (fs::path(out) / ".lock").string();
+        fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) != 0)
+        {
+            throw std::invalid_argument("another xgrad-experiment is running on " + out);
+        }
+    }
+    ~grid_lock() { close(fd); }
+    grid_lock(const grid_lock&) = delete;
+    grid_lock& operator=(const grid_lock&) = delete;
+};
+
+bool is_finished(const run& r) { return fs::exists(fs::path(r.dir) / "finished"); }
+
+// Refuses a run folder whose recorded command differs from the planned one.
+void check_recorded_command(const run& r)
+{
+    const fs::path recorded = fs::path(r.dir) / "command.txt";
+    if (fs::exists(recorded) && read_file(recorded.string()) != joined(r.args))
+    {
+        throw std::invalid_argument("run " + r.dir + " was started with other flags (see its command.txt); "
+                                    "use another --out or remove that folder");
+    }
+}
+
+std::string clock_text(double seconds)
+{
+    const long s = std::lround(std::max(0.0, seconds));
+    char text[32];
+    if (s >= 3600)
+    {
+        std::snprintf(text, sizeof text, "%ldh%02ldm", s / 3600, s / 60 % 60);
+    }
+    else
+    {
+        std::snprintf(text, sizeof text, "%ldm%02lds", s / 60, s % 60);
+    }
+    return text;
+}
+
+// Steps done over the whole grid: finished runs count fully, running or stopped ones by log.csv.
+std::int64_t steps_done(const std::vector<run>& runs)
+{
+    std::int64_t done = 0;
+    for (const run& r : runs)
+    {
+        done += is_finished(r) ? r.steps : std::min(r.steps, last_logged_step(r.dir));
+    }
+    return done;
+}
+
+class progress_line
+{
+public:
+    progress_line(const std::vector<run>& runs, std::FILE* to)
+        : runs_(runs), to_(to), terminal_(to && isatty(fileno(to))), start_(clock::now()), at_start_(steps_done(runs))
+    {
+        for (const run& r : runs)
+        {
+            total_ += r.steps;
+        }
+    }
+
+    double elapsed() const { return std::chrono::duration<double>(clock::now() - start_).count(); }
+
+    // A line on every change in the number of finished runs, otherwise every 2 s (terminal) or 60 s.
+    void show(std::size_t finished, std::size_t running, bool force = false)
+    {
+        const double now = elapsed();
+        if (!to_ || (!force && finished == shown_finished_ && now - shown_at_ < (terminal_ ? 2 : 60)))
+        {
+            return;
+        }
+        shown_finished_ = finished;
+        shown_at_ = now;
+        const std::int64_t done = steps_done(runs_);
+        const double rate = static_cast<double>(done - at_start_) / std::max(now, 1e-9);
+        const std::string eta = rate > 0 ? clock_text(static_cast<double>(total_ - done) / rate) : "?";
+        std::fprintf(to_, "%sgrid: %zu/%zu runs finished, %zu running, %.0f%% of the steps, %s elapsed, ETA %s%s",
+                     terminal_ ? "\r" : "", finished, runs_.size(), running,
+                     100.0 * static_cast<double>(done) / static_cast<double>(std::max<std::int64_t>(total_, 1)),
+                     clock_text(now).c_str(), eta.c_str(), terminal_ ? "   " : "\n");
+        std::fflush(to_);
+    }
+
+    void end() const
+    {
+        if (to_ && terminal_)
+        {
+            std::fputc('\n', to_);
+        }
+    }
+
+private:
+    using clock = std::chrono::steady_clock;
+    const std::vector<run>& runs_;
+    std::FILE* to_;
+    bool terminal_;
+    clock::time_point start_;
+    std::int64_t at_start_ = 0, total_ = 0;
+    std::size_t shown_finished_ = static_cast<std::size_t>(-1);
+    double shown_at_ = 0;
+};
+}  // namespace
+
+grid_outcome run_grid(const std::vector<run>& runs, const std::string& out, const runner_options& o)
+{
+    fs::create_directories(out);
+    const grid_lock lock(out);
+    grid_outcome outcome;
+    std::vector<const run*> todo;
+    for (const run& r : runs)
+    {
+        check_recorded_command(r);
+        if (is_finished(r))
+        {
+            ++outcome.skipped;
+        }
+        else
+        {
+            todo.push_back(&r);
+        }
+    }
+    outcome.finished = outcome.skipped;
+    std::vector<job> jobs;
+    for (const run* r : todo)
+    {
+        fs::create_directories(r->dir);
+        const bool resume = fs::exists(fs::path(r->dir) / "model.safetensors");
+        job j{r->args, (fs::path(r->dir) / "train.out").string()};
+        j.args.insert(j.args.end(), {"--threads", std::to_string(o.threads)});
+        if (resume)
+        {
+            j.args.push_back("--resume");
+        }
+        jobs.push_back(j);
+    }
+    // The wall-clock time of this session, kept up to date on disk (the report sums the sessions).
+    const std::string session = (fs::path(out) / ("session-" + std::to_string(std::time(nullptr)) + ".txt")).string();
+    progress_line progress(runs, o.progress);
+    auto on_start = [&](std::size_t i) {
+        const run& r = *todo[i];
+        write_atomically((fs::path(r.dir) / "command.txt").string(), joined(r.args));
+        std::ofstream(fs::path(r.dir) / "attempts.txt", std::ios::app)
+            << (jobs[i].args.back() == "--resume" ? "resume" : "fresh") << "\n";
+    };
+    auto on_exit = [&](std::size_t i, int status) {
+        const run& r = *todo[i];
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        {
+            write_atomically((fs::path(r.dir) / "finished").string(), std::to_string(r.steps) + "\n");
+            ++outcome.finished;
+        }
+        else if (!(stop_requested && WIFEXITED(status) && WEXITSTATUS(status) == 130))
+        {
+            outcome.failures.push_back(r.variant + "/seed-" + std::to_string(r.seed) + ": " + describe_status(status) +
+                                       ": " + last_line_of(jobs[i].output));
+        }
+        progress.show(outcome.finished, 0, true);
+    };
+    auto on_tick = [&](std::size_t running) {
+        write_atomically(session, std::to_string(progress.elapsed()) + "\n");
+        progress.show(outcome.finished, running);
+    };
+    run_jobs(o.program, jobs, o.jobs, on_start, on_exit, on_tick);
+    write_atomically(session, std::to_string(progress.elapsed()) + "\n");
+    progress.end();
+    outcome.interrupted = stop_requested != 0;
+    return outcome;
+}
+}  // namespace xgrad::train::grid
