@@ -210,11 +210,12 @@ int main(int argc, char** argv)
     app.add_option("--variant", c.overrides.variants, "LABEL:NAME=VALUE,...: one more listed variant (repeatable)");
     app.add_option("--seeds", c.overrides.seeds, "N (seeds 1..N) or a list S1,S2,...");
     app.add_option("--baseline", c.overrides.baseline, "the variant the others are compared with");
-    app.add_option("--steps", c.steps, "budget per run in steps");
-    app.add_option("--tokens", c.tokens, "budget per run in training tokens");
-    app.add_option("--seconds", c.seconds, "budget per run in seconds of training (steps from a timed probe)");
-    app.add_option("--jobs", c.jobs, "runs at a time (default: the number of cores)");
-    app.add_option("--threads", c.threads, "threads per run (default: cores / jobs)");
+    app.add_option("--steps", c.steps, "budget per run in steps")->check(CLI::PositiveNumber);
+    app.add_option("--tokens", c.tokens, "budget per run in training tokens")->check(CLI::PositiveNumber);
+    app.add_option("--seconds", c.seconds, "budget per run in seconds of training (steps from a timed probe)")
+        ->check(CLI::PositiveNumber);
+    app.add_option("--jobs", c.jobs, "runs at a time (default: the number of cores)")->check(CLI::PositiveNumber);
+    app.add_option("--threads", c.threads, "threads per run (default: cores / jobs)")->check(CLI::PositiveNumber);
     app.add_option("--xgrad-train", c.xgrad_train, "the xgrad-train to run (default: the one beside this program)");
     app.add_flag("--replot", c.replot, "no training: the report and pictures from the runs in --out");
     app.add_flag("--dry-run", c.dry_run, "check the spec and every variant's flags, print the commands, run nothing");
