@@ -536,6 +536,7 @@ pid_t spawn(const std::string& program, const std::vector<std::string>& args, co
     if (pid == 0)
     {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
+        setpgid(0, 0);  // a Ctrl-C on the terminal reaches the runner alone, which then stops its children
         if (getppid() != parent)
         {
             _exit(137);
@@ -609,9 +610,10 @@ struct job
     std::string output;  // where its stdout and stderr go
 };
 
-// Runs `jobs` at most `parallel` at a time: `on_start(index)` before each, `on_exit(index, status)` after,
-// `on_tick(running)` every half second. Stops launching once SIGINT or SIGTERM arrived and forwards
-// SIGINT to the running children (xgrad-train then stops at a checkpoint).
+// Runs `jobs` at most `parallel` at a time: `on_start(index)` before each, `on_exit(index, status,
+// still_running)` after,
+// `on_tick(running)` every half second. Once SIGINT or SIGTERM arrived it starts nothing more and ends
+// the running children with SIGTERM; each continues later from its latest checkpoint (--save-every).
 template <class OnStart, class OnExit, class OnTick>
 void run_jobs(const std::string& program, const std::vector<job>& jobs, int parallel, OnStart on_start, OnExit on_exit,
               OnTick on_tick)
@@ -636,7 +638,7 @@ void run_jobs(const std::string& program, const std::vector<job>& jobs, int para
         {
             for (const auto& [pid, index] : running)
             {
-                kill(pid, SIGINT);
+                kill(pid, SIGTERM);
             }
             forwarded = true;
             next = jobs.size();
@@ -647,7 +649,7 @@ void run_jobs(const std::string& program, const std::vector<job>& jobs, int para
         {
             const std::size_t index = running[pid];
             running.erase(pid);
-            on_exit(index, status);
+            on_exit(index, status, running.size());
             continue;
         }
         on_tick(running.size());
@@ -699,7 +701,7 @@ std::map<std::string, std::int64_t> check_and_size(const spec& s, const std::str
     }
     std::vector<int> statuses(probes.size(), -1);
     run_jobs(
-        o.program, probes, o.jobs, [](std::size_t) {}, [&](std::size_t i, int status) { statuses[i] = status; },
+        o.program, probes, o.jobs, [](std::size_t) {}, [&](std::size_t i, int status, std::size_t) { statuses[i] = status; },
         [](std::size_t) {});
     if (stop_requested)
     {
@@ -897,19 +899,19 @@ grid_outcome run_grid(const std::vector<run>& runs, const std::string& out, cons
         std::ofstream(fs::path(r.dir) / "attempts.txt", std::ios::app)
             << (jobs[i].args.back() == "--resume" ? "resume" : "fresh") << "\n";
     };
-    auto on_exit = [&](std::size_t i, int status) {
+    auto on_exit = [&](std::size_t i, int status, std::size_t running) {
         const run& r = *todo[i];
         if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
         {
             write_atomically((fs::path(r.dir) / "finished").string(), std::to_string(r.steps) + "\n");
             ++outcome.finished;
         }
-        else if (!(stop_requested && WIFEXITED(status) && WEXITSTATUS(status) == 130))
+        else if (!stop_requested)
         {
             outcome.failures.push_back(r.variant + "/seed-" + std::to_string(r.seed) + ": " + describe_status(status) +
                                        ": " + last_line_of(jobs[i].output));
         }
-        progress.show(outcome.finished, 0, true);
+        progress.show(outcome.finished, running, true);
     };
     auto on_tick = [&](std::size_t running) {
         write_atomically(session, std::to_string(progress.elapsed()) + "\n");

@@ -1,7 +1,7 @@
 // A grid of xgrad-train runs (xgrad-experiment): a spec names fixed flags, axes or listed variants,
 // seeds, a baseline and a budget per run; the runner starts xgrad-train child processes, as many at a
 // time as there are cores, and keeps each run's state on disk so that a stopped grid resumes (finished
-// runs are skipped, an interrupted one continues from its checkpoint with --resume). docs/experiments.md
+// runs are skipped, an interrupted one continues from its latest checkpoint with --resume). docs/experiments.md
 // documents the spec.
 #pragma once
 
@@ -113,6 +113,7 @@ struct grid_outcome
 };
 
 // Runs every unfinished run. Refuses (std::invalid_argument) a run folder started with other flags and
-// a second runner on the same OUT. SIGINT or SIGTERM stops the children at a checkpoint and returns.
+// a second runner on the same OUT. SIGINT or SIGTERM ends the children (they resume from their latest
+// checkpoint on the next call) and returns.
 grid_outcome run_grid(const std::vector<run>& runs, const std::string& out, const runner_options& o);
 }  // namespace xgrad::train::grid
