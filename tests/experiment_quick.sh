@@ -34,4 +34,12 @@ fi
 cp "$report" "$dir/report-first.md"
 "$program" --out "$dir/out" --replot --quiet
 cmp "$report" "$dir/report-first.md" || fail "--replot wrote another report"
+# Budgets in tokens and seconds become steps: tokens / (B T) exactly; seconds by a timed probe.
+tiny=(--data "$dir/text.txt" --axis heads=1,2 --seeds 1 --set d-model=16 --set block=16 --set batch=4 --dry-run)
+"$program" "${tiny[@]}" --out "$dir/tokens" --tokens 650 > "$dir/tokens.txt"
+[ "$(grep -c -- '--steps 11 ' "$dir/tokens.txt")" -eq 2 ] || fail "650 tokens at B T = 64 are not 11 steps each"
+"$program" "${tiny[@]}" --out "$dir/seconds" --seconds 0.5 > "$dir/seconds.txt"
+grep -q '"heads=2": [1-9][0-9]*' "$dir/seconds/steps.json" || fail "no steps chosen for 0.5 s: $(cat "$dir/seconds/steps.json")"
+[ "$(grep -c -- '--steps [1-9][0-9]* ' "$dir/seconds.txt")" -eq 2 ] || fail "the dry run does not show two runs"
+[ ! -e "$dir/seconds/.check" ] || fail "the probes' folder was left behind"
 echo "experiment --quick: 12 runs, $(grep -c '^- \*\*' "$report") verdicts, --replot reproduces the report"

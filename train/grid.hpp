@@ -84,6 +84,11 @@ struct run
     std::vector<std::string> args;  // xgrad-train's arguments, without --threads and --resume
 };
 
+// xgrad-train's arguments for variant `v` of `s` (without --threads and --resume); `replaced` flags take
+// the place of the variant's own.
+std::vector<std::string> run_arguments(const spec& s, const variant& v, std::uint64_t seed, std::int64_t steps,
+                                       const std::string& dir, const std::vector<flag>& replaced = {});
+
 // The runs of a grid in order: seed by seed, every variant for each (a grid stopped early stays
 // balanced across variants); `steps` per variant name.
 std::vector<run> plan_runs(const spec& s, const std::map<std::string, std::int64_t>& steps, const std::string& out);

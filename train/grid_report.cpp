@@ -56,6 +56,18 @@ std::uint64_t parameter_count(const std::string& checkpoint)
     return count;
 }
 
+// elapsed_s counts from the start of each session of a run: where it falls, a resumed session began.
+double training_seconds(const std::map<std::int64_t, double>& elapsed)
+{
+    double total = 0, previous = 0;
+    for (const auto& [step, e] : elapsed)
+    {
+        total += e >= previous ? e - previous : e;
+        previous = e;
+    }
+    return total;
+}
+
 std::string fixed(double v, int digits)
 {
     if (std::isnan(v))
@@ -111,8 +123,7 @@ run_result read_run(const run& r)
         out.val_bpb = bpb.rbegin()->second;
     }
     out.tokens_per_s = median(values_of(log.numbers("tokens_per_s")));
-    const auto elapsed = log.numbers("elapsed_s");
-    out.train_seconds = elapsed.empty() ? 0 : elapsed.rbegin()->second;
+    out.train_seconds = training_seconds(log.numbers("elapsed_s"));
     out.parameters = parameter_count(checkpoint.string());
     return out;
 }

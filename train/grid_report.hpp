@@ -24,7 +24,7 @@ struct run_result
     double val_loss = 0;                 // at the last step
     std::optional<double> val_bpb;       // when log.csv has the column
     double tokens_per_s = 0;             // median over the run's steps
-    double train_seconds = 0;            // elapsed_s at the last step
+    double train_seconds = 0;            // elapsed_s summed over the run's sessions
     std::uint64_t parameters = 0;        // from model.safetensors, optimiser state left out
 };
 
