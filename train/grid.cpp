@@ -175,25 +175,34 @@ void run_jobs(const std::string& program, const std::vector<job>& jobs, int para
     sigaction(SIGTERM, &old_term, nullptr);
 }
 
-// The probe's seconds per training step: elapsed_s between step 1 and the step before the last, which
-// leaves out the start-up and the final evaluation.
-double seconds_per_step(const std::string& dir, std::int64_t probe_steps)
-{
-    const auto elapsed = run_log::read((fs::path(dir) / "log.csv").string()).numbers("elapsed_s");
-    if (!elapsed.count(1) || !elapsed.count(probe_steps - 1))
-    {
-        throw std::runtime_error("the timing probe in " + dir + " wrote no elapsed_s column");
-    }
-    return (elapsed.at(probe_steps - 1) - elapsed.at(1)) / static_cast<double>(probe_steps - 2);
-}
-
-std::int64_t steps_for_tokens(const variant& v, double tokens)
+// B T: the variant's --batch and --block, or xgrad-train's defaults.
+double tokens_per_step(const variant& v)
 {
     const train_options defaults;
     const std::string batch = flag_value(v, "batch"), block = flag_value(v, "block");
-    const double per_step = (batch.empty() ? static_cast<double>(defaults.batch) : std::stod(batch)) *
-                            (block.empty() ? static_cast<double>(defaults.model.block_size) : std::stod(block));
-    return std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(tokens / per_step)));
+    return (batch.empty() ? static_cast<double>(defaults.batch) : std::stod(batch)) *
+           (block.empty() ? static_cast<double>(defaults.model.block_size) : std::stod(block));
+}
+
+// The probe's seconds per training step: B T over the median tokens/s of steps 2 .. N-1, which leaves
+// out the start-up, the final evaluation and moments when the machine was busy with something else.
+double seconds_per_step(const std::string& dir, std::int64_t probe_steps, double tokens_per_step)
+{
+    const auto rates = run_log::read((fs::path(dir) / "log.csv").string()).numbers("tokens_per_s");
+    std::vector<double> middle;
+    for (const auto& [step, rate] : rates)
+    {
+        if (step >= 2 && step < probe_steps && rate > 0)
+        {
+            middle.push_back(rate);
+        }
+    }
+    if (middle.empty())
+    {
+        throw std::runtime_error("the timing probe in " + dir + " logged no tokens_per_s");
+    }
+    std::nth_element(middle.begin(), middle.begin() + static_cast<std::ptrdiff_t>(middle.size() / 2), middle.end());
+    return tokens_per_step / middle[middle.size() / 2];
 }
 
 const std::int64_t timing_probe_steps = 30;
@@ -234,12 +243,14 @@ std::map<std::string, std::int64_t> check_and_size(const spec& s, const std::str
         }
         if (timed)
         {
-            const double per_step = seconds_per_step((check_dir / folder_name(v.name)).string(), probe_steps);
+            const double per_step =
+                seconds_per_step((check_dir / folder_name(v.name)).string(), probe_steps, tokens_per_step(v));
             steps[v.name] = std::max<std::int64_t>(1, static_cast<std::int64_t>(s.per_run.amount / per_step));
         }
         else if (s.per_run.kind == budget::unit::tokens)
         {
-            steps[v.name] = steps_for_tokens(v, s.per_run.amount);
+            steps[v.name] =
+                std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(s.per_run.amount / tokens_per_step(v))));
         }
         else
         {
