@@ -245,21 +245,23 @@ void results_table(std::ostream& md, const spec& s, const std::vector<variant_re
     }
 }
 
-// The seeds both variants finished, and each one's metric on them, in seed order.
-bool same_seeds(const variant_results& a, const variant_results& b)
+// Both variants' metric on the seeds both finished, in seed order.
+std::pair<std::vector<double>, std::vector<double>> on_common_seeds(const variant_results& a, const variant_results& b)
 {
-    if (a.runs.size() != b.runs.size())
-    {
-        return false;
-    }
+    std::pair<std::vector<double>, std::vector<double>> out;
+    const std::vector<double> ma = a.metric(), mb = b.metric();
     for (std::size_t i = 0; i < a.runs.size(); ++i)
     {
-        if (a.runs[i].seed != b.runs[i].seed)
+        for (std::size_t k = 0; k < b.runs.size(); ++k)
         {
-            return false;
+            if (a.runs[i].seed == b.runs[k].seed)
+            {
+                out.first.push_back(ma[i]);
+                out.second.push_back(mb[k]);
+            }
         }
     }
-    return true;
+    return out;
 }
 
 std::string verdict(const variant_results& r, const variant_results& base, const stats::comparison& w,
@@ -284,7 +286,7 @@ std::string verdict(const variant_results& r, const variant_results& base, const
     }
     if (p && !std::isnan(p->p))
     {
-        line += " Paired by seed: " + signed_fixed(p->difference, 4) + " (95% CI " +
+        line += " Paired by seed (" + fixed(p->df + 1, 0) + " seeds): " + signed_fixed(p->difference, 4) + " (95% CI " +
                 interval_text(p->difference, p->half_width, 4) + ", p = " + p_text(p->p) + ")" +
                 (p->p < 0.05 && w.p >= 0.05 ? ", a consistent difference once the seed's own effect is removed." : ".");
     }
@@ -304,9 +306,10 @@ void comparison_table(std::ostream& md, const std::vector<variant_results>& all,
         }
         const stats::comparison w = stats::welch(r.metric(), base.metric());
         std::optional<stats::comparison> p;
-        if (same_seeds(r, base))
+        const auto [mine, theirs] = on_common_seeds(r, base);
+        if (mine.size() >= 2)
         {
-            p = stats::paired(r.metric(), base.metric());
+            p = stats::paired(mine, theirs);
         }
         md << "| " << r.v->name << " | " << signed_fixed(w.difference, 4) << " | "
            << interval_text(w.difference, w.half_width, 4) << " | " << fixed(w.t, 2) << " (" << fixed(w.df, 1)
@@ -561,7 +564,8 @@ std::string write_report(const spec& s, const std::vector<run>& runs, const repo
     const std::string metric = bpb ? "bits per byte" : "validation loss";
     md << "\n## Against the baseline (" << metric << ", lower is better)\n\n"
        << "Welch's t-test does not assume equal variances; the paired test uses the per-seed differences "
-          "(the same seed gives the same batches, and the same initial weights where the shapes agree).\n\n";
+          "on the seeds both finished (the same seed gives the same batches, and the same initial weights where the "
+          "shapes agree).\n\n";
     std::vector<std::string> verdicts;
     comparison_table(md, all, base, metric, bpb ? "bits/byte" : "nats", verdicts);
     md << "\n## Verdict\n\n";
