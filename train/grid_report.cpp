@@ -573,6 +573,11 @@ std::string write_report(const spec& s, const std::vector<run>& runs, const repo
     {
         md << "- " << v << "\n";
     }
+    if (verdicts.size() > 1)
+    {
+        md << "\n" << verdicts.size() << " comparisons: for all of them to hold at once at the 5% level "
+           << "(Bonferroni), each p must be below " << fixed(0.05 / static_cast<double>(verdicts.size()), 3) << ".\n";
+    }
     md << "\n## Curves\n\n";
     if (const auto note = plot_curves(all, c.out, bpb ? "val_bpb" : "val_loss"))
     {
