@@ -96,6 +96,13 @@ std::string p_text(double p)
     return text;
 }
 
+// "p = 0.017" or "p < 0.001".
+std::string p_is(double p)
+{
+    const std::string text = p_text(p);
+    return text[0] == '<' ? "p " + text : "p = " + text;
+}
+
 std::string interval_text(double mean, double half, int digits)
 {
     return std::isnan(half) ? "n/a" : signed_fixed(mean - half, digits) + " .. " + signed_fixed(mean + half, digits);
@@ -273,7 +280,7 @@ std::string verdict(const variant_results& r, const variant_results& base, const
         return name + ": too few finished seeds to compare (at least two on each side are needed).";
     }
     std::string line = name + ": " + signed_fixed(w.difference, 4) + " " + unit + " (95% CI " +
-                       interval_text(w.difference, w.half_width, 4) + ", Welch p = " + p_text(w.p) + "): ";
+                       interval_text(w.difference, w.half_width, 4) + ", Welch " + p_is(w.p) + "): ";
     if (w.p < 0.05)
     {
         line += std::string(w.difference < 0 ? "lower (better)" : "higher (worse)") +
@@ -287,7 +294,7 @@ std::string verdict(const variant_results& r, const variant_results& base, const
     if (p && !std::isnan(p->p))
     {
         line += " Paired by seed (" + fixed(p->df + 1, 0) + " seeds): " + signed_fixed(p->difference, 4) + " (95% CI " +
-                interval_text(p->difference, p->half_width, 4) + ", p = " + p_text(p->p) + ")" +
+                interval_text(p->difference, p->half_width, 4) + ", " + p_is(p->p) + ")" +
                 (p->p < 0.05 && w.p >= 0.05 ? ", a consistent difference once the seed's own effect is removed." : ".");
     }
     return line;
