@@ -1,7 +1,10 @@
-# Exercise 20.1's experiment pipeline (examples/heads_experiment.cpp) in its --quick form.
-if(TARGET heads_experiment)
-  add_test(NAME heads_experiment_quick
-    COMMAND ${CMAKE_CURRENT_LIST_DIR}/heads_experiment_quick.sh $<TARGET_FILE:heads_experiment>
-            ${CMAKE_CURRENT_BINARY_DIR}/heads_experiment_quick)
-  set_tests_properties(heads_experiment_quick PROPERTIES TIMEOUT 300)
+# xgrad-experiment, the grid runner (tools/xgrad_experiment.cpp): Exercise 20.1's spec in its --quick
+# form, resuming after the runner is killed with SIGKILL, and the refusal of bad specs before any run.
+if(TARGET xgrad-experiment AND TARGET xgrad-train)
+  foreach(check quick resume refusal)
+    add_test(NAME experiment_${check}
+      COMMAND ${CMAKE_CURRENT_LIST_DIR}/experiment_${check}.sh $<TARGET_FILE:xgrad-experiment>
+              ${PROJECT_SOURCE_DIR}/docs/experiments ${CMAKE_CURRENT_BINARY_DIR}/experiment_${check})
+    set_tests_properties(experiment_${check} PROPERTIES TIMEOUT 300)
+  endforeach()
 endif()

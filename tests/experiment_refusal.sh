@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# xgrad-experiment refuses a bad spec before any run starts, with one line on stderr naming the problem
+# and exit status 2: an xgrad-train flag that does not exist or a value it rejects (xgrad-train itself
+# judges every variant's flags), and the spec's own mistakes.
+# Usage: experiment_refusal.sh XGRAD_EXPERIMENT SPEC_DIR DIR
+set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=practice_text.sh
+source "$(dirname "$0")/practice_text.sh"
+program=$1
+dir=$3
+rm -rf "$dir" && mkdir -p "$dir"
+practice_text 7 2000 "no run starts from a bad spec" "$dir/text.txt"
+tiny=(--data "$dir/text.txt" --seeds 2 --steps 5 --set d-model=16 --set block=16 --set batch=4)
+case_number=0
+
+# refused EXPECTED_TEXT ARGS...: exit 2, one line naming EXPECTED_TEXT, no run folder written.
+refused() {
+    local expected=$1
+    shift
+    case_number=$((case_number + 1))
+    local out="$dir/out$case_number" status=0
+    "$program" --out "$out" "$@" > "$dir/stdout" 2> "$dir/stderr" || status=$?
+    [ $status -eq 2 ] || { echo "case $case_number ($*): exit $status, not 2"; cat "$dir/stderr"; exit 1; }
+    [ "$(wc -l < "$dir/stderr")" -eq 1 ] || { echo "case $case_number: not one line:"; cat "$dir/stderr"; exit 1; }
+    grep -qF -- "$expected" "$dir/stderr" || { echo "case $case_number: no \"$expected\" in:"; cat "$dir/stderr"; exit 1; }
+    if [ -d "$out" ] && find "$out" -name 'seed-*' | grep -q .; then
+        echo "case $case_number: a run folder was created"; exit 1
+    fi
+}
+
+refused "--bogus" "${tiny[@]}" --axis heads=1,2 --set bogus=1
+refused "variant wide" "${tiny[@]}" --variant narrow:heads=2 --variant wide:heads=2,mlp-widht=3
+refused "variant H3" "${tiny[@]}" --variant H1:heads=1 --variant H3:heads=3   # d % H != 0
+refused "--heads" "${tiny[@]}" --axis heads=1,many
+refused "--lr" "${tiny[@]}" --set lr=-1
+refused "--steps is set by the runner" "${tiny[@]}" --set steps=3
+refused "--seed is set by the runner" "${tiny[@]}" --axis seed=1,2
+refused "baseline \"H9\"" "${tiny[@]}" --axis heads=1,2 --baseline H9
+refused "no \"budget\"" --data "$dir/text.txt" --seeds 2
+refused "no \"seeds\"" --data "$dir/text.txt" --steps 5
+refused "no \"data\"" --seeds 2 --steps 5
+refused "one of --steps, --tokens, --seconds" "${tiny[@]}" --tokens 100
+refused "cannot read" --spec "$dir/missing.json" "${tiny[@]}"
+echo '{"data": "x", "seed": 3}' > "$dir/typo.json"
+refused "unknown key \"seed\"" --spec "$dir/typo.json" --steps 5
+echo '{"data": "x", "fixed": {' > "$dir/broken.json"
+refused "not valid JSON" --spec "$dir/broken.json"
+echo '{"data": "x", "seeds": 2, "budget": {"epochs": 3}}' > "$dir/unit.json"
+refused "unknown unit \"epochs\"" --spec "$dir/unit.json"
+echo '{"seeds": [1, 1]}' > "$dir/twice.json"
+refused "lists a seed twice" --spec "$dir/twice.json" --data "$dir/text.txt" --steps 5
+refused "two variants are named" "${tiny[@]}" --variant a:heads=1 --variant a:heads=2
+refused "cannot read $dir/missing.txt" --data "$dir/missing.txt" --seeds 1 --steps 5
+refused "--jobs" "${tiny[@]}" --jobs 0
+refused "--steps" --data "$dir/text.txt" --seeds 2 --steps -4
+echo "experiment refusal: $case_number bad specs refused before any run"
