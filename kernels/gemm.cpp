@@ -25,6 +25,7 @@
 #include <type_traits>
 
 #include "kernels/gemm_backends.hpp"
+#include "kernels/precision.hpp"
 
 namespace xgrad::kernels
 {
@@ -52,6 +53,12 @@ void run(gemm_backend backend, const backends::product& p, const T* a, const T* 
         if constexpr (std::is_same_v<T, float>)
         {
             return backends::onednn(p, a, b, beta, c);
+        }
+        break;
+    case gemm_backend::onednn_matmul:
+        if constexpr (std::is_same_v<T, float>)
+        {
+            return backends::onednn_matmul(p, a, b, beta, c);
         }
         break;
     case gemm_backend::libxsmm:
@@ -118,6 +125,13 @@ void gemm_any(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, con
               const T* b, std::size_t ldb, T beta, T* c, std::size_t ldc)
 {
     with_checked_product(ta, tb, m, n, k, lda, ldb, beta, c, ldc, [&](const backends::product& p, T b01) {
+        if constexpr (std::is_same_v<T, float>)
+        {
+            if (current_matmul_precision() == matmul_precision::bf16)
+            {
+                return backends::onednn_bf16(p, a, b, b01, c);
+            }
+        }
         run(backend_for<T>(tb, m, n, k), p, a, b, b01, c);
     });
 }
@@ -145,6 +159,8 @@ const char* name(gemm_backend backend)
         return "openblas";
     case gemm_backend::onednn:
         return "onednn";
+    case gemm_backend::onednn_matmul:
+        return "onednn_matmul";
     case gemm_backend::libxsmm:
         return "libxsmm";
     case gemm_backend::libxsmm_tiled:
@@ -158,6 +174,7 @@ bool gemm_backend_supports(gemm_backend backend, bool double_precision, std::siz
     switch (backend)
     {
     case gemm_backend::onednn:
+    case gemm_backend::onednn_matmul:
         return !double_precision;
     case gemm_backend::libxsmm:
     {
