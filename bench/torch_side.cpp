@@ -167,14 +167,22 @@ public:
 
     std::size_t instrumented_step() override
     {
+        // Not counted under autocast: LibTorch's bf16 matmul asks the allocator for raw buffers, which the
+        // counting wrapper cannot serve (its data and context pointers differ).
         counting_allocator& counter = the_counter();
-        counter.install();
+        if (!bf16_)
+        {
+            counter.install();
+        }
         const std::int64_t before = counter.live();
         torch::Tensor y = forward().to(G_.scalar_type());
         torch::Tensor loss = (y * G_).sum();
         const std::int64_t held = counter.live() - before;
         loss.backward();
-        counter.uninstall();
+        if (!bf16_)
+        {
+            counter.uninstall();
+        }
         y_ = composed_ ? y.detach().clone() : y.detach().transpose(0, 1).contiguous();
         return held > 0 ? static_cast<std::size_t>(held) : 0;
     }

@@ -2,6 +2,9 @@
 //   onednn_matmul  float32 operands and result (oneDNN's brgemm kernels for the CPU's vector ISA)
 //   onednn_bf16    operands rounded to bfloat16 (round to nearest even) into per-thread buffers, float32
 //                  result; oneDNN runs AMX tiles or AVX512_BF16 dot products, whichever the CPU has
+//   round_operands_to_bf16  the same rounding, kept in float32 buffers, for small products that the door
+//                  then sends to its float32 backend (a product of two bfloat16 numbers is exact in
+//                  float32, so the result is the same bf16-operand, float32-accumulated product)
 // A primitive is made for one shape (sizes, transposes, leading dimensions, beta), so each thread keeps
 // the ones it made. Transposes are strides of the memory descriptors, beta = 1 a sum post-op. Like
 // dnnl_sgemm (kernels/gemm_onednn.cpp), every primitive is made and run with one OpenMP thread: the call
@@ -118,21 +121,52 @@ std::uint16_t to_bf16(float x)
     return static_cast<std::uint16_t>(bits >> 16);
 }
 
-// The rows x cols block at `x` (leading dimension ld) rounded to bfloat16 into `out`, packed (ld = cols).
-void round_block(const float* x, int rows, int cols, int ld, std::vector<std::uint16_t>& out)
+// bfloat16 bits as the float32 of the same value.
+float widened(std::uint16_t bits)
+{
+    const std::uint32_t wide = static_cast<std::uint32_t>(bits) << 16;
+    float x;
+    std::memcpy(&x, &wide, sizeof x);
+    return x;
+}
+
+std::uint16_t as_bf16(float x)
+{
+    return to_bf16(x);
+}
+
+float as_rounded_float(float x)
+{
+    return widened(to_bf16(x));
+}
+
+// The rows x cols block at `x` (leading dimension ld) rounded to bfloat16 into `out`, packed (ld = cols),
+// each element stored by `store` (as bfloat16 bits, or as the float32 of the rounded value).
+template <class U, class Store>
+void round_block(const float* x, int rows, int cols, int ld, std::vector<U>& out, Store store)
 {
     out.resize(static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols));
-    std::uint16_t* o = out.data();
+    U* o = out.data();
     for (int r = 0; r < rows; ++r)
     {
         const float* row = x + static_cast<std::size_t>(r) * static_cast<std::size_t>(ld);
         for (int j = 0; j < cols; ++j)
         {
-            o[j] = to_bf16(row[j]);
+            o[j] = store(row[j]);
         }
         o += cols;
     }
 }
+
+// Stored blocks: op(A) is m x k, so A is k x m when transposed; likewise B.
+struct stored
+{
+    int a_rows, a_cols, b_rows, b_cols;
+    explicit stored(const product& p)
+        : a_rows(p.ta ? p.k : p.m), a_cols(p.ta ? p.m : p.k), b_rows(p.tb ? p.n : p.k), b_cols(p.tb ? p.k : p.n)
+    {
+    }
+};
 }  // namespace
 
 void onednn_matmul(const product& p, const float* a, const float* b, float beta, float* c)
@@ -145,13 +179,23 @@ void onednn_matmul(const product& p, const float* a, const float* b, float beta,
 void onednn_bf16(const product& p, const float* a, const float* b, float beta, float* c)
 {
     thread_local std::vector<std::uint16_t> a16, b16;
-    // Stored blocks: op(A) is m x k, so A is k x m when transposed; likewise B.
-    const int a_rows = p.ta ? p.k : p.m, a_cols = p.ta ? p.m : p.k;
-    const int b_rows = p.tb ? p.n : p.k, b_cols = p.tb ? p.k : p.n;
-    round_block(a, a_rows, a_cols, p.lda, a16);
-    round_block(b, b_rows, b_cols, p.ldb, b16);
+    const stored s(p);
+    round_block(a, s.a_rows, s.a_cols, p.lda, a16, as_bf16);
+    round_block(b, s.b_rows, s.b_cols, p.ldb, b16, as_bf16);
     const one_openmp_thread one;
-    const dnnl::matmul& matmul = primitive_for(p, dt::bf16, a_cols, b_cols, beta);
-    execute(matmul, p, dt::bf16, a_cols, b_cols, a16.data(), b16.data(), c);
+    const dnnl::matmul& matmul = primitive_for(p, dt::bf16, s.a_cols, s.b_cols, beta);
+    execute(matmul, p, dt::bf16, s.a_cols, s.b_cols, a16.data(), b16.data(), c);
+}
+
+rounded_operands round_operands_to_bf16(const product& p, const float* a, const float* b)
+{
+    thread_local std::vector<float> a_rounded, b_rounded;
+    const stored s(p);
+    round_block(a, s.a_rows, s.a_cols, p.lda, a_rounded, as_rounded_float);
+    round_block(b, s.b_rows, s.b_cols, p.ldb, b_rounded, as_rounded_float);
+    product packed = p;
+    packed.lda = s.a_cols;
+    packed.ldb = s.b_cols;
+    return {packed, a_rounded.data(), b_rounded.data()};
 }
 }  // namespace xgrad::kernels::backends

@@ -1,5 +1,6 @@
 // The bf16 matmul precision (kernels/precision.hpp): operands rounded to bfloat16 with ties to even and
-// accumulation in float32, for every GEMM shape class and transpose flag, beta 0 and 1, padded leading
+// accumulation in float32, for every GEMM shape class and transpose flag (on both sides of the door's
+// bf16 threshold: oneDNN's bf16 primitive, or the float32 rule on rounded operands), beta 0 and 1, padded leading
 // dimensions; the setting's scope, its reach into worker threads, float64 left alone; the fused
 // attention's products; and a small training run whose losses stay near float32's. On a CPU without
 // bfloat16 dot products the scope must leave every product float32.
