@@ -3,7 +3,7 @@
 //
 //   fp32  operands and accumulation in float32 (the default)
 //   bf16  operands rounded to bfloat16 (round to nearest even), accumulation in float32
-//         (docs/spec.md, "Training": --precision bf16). Only the products change: every other op, the
+//         (docs/spec.md, "Training on text": --precision bf16). Only the products change: every other op, the
 //         weights, gradients and optimiser state stay float32. Float64 products are never rounded.
 //
 // Set it for a region with a scope, e.g. around a training step:
