@@ -302,6 +302,18 @@ const array<T>& var<T>::grad() const
 }
 
 template <class T>
+T var<T>::item() const
+{
+    const array<T>& v = value();
+    if (v.size() != 1)
+    {
+        throw std::invalid_argument("item: the var holds " + std::to_string(v.size()) + " values, shape " +
+                                    shape_str(shape()) + "; item() needs exactly one");
+    }
+    return v.flat(0);
+}
+
+template <class T>
 const var<T>& var<T>::named(std::string label) const
 {
     node().label = std::move(label);

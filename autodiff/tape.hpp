@@ -17,6 +17,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -243,6 +244,8 @@ public:
     bool valid() const { return state_ != nullptr; }
     // Gives the node a name shown by tape::trace and the DOT export ("Q", "scores", ...).
     const var& named(std::string label) const;
+    // The value of a var holding one element (a loss, say); std::invalid_argument naming "item" otherwise.
+    T item() const;
 
     detail::node<T>& node() const;
     const std::shared_ptr<detail::tape_state<T>>& state() const { return state_; }
@@ -467,4 +470,52 @@ extern template class backward_context<float>;
 extern template class backward_context<double>;
 extern template void detail::check_forward_anomaly(detail::tape_state<float>&);
 extern template void detail::check_forward_anomaly(detail::tape_state<double>&);
+
+// Scalar arithmetic on vars, recorded as ops::scale and ops::add_scalar (ops/elementwise.cpp):
+// x * 2, 2 * x, x / 2, x + 1, 1 + x, x - 1, 2 - x; -x is ops::neg (ops/ops.hpp).
+namespace ops
+{
+template <class T> var<T> scale(const var<T>& x, T factor);
+template <class T> var<T> add_scalar(const var<T>& x, T c);
+template <class T> var<T> neg(const var<T>& x);
+}  // namespace ops
+
+template <class S>
+using if_scalar = std::enable_if_t<std::is_arithmetic<S>::value, int>;
+
+template <class T, class S, if_scalar<S> = 0>
+var<T> operator*(const var<T>& x, S s)
+{
+    return ops::scale(x, static_cast<T>(s));
+}
+template <class T, class S, if_scalar<S> = 0>
+var<T> operator*(S s, const var<T>& x)
+{
+    return ops::scale(x, static_cast<T>(s));
+}
+template <class T, class S, if_scalar<S> = 0>
+var<T> operator/(const var<T>& x, S s)
+{
+    return ops::scale(x, T(1) / static_cast<T>(s));
+}
+template <class T, class S, if_scalar<S> = 0>
+var<T> operator+(const var<T>& x, S s)
+{
+    return ops::add_scalar(x, static_cast<T>(s));
+}
+template <class T, class S, if_scalar<S> = 0>
+var<T> operator+(S s, const var<T>& x)
+{
+    return ops::add_scalar(x, static_cast<T>(s));
+}
+template <class T, class S, if_scalar<S> = 0>
+var<T> operator-(const var<T>& x, S s)
+{
+    return ops::add_scalar(x, -static_cast<T>(s));
+}
+template <class T, class S, if_scalar<S> = 0>
+var<T> operator-(S s, const var<T>& x)
+{
+    return ops::add_scalar(ops::neg(x), static_cast<T>(s));
+}
 }  // namespace xgrad

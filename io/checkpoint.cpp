@@ -24,6 +24,33 @@ const std::string optimiser_prefix = "optim.";
     throw format_error(path + ": " + problem);
 }
 
+// The default model of c's sizes.
+models::gpt_config default_variant(const models::gpt_config& c)
+{
+    models::gpt_config d;
+    d.vocab_size = c.vocab_size;
+    d.block_size = c.block_size;
+    d.layers = c.layers;
+    d.d_model = c.d_model;
+    d.heads = c.heads;
+    d.kv_heads = c.kv_heads;
+    return d;
+}
+
+// Whether `text` under `key` describes c's variant.
+bool same_variant_value(const models::gpt_config& c, const std::string& key, const std::string& text)
+{
+    try
+    {
+        const models::gpt_config read = models::with_variant_metadata(c, {{key, text}});
+        return models::variant_metadata(read) == models::variant_metadata(c);
+    }
+    catch (const models::variant_error&)
+    {
+        return false;
+    }
+}
+
 bool is_optimiser_state(const std::string& name)
 {
     return name.compare(0, optimiser_prefix.size(), optimiser_prefix) == 0;
@@ -40,41 +67,35 @@ struct expected_tensor
 {
     std::string name;
     shape_t shape;
-    const char* formula;
+    std::string formula;
 };
 
-// SPEC's table in its order: wte, wpe, blocks.{i}.*, ln_f.*.
+// The model's declared parameters in their order (gpt_parameters::visit), with no memory allocated.
 std::vector<expected_tensor> spec_tensors(const models::gpt_config& c)
 {
-    const std::size_t d = c.d_model, kv = c.kv_head_count() * (c.d_model / c.heads), wide = 4 * c.d_model;
-    std::vector<expected_tensor> t{{"wte", {c.vocab_size, d}, "(V, d)"},
-                                   {"wpe", {c.block_size, d}, "(block_size, d)"}};
-    for (std::size_t i = 0; i < c.layers; ++i)
+    std::vector<expected_tensor> t;
+    for (auto& [name, d] : models::declared_parameters(models::gpt_parameters<float>::declare(c)))
     {
-        const std::string b = "blocks." + std::to_string(i) + ".";
-        t.push_back({b + "ln_1.weight", {d}, "(d)"});
-        t.push_back({b + "ln_1.bias", {d}, "(d)"});
-        t.push_back({b + "attn.W_Q", {d, d}, "(d, d)"});
-        t.push_back({b + "attn.W_K", {d, kv}, "(d, G*dh)"});
-        t.push_back({b + "attn.W_V", {d, kv}, "(d, G*dh)"});
-        t.push_back({b + "attn.W_O", {d, d}, "(d, d)"});
-        t.push_back({b + "ln_2.weight", {d}, "(d)"});
-        t.push_back({b + "ln_2.bias", {d}, "(d)"});
-        t.push_back({b + "mlp.W_fc", {d, wide}, "(d, 4d)"});
-        t.push_back({b + "mlp.b_fc", {wide}, "(4d)"});
-        t.push_back({b + "mlp.W_proj", {wide, d}, "(4d, d)"});
-        t.push_back({b + "mlp.b_proj", {d}, "(d)"});
+        t.push_back({name, d.shape, d.formula});
     }
-    t.push_back({"ln_f.weight", {d}, "(d)"});
-    t.push_back({"ln_f.bias", {d}, "(d)"});
     return t;
 }
 
+// The sizes, and the variant when it is not the default model.
 std::string sizes_str(const models::gpt_config& c)
 {
-    return "vocab_size = " + std::to_string(c.vocab_size) + ", block_size = " + std::to_string(c.block_size) +
-           ", layers = " + std::to_string(c.layers) + ", d_model = " + std::to_string(c.d_model) +
-           ", heads = " + std::to_string(c.heads) + ", kv_heads = " + std::to_string(c.kv_head_count());
+    std::string s = "vocab_size = " + std::to_string(c.vocab_size) + ", block_size = " + std::to_string(c.block_size) +
+                    ", layers = " + std::to_string(c.layers) + ", d_model = " + std::to_string(c.d_model) +
+                    ", heads = " + std::to_string(c.heads) + ", kv_heads = " + std::to_string(c.kv_head_count());
+    const auto variant = models::variant_metadata(c), standard = models::variant_metadata(default_variant(c));
+    for (const char* key : models::variant_keys)
+    {
+        if (variant.at(key) != standard.at(key))
+        {
+            s += ", " + std::string(key) + " = " + variant.at(key);
+        }
+    }
+    return s;
 }
 
 std::size_t parse_size(const std::string& path, const std::string& key, const std::string& text)
@@ -170,6 +191,20 @@ models::gpt_config config_from_metadata(const std::string& path,
     }
     try
     {
+        c = models::with_variant_metadata(c, metadata);
+    }
+    catch (const models::variant_error& e)
+    {
+        const bool several = e.allowed.find(',') != std::string::npos;
+        fail(path, "metadata '" + e.key + "' = " + printable(e.value) + " is not " + (several ? "one of " : "") +
+                       e.allowed);
+    }
+    if (c.mlp_hidden > std::numeric_limits<std::size_t>::max() / 4)
+    {
+        fail(path, "metadata 'mlp_hidden' = " + printable(metadata.at("mlp_hidden")) + " is too large");
+    }
+    try
+    {
         c.validate("checkpoint");
     }
     catch (const std::invalid_argument& e)
@@ -196,6 +231,22 @@ void save_checkpoint(const std::string& path, const models::gpt_parameters<T>& p
         {
             throw std::invalid_argument("save_checkpoint: extra metadata '" + std::string(size_keys[k]) +
                                         "' = '" + at->second + "' disagrees with the model's " + sizes[k]);
+        }
+    }
+
+    // The variant's keys where it is not the default model, so a default model's file is as before.
+    const auto variant = models::variant_metadata(c), standard = models::variant_metadata(default_variant(c));
+    for (const char* key : models::variant_keys)
+    {
+        const auto found = file.metadata.find(key);
+        if (found != file.metadata.end() && !same_variant_value(c, key, found->second))
+        {
+            throw std::invalid_argument("save_checkpoint: extra metadata '" + std::string(key) + "' = '" +
+                                        found->second + "' disagrees with the model's " + variant.at(key));
+        }
+        if (variant.at(key) != standard.at(key))
+        {
+            file.metadata[key] = variant.at(key);
         }
     }
 
@@ -239,19 +290,10 @@ checkpoint<T> load_checkpoint(const std::string& path)
     const std::vector<expected_tensor> expected = spec_tensors(c);
     check_tensors(path, file, c, expected);
 
-    checkpoint<T> out{models::gpt_parameters<T>::init(c, 0), std::move(file.metadata), {}};
-    for (parameter<T>& p : out.params.named_parameters())
-    {
-        const auto found = file.tensors.find(p.name());
-        if (found == file.tensors.end() ||
-            to_shape(found->second.values.shape()) != to_shape(p.value().shape()))
-        {
-            throw std::logic_error("load_checkpoint: models::gpt_parameters::init made '" + p.name() +
-                                   "' unlike SPEC's table");
-        }
-        p.value() = converted<T>(found->second.values);
-        p.zero_grad();
-    }
+    checkpoint<T> out{models::gpt_parameters<T>::declare(c), std::move(file.metadata), {}};
+    out.params.visit([&file](const std::string& name, parameter<T>& p, const models::declaration&) {
+        p = parameter<T>(converted<T>(file.tensors.at(name).values), name);  // check_tensors found it
+    });
     for (auto& [name, t] : file.tensors)
     {
         if (is_optimiser_state(name))
@@ -261,6 +303,100 @@ checkpoint<T> load_checkpoint(const std::string& path)
     }
     return out;
 }
+
+// ---- any module ----------------------------------------------------------------------------------
+
+template <class T>
+stored_tensor to_stored(const parameter<T>& p)
+{
+    return {dtype_name<T>(), converted<double>(p.value())};
+}
+
+template <class T>
+parameter<T> from_stored(const stored_tensor& t, const std::string& name)
+{
+    return parameter<T>(converted<T>(t.values), name);
+}
+
+void write_module_file(const std::string& path, const std::vector<std::pair<std::string, stored_tensor>>& tensors,
+                       const std::map<std::string, std::string>& metadata, const checkpoint_extras& extras)
+{
+    safetensors_file file;
+    file.metadata = extras.metadata;
+    for (const auto& [key, value] : metadata)
+    {
+        const auto [at, inserted] = file.metadata.emplace(key, value);
+        if (!inserted && at->second != value)
+        {
+            throw std::invalid_argument("save_module: extra metadata '" + key + "' = '" + at->second +
+                                        "' disagrees with the model's " + value);
+        }
+    }
+    for (const auto& [name, t] : tensors)
+    {
+        if (!file.tensors.emplace(name, t).second)
+        {
+            throw std::invalid_argument("save_module: the model declares '" + name + "' twice");
+        }
+    }
+    for (const auto& [name, t] : extras.tensors)
+    {
+        if (!is_optimiser_state(name))
+        {
+            throw std::invalid_argument("save_module: extra tensor '" + name +
+                                        "' must be optimiser state, named 'optim.*'");
+        }
+        file.tensors.emplace(name, t);
+    }
+    write_safetensors(path, file);
+}
+
+safetensors_file read_module_file(const std::string& path,
+                                  const std::vector<std::pair<std::string, models::declaration>>& declared,
+                                  const std::map<std::string, std::string>& metadata)
+{
+    safetensors_file file = read_safetensors(path);
+    for (const auto& [key, value] : metadata)
+    {
+        const auto found = file.metadata.find(key);
+        if (found == file.metadata.end() || found->second != value)
+        {
+            fail(path, "metadata '" + key + "' is " +
+                           (found == file.metadata.end() ? std::string("missing") : printable(found->second)) +
+                           " but the model has " + printable(value));
+        }
+    }
+    std::set<std::string> names;
+    for (const auto& [name, d] : declared)
+    {
+        names.insert(name);
+        const auto found = file.tensors.find(name);
+        if (found == file.tensors.end())
+        {
+            fail(path, "tensor '" + name + "' is missing");
+        }
+        const shape_t got = to_shape(found->second.values.shape());
+        if (got != d.shape)
+        {
+            fail(path, "tensor '" + name + "' has shape " + shape_str(got) + ", the model declares " +
+                           (d.formula.empty() ? "" : d.formula + " = ") + shape_str(d.shape));
+        }
+    }
+    for (const auto& [name, t] : file.tensors)
+    {
+        if (!names.count(name) && !is_optimiser_state(name))
+        {
+            fail(path, "unknown tensor " + printable(name) + " with shape " + shape_str(to_shape(t.values.shape())) +
+                           " (not a parameter of the model; optimiser state must be named 'optim.*')");
+        }
+    }
+    return file;
+}
+
+template stored_tensor to_stored(const parameter<float>&);
+template stored_tensor to_stored(const parameter<double>&);
+template parameter<float> from_stored(const stored_tensor&, const std::string&);
+template parameter<double> from_stored(const stored_tensor&, const std::string&);
 
 template void save_checkpoint<float>(const std::string&, const models::gpt_parameters<float>&,
                                      const checkpoint_extras&);

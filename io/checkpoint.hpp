@@ -1,11 +1,15 @@
-// GPT checkpoints (../shared/SPEC.md, "Checkpoint file: safetensors"): every parameter under its SPEC
-// name in the dtype of T, the model's sizes as decimal metadata ("vocab_size", "block_size", "layers",
-// "d_model", "heads", "kv_heads"), any other metadata ("vocab", "step", ...) and the optimiser's state as
-// tensors named "optim.*". Loading checks the file against the sizes it declares.
+// Checkpoints on safetensors (docs/spec.md, "Checkpoint file: safetensors"). For the GPT: every parameter
+// under its name in the dtype of T, the model's sizes as decimal metadata ("vocab_size", "block_size",
+// "layers", "d_model", "heads", "kv_heads"), the variant's keys where it is not the default model, any
+// other metadata ("vocab", "step", ...) and the optimiser's state as tensors named "optim.*". Loading
+// checks the file against the tensors the metadata's model declares. For any module (models/module.hpp):
+// save_module and load_module do the same with the tensors its visit walk declares.
 #pragma once
 
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "io/safetensors.hpp"
 #include "models/gpt.hpp"
@@ -45,7 +49,61 @@ void save_checkpoint(const std::string& path, const models::gpt_parameters<T>& p
 template <class T>
 checkpoint<T> load_checkpoint(const std::string& path);
 
-// The sizes a checkpoint's metadata declares, checked as load_checkpoint checks them.
+// The model a checkpoint's metadata declares (sizes and variant), checked as load_checkpoint checks them.
 models::gpt_config config_from_metadata(const std::string& path,
                                         const std::map<std::string, std::string>& metadata);
+
+// ---- any module ----------------------------------------------------------------------------------
+
+// A parameter as stored (F32 for float, F64 for double), and a stored tensor as a parameter named `name`.
+template <class T>
+stored_tensor to_stored(const parameter<T>& p);
+template <class T>
+parameter<T> from_stored(const stored_tensor& t, const std::string& name);
+
+// Writes `tensors` with `metadata` and `extras` atomically. Throws std::invalid_argument naming
+// "save_module" when an extra tensor is not "optim.*" or an extra metadata key disagrees with `metadata`.
+void write_module_file(const std::string& path, const std::vector<std::pair<std::string, stored_tensor>>& tensors,
+                       const std::map<std::string, std::string>& metadata, const checkpoint_extras& extras);
+
+// Reads a file strictly against `declared`: every declared tensor present with its shape, nothing else
+// but "optim.*", and each key of `metadata` present with that value. Throws format_error naming the file
+// and the tensor or key (what the file has, what the model wants).
+safetensors_file read_module_file(const std::string& path,
+                                  const std::vector<std::pair<std::string, models::declaration>>& declared,
+                                  const std::map<std::string, std::string>& metadata);
+
+// A module's parameters and `metadata` (what describes its architecture) plus `extras`, atomically.
+template <class Model>
+void save_module(const std::string& path, const Model& model, const std::map<std::string, std::string>& metadata,
+                 const checkpoint_extras& extras = {})
+{
+    std::vector<std::pair<std::string, stored_tensor>> tensors;
+    models::visit_parameters(model, [&tensors](const std::string& name, const auto& p, const models::declaration&) {
+        tensors.emplace_back(name, to_stored(p));
+    });
+    write_module_file(path, tensors, metadata, extras);
+}
+
+// Fills `model`'s declared parameters from a file written by save_module for the same architecture
+// (`metadata` must match the file's); returns the file's other metadata and its "optim.*" tensors.
+template <class Model>
+checkpoint_extras load_module(const std::string& path, Model& model, const std::map<std::string, std::string>& metadata)
+{
+    safetensors_file file = read_module_file(path, models::declared_parameters(model), metadata);
+    model.visit([&file](const std::string& name, auto& p, const models::declaration&) {
+        using T = typename std::decay_t<decltype(p.value())>::value_type;
+        p = from_stored<T>(file.tensors.at(name), name);
+    });
+    checkpoint_extras extras;
+    extras.metadata = std::move(file.metadata);
+    for (auto& [name, t] : file.tensors)
+    {
+        if (name.compare(0, 6, "optim.") == 0)
+        {
+            extras.tensors.emplace(name, std::move(t));
+        }
+    }
+    return extras;
+}
 }  // namespace xgrad::io

@@ -11,44 +11,6 @@ namespace xgrad::models
 namespace
 {
 template <class T>
-var<T> layer_norm(tape<T>& t, const var<T>& x, const parameter<T>& weight, const parameter<T>& bias)
-{
-    return ops::layer_norm(x, t.param(weight), t.param(bias));
-}
-
-// x (B, Tn, d) -> attention output (B, Tn, d), appending this layer's new keys and values to the cache.
-template <class T>
-var<T> cached_attention(tape<T>& t, const var<T>& x, const gpt_block_parameters<T>& p, const gpt_config& c,
-                        array<T>& keys, array<T>& values, std::vector<array<T>>* weights_out)
-{
-    var<T> q = split_heads(ops::matmul(x, t.param(p.W_Q)), c.heads);
-    var<T> k = split_heads(ops::matmul(x, t.param(p.W_K)), c.kv_head_count());
-    var<T> v = split_heads(ops::matmul(x, t.param(p.W_V)), c.kv_head_count());
-    if (keys.dimension() == 4)  // earlier positions are cached
-    {
-        k = ops::concat<T>({t.constant(keys), k}, 2);
-        v = ops::concat<T>({t.constant(values), v}, 2);
-    }
-    keys = k.value();
-    values = v.value();
-    const std::size_t tq = q.shape()[2], tk = k.shape()[2];
-    const mask_t causal = causal_mask(tq, tk);  // bottom-right: query i sees keys j <= i + (tk - tq)
-    auto [heads, weights] = attention(q, k, v, tq > 1 ? &causal : nullptr);
-    if (weights_out)
-    {
-        weights_out->push_back(weights.value());
-    }
-    return ops::matmul(combine_heads(heads), t.param(p.W_O));
-}
-
-template <class T>
-var<T> mlp(tape<T>& t, const var<T>& x, const gpt_block_parameters<T>& p)
-{
-    var<T> hidden = ops::gelu(ops::matmul(x, t.param(p.W_fc)) + t.param(p.b_fc));
-    return ops::matmul(hidden, t.param(p.W_proj)) + t.param(p.b_proj);
-}
-
-template <class T>
 void check_decode(const gpt_parameters<T>& params, const ids_t& tokens, const kv_cache<T>& cache)
 {
     const gpt_config& c = params.config;
@@ -61,10 +23,10 @@ void check_decode(const gpt_parameters<T>& params, const ids_t& tokens, const kv
         fail("gpt_decode", std::to_string(cache.length()) + " cached + " + std::to_string(tokens.shape()[1]) +
                                " new positions pass block_size " + std::to_string(c.block_size));
     }
-    if (cache.length() > 0 && cache.keys.front().shape()[0] != tokens.shape()[0])
+    if (cache.length() > 0 && cache.batch() != tokens.shape()[0])
     {
         fail("gpt_decode", "tokens " + shape_str(to_shape(tokens.shape())) + " do not match the cache's batch of " +
-                               std::to_string(cache.keys.front().shape()[0]));
+                               std::to_string(cache.batch()));
     }
 }
 }  // namespace
@@ -76,25 +38,35 @@ array<T> gpt_decode(const gpt_parameters<T>& params, const ids_t& tokens, kv_cac
     check_decode(params, tokens, cache);
     const gpt_config& c = params.config;
     const std::size_t start = cache.length(), tn = tokens.shape()[1];
-    cache.keys.resize(c.layers);
-    cache.values.resize(c.layers);
+    cache.layers.resize(c.layers);
     if (attention)
     {
         attention->clear();
     }
     tape<T> t;
     auto guard = t.no_grad();
-    // x = wte[tokens] + wpe[start .. start + Tn - 1]
-    var<T> x = ops::embedding(t.param(params.wte), tokens) + ops::slice(t.param(params.wpe), 0, start, start + tn);
+    block_options o;
+    o.position_offset = start;
+    o.attention_weights = attention != nullptr;
+    // x = wte[tokens] (+ wpe[start .. start + Tn - 1])
+    const var<T> wte = t.param(params.wte);
+    var<T> x = ops::embedding(wte, tokens);
+    if (c.position == position_kind::learned)
+    {
+        x = x + ops::slice(t.param(params.wpe), 0, start, start + tn);
+    }
     for (std::size_t i = 0; i < c.layers; ++i)
     {
-        const auto& p = params.blocks[i];
-        x = x + cached_attention(t, layer_norm(t, x, p.ln_1_weight, p.ln_1_bias), p, c, cache.keys[i], cache.values[i],
-                                     attention);
-        x = x + mlp(t, layer_norm(t, x, p.ln_2_weight, p.ln_2_bias), p);
+        const block_result<T> b = transformer_block(x, bind(t, params.blocks[i], c), c, o, &cache.layers[i]);
+        if (attention)
+        {
+            attention->push_back(b.weights.value());
+        }
+        x = b.res_2;
     }
-    var<T> h = layer_norm(t, x, params.ln_f_weight, params.ln_f_bias);
-    return ops::matmul(h, t.param(params.wte), false, true).value();  // the head is tied to wte
+    const var<T> ln_f_bias = c.norm_has_bias() ? t.param(params.ln_f_bias) : var<T>();
+    const var<T> h = norm(x, {t.param(params.ln_f_weight), ln_f_bias}, c.norm);
+    return (c.tied_head ? ops::matmul(h, wte, false, true) : ops::matmul(h, t.param(params.lm_head))).value();
 }
 
 std::int32_t draw_token(const std::vector<double>& logits, double temperature, std::size_t top_k, std::mt19937_64& rng)

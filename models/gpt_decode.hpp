@@ -1,5 +1,6 @@
 // Decoding with a key/value cache: each new token runs the model on itself only, attending to the keys
-// and values of every earlier position kept from before. With SPEC's bottom-right causal alignment the
+// and values of every earlier position kept from before. It runs the training forward's own block
+// (models/layers.hpp, transformer_block), so every variant decodes; RoPE rotates at absolute positions. With SPEC's bottom-right causal alignment the
 // same code runs a prompt of Tn tokens over Tp cached ones (query i sees keys j <= i + Tp), so the full
 // forward pass is the special case of an empty cache; a test checks the two give equal logits.
 #pragma once
@@ -9,20 +10,18 @@
 #include <vector>
 
 #include "models/gpt.hpp"
+#include "models/layers.hpp"
 
 namespace xgrad::models
 {
-// Per layer, the keys and values of every position seen so far: (B, G, t, dh) each.
+// Per layer, the keys and values of every position seen so far: (B, G, t, dh) each, after RoPE.
 template <class T>
 struct kv_cache
 {
-    std::vector<array<T>> keys, values;
-    std::size_t length() const { return keys.empty() ? 0 : keys.front().shape()[2]; }
-    void clear()
-    {
-        keys.clear();
-        values.clear();
-    }
+    std::vector<kv_cache_layer<T>> layers;
+    std::size_t length() const { return layers.empty() ? 0 : layers.front().length(); }
+    std::size_t batch() const { return length() == 0 ? 0 : layers.front().keys.shape()[0]; }
+    void clear() { layers.clear(); }
 };
 
 // Logits (B, Tn, V) for `tokens` (B, Tn) at positions length() .. length() + Tn - 1, extending the cache.

@@ -654,6 +654,13 @@ void check_inputs(const gpt_parameters<T>& p, const ids_t& tokens, const ids_t* 
                      " block_size=" + std::to_string(c.block_size) + " L=" + std::to_string(c.layers));
     }
     c.attention().validate(op);
+    gpt_config standard;
+    standard.d_model = c.d_model;
+    if (variant_metadata(c) != variant_metadata(standard))
+    {
+        fail(op, "the hand-derived backward covers the default model only (norm = layernorm, position = learned, "
+                 "mlp = gelu_tanh, mlp_hidden = 4 d, bias = mlp, tied_head = true)");
+    }
     if (p.blocks.size() != c.layers)
     {
         fail(op, "the parameters hold " + std::to_string(p.blocks.size()) + " blocks for " +

@@ -57,6 +57,7 @@ dims dims_of(const array<T>& q, const array<T>& k)
 {
     return {q.shape()[0], q.shape()[1], k.shape()[1], q.shape()[2], k.shape()[2], q.shape()[3]};
 }
+}  // namespace
 
 // Chapter 19 forward, one head at a time:
 //   S = Q_h K_g^T,  P = softmax(S / sqrt(dh)) over the keys the mask keeps (0 on fully masked rows),
@@ -150,7 +151,6 @@ void attention_backward(const array<T>& grad_o, const array<T>& q, const array<T
         }
     }
 }
-}  // namespace
 
 // Listing 20.1: (B, T, d) -> (B, T, H, dh) -> (B, H, T, dh)
 template <class T>
@@ -229,6 +229,10 @@ mha_gradients<T> mha_backward(const array<T>& grad_output, const mha_cache<T>& c
     template mha_forward_result<T> mha_forward(const array<T>&, const array<T>&, const array<T>&, const array<T>&, \
                                                const array<T>&, const array<T>&, const array<T>&,                  \
                                                const mha_config&, const mha_options&);                             \
-    template mha_gradients<T> mha_backward(const array<T>&, const mha_cache<T>&);
+    template mha_gradients<T> mha_backward(const array<T>&, const mha_cache<T>&);                                  \
+    template void attention_forward(const array<T>&, const array<T>&, const array<T>&, const mask_t*, array<T>&,   \
+                                    array<T>&);                                                                    \
+    template void attention_backward(const array<T>&, const array<T>&, const array<T>&, const array<T>&,           \
+                                     const array<T>&, array<T>&, array<T>&, array<T>&);
 XGRAD_INSTANTIATE_FOR_FLOAT_TYPES(XGRAD_MHA_MANUAL)
 }  // namespace xgrad::models::manual

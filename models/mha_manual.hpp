@@ -47,6 +47,18 @@ mha_forward_result<T> mha_forward(const array<T>& xq, const array<T>& xk, const 
 template <class T>
 mha_gradients<T> mha_backward(const array<T>& grad_output, const mha_cache<T>& cache);
 
+// The attention of split heads (Chapter 19, one head at a time): q (B, H, Tq, dh); k, v (B, G, Tk, dh),
+// query head h reading key/value head h / (H / G); mask nullptr or broadcast to (B, H, Tq, Tk). Writes the
+// weights p = softmax(q k^T / sqrt(dh)) (B, H, Tq, Tk), 0 on rows the mask empties, and o = p v.
+template <class T>
+void attention_forward(const array<T>& q, const array<T>& k, const array<T>& v, const mask_t* mask, array<T>& p,
+                       array<T>& o);
+// Reverses attention_forward from the saved q, k, v and p: writes grad_q, grad_k, grad_v (a key/value
+// head sums the gradients of the query heads that read it).
+template <class T>
+void attention_backward(const array<T>& grad_o, const array<T>& q, const array<T>& k, const array<T>& v,
+                        const array<T>& p, array<T>& grad_q, array<T>& grad_k, array<T>& grad_v);
+
 // Listing 20.1 on plain arrays.
 template <class T>
 array<T> split_heads(const array<T>& x, std::size_t heads);

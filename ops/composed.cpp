@@ -1,5 +1,6 @@
 // The composed twins of the fused ops: each is built from primitive ops only and records nothing of its
 // own, so the tape derives its backward. Tests hold the fused rules against these.
+#include <cmath>
 #include <cstdint>
 
 #include "autodiff/instantiate.hpp"
@@ -123,10 +124,89 @@ var<T> cross_entropy(const var<T>& logits, const ids_t& targets)
     return scale(picked, kept == 0 ? T(0) : T(-1) / static_cast<T>(kept));
 }
 
+// silu(x) = x sigmoid(x)
+template <class T>
+var<T> silu(const var<T>& x)
+{
+    return mul(x, sigmoid(x));
+}
+
+// gelu(x) = 0.5 x (1 + erf(x / sqrt 2))
+template <class T>
+var<T> gelu_exact(const var<T>& x)
+{
+    const T one_over_sqrt_2 = T(0.70710678118654752);
+    return scale(mul(x, add_scalar(erf(scale(x, one_over_sqrt_2)), T(1))), T(0.5));
+}
+
+template <class T>
+var<T> swiglu(const var<T>& gate, const var<T>& up)
+{
+    if (gate.shape() != up.shape())
+    {
+        fail("swiglu", "gate of shape " + shape_str(gate.shape()) + " and up of shape " + shape_str(up.shape()) +
+                           " must have the same shape");
+    }
+    return mul(composed::silu(gate), up);
+}
+
+// x / sqrt(mean(x^2) + eps) * weight over the last axis
+template <class T>
+var<T> rms_norm(const var<T>& x, const var<T>& weight, double eps)
+{
+    const std::size_t axis = last_axis("rms_norm", x.shape());
+    if (weight.shape() != shape_t{x.shape()[axis]})
+    {
+        fail("rms_norm", "weight of shape " + shape_str(weight.shape()) + " must be " +
+                             shape_str(shape_t{x.shape()[axis]}) + " for input of shape " + shape_str(x.shape()));
+    }
+    const var<T> mean_square = mean(mul(x, x), {axis}, true);
+    return mul(mul(x, rsqrt(add_scalar(mean_square, static_cast<T>(eps)))), weight);
+}
+
+// rope(x)[.., t, 2i] = x_2i cos a - x_2i+1 sin a,  rope(x)[.., t, 2i+1] = x_2i sin a + x_2i+1 cos a,
+// a = (offset + t) base^(-2i/dh); written as x * C + (x @ P) * S with (x @ P)_2i = -x_2i+1,
+// (x @ P)_2i+1 = x_2i, and C, S (T, dh) repeating each pair's cos and sin.
+template <class T>
+var<T> rope(const var<T>& x, double base, std::size_t position_offset)
+{
+    const shape_t shape = x.shape();
+    if (shape.size() != 4 || shape[3] % 2 != 0)
+    {
+        fail("rope", "input must be (B, H, T, dh) with dh even, got shape " + shape_str(shape));
+    }
+    const std::size_t length = shape[2], dh = shape[3];
+    array<T> cos_table = array<T>::from_shape({length, dh}), sin_table = array<T>::from_shape({length, dh});
+    for (std::size_t t = 0; t < length; ++t)
+    {
+        for (std::size_t j = 0; j < dh; ++j)
+        {
+            const double exponent = -static_cast<double>(j - j % 2) / static_cast<double>(dh);
+            const double angle = static_cast<double>(position_offset + t) * std::pow(base, exponent);
+            cos_table(t, j) = static_cast<T>(std::cos(angle));
+            sin_table(t, j) = static_cast<T>(std::sin(angle));
+        }
+    }
+    array<T> pair_turn = xt::zeros<T>(shape_t{dh, dh});
+    for (std::size_t i = 0; i < dh; i += 2)
+    {
+        pair_turn(i + 1, i) = T(-1);  // column 2i of x @ P is -x_2i+1
+        pair_turn(i, i + 1) = T(1);   // column 2i+1 is x_2i
+    }
+    const var<T> turned = matmul(x, constant_like(x, std::move(pair_turn), "rope_pair_turn"));
+    return add(mul(x, constant_like(x, std::move(cos_table), "rope_cos")),
+               mul(turned, constant_like(x, std::move(sin_table), "rope_sin")));
+}
+
 #define XGRAD_COMPOSED(T)                                                                                    \
     template var<T> gelu(const var<T>&);                                                                     \
     template var<T> layer_norm(const var<T>&, const var<T>&, const var<T>&, T);                              \
     template var<T> log_softmax(const var<T>&);                                                              \
-    template var<T> cross_entropy(const var<T>&, const ids_t&);
+    template var<T> cross_entropy(const var<T>&, const ids_t&);                                              \
+    template var<T> silu(const var<T>&);                                                                     \
+    template var<T> gelu_exact(const var<T>&);                                                               \
+    template var<T> swiglu(const var<T>&, const var<T>&);                                                    \
+    template var<T> rms_norm(const var<T>&, const var<T>&, double);                                          \
+    template var<T> rope(const var<T>&, double, std::size_t);
 XGRAD_INSTANTIATE_FOR_FLOAT_TYPES(XGRAD_COMPOSED)
 }  // namespace xgrad::ops::composed

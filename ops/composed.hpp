@@ -14,4 +14,16 @@ template <class T> var<T> layer_norm(const var<T>& x, const var<T>& weight, cons
 template <class T> var<T> log_softmax(const var<T>& x);
 // log_softmax, a gather of the target entries (a mul by a constant one-hot mask) and a mean over kept rows.
 template <class T> var<T> cross_entropy(const var<T>& logits, const ids_t& targets);
+// The variants' ops (ops/variants.cpp) from primitives:
+// x * sigmoid(x).
+template <class T> var<T> silu(const var<T>& x);
+// 0.5 x (1 + erf(x / sqrt 2)) from scale, erf, add_scalar and mul.
+template <class T> var<T> gelu_exact(const var<T>& x);
+// silu(gate) * up, with composed::silu.
+template <class T> var<T> swiglu(const var<T>& gate, const var<T>& up);
+// x * rsqrt(mean(x * x) + eps) * weight over the last axis.
+template <class T> var<T> rms_norm(const var<T>& x, const var<T>& weight, double eps = 1e-5);
+// x * C + (x @ P) * S: C, S the constant cos and sin of each coordinate's angle, P the constant
+// (dh, dh) matrix taking each pair (a, b) to (-b, a).
+template <class T> var<T> rope(const var<T>& x, double base, std::size_t position_offset);
 }  // namespace xgrad::ops::composed

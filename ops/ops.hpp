@@ -85,6 +85,21 @@ template <class T> var<T> layer_norm(const var<T>& x, const var<T>& weight, cons
 // (the same node, nothing recorded) when p == 0 or !training. p in [0, 1) else std::invalid_argument.
 template <class T>
 var<T> dropout(const var<T>& x, T p, std::mt19937_64& generator, bool training = true);
+
+// The architecture variants' ops, fused, each with a hand-derived rule (ops/variants.cpp).
+// erf(x), elementwise: dL/dx = g (2 / sqrt(pi)) e^{-x^2}.
+template <class T> var<T> erf(const var<T>& x);
+// x sigmoid(x), elementwise.
+template <class T> var<T> silu(const var<T>& x);
+// The exact GELU, 0.5 x (1 + erf(x / sqrt 2)) (torch.nn.GELU()), elementwise.
+template <class T> var<T> gelu_exact(const var<T>& x);
+// silu(gate) * up; gate and up of the same shape.
+template <class T> var<T> swiglu(const var<T>& gate, const var<T>& up);
+// x / sqrt(mean(x^2) + eps) * weight over the last axis; weight (d,).
+template <class T> var<T> rms_norm(const var<T>& x, const var<T>& weight, double eps = 1e-5);
+// Rotary embedding of x (B, H, T, dh), dh even: pair (2i, 2i+1) of row t turned by the angle
+// (position_offset + t) * base^(-2i/dh): (a, b) -> (a cos - b sin, a sin + b cos).
+template <class T> var<T> rope(const var<T>& x, double base, std::size_t position_offset);
 }  // namespace ops
 
 template <class T> var<T> operator+(const var<T>& a, const var<T>& b) { return ops::add(a, b); }

@@ -24,6 +24,7 @@
 #include "io/checkpoint.hpp"
 #include "io/npy.hpp"
 #include "io/safetensors.hpp"
+#include "models/gpt.hpp"
 
 using namespace xgrad;
 using xgrad::test::max_relative_difference;
@@ -417,6 +418,26 @@ TEST_CASE("xgrad-gpt-npy bad input: non-zero status, one line on stderr, no outp
       {"checkpoint without sizes", "metadata has no 'block_size'",
        [&](const fs::path&, const fs::path& model)
        { edit_checkpoint(model, [](io::safetensors_file& f) { f.metadata.erase("block_size"); }); }},
+      {"unknown variant value", "metadata 'norm' = 'batchnorm' is not one of layernorm, rmsnorm",
+       [&](const fs::path&, const fs::path& model)
+       { edit_checkpoint(model, [](io::safetensors_file& f) { f.metadata["norm"] = "batchnorm"; }); }},
+      {"a tensor the variant does not have", "unknown tensor 'wpe' with shape (4, 4)",
+       [&](const fs::path&, const fs::path& model)
+       { edit_checkpoint(model, [](io::safetensors_file& f) { f.metadata["position"] = "none"; }); }},
+      {"a tensor the variant needs", "tensor 'lm_head' is missing",
+       [&](const fs::path&, const fs::path& model)
+       { edit_checkpoint(model, [](io::safetensors_file& f) { f.metadata["tied_head"] = "false"; }); }},
+      {"a shape the variant disagrees with", "tensor 'blocks.0.mlp.W_fc' has shape (4, 16), expected (d, h) = (4, 12)",
+       [&](const fs::path&, const fs::path& model)
+       { edit_checkpoint(model, [](io::safetensors_file& f) { f.metadata["mlp_hidden"] = "12"; }); }},
+      {"dh odd with RoPE", "position = rope needs an even head width",
+       [&](const fs::path&, const fs::path& model)
+       {
+           edit_checkpoint(model, [](io::safetensors_file& f) {
+               f.metadata["position"] = "rope";
+               f.metadata["heads"] = "4";  // dh = 1
+           });
+       }},
       {"unknown flag", "unknown option '--temperature' (see --help)", [](const fs::path&, const fs::path&) {},
        "--temperature 2"},
       {"bad --grad", "--grad: numeric not in {tape,manual}", [](const fs::path&, const fs::path&) {},
@@ -569,4 +590,53 @@ TEST_CASE("xgrad-gpt-npy --detect-anomaly: the same files when nothing is anomal
     CHECK(r.err.find("layer_norm 'ln_f'") != std::string::npos);  // the walk meets the last norm first
     CHECK(r.err.find("; forward trace: ") != std::string::npos);
     CHECK_FALSE(fs::exists(out));
+}
+
+TEST_CASE("xgrad-gpt-npy runs every variant's checkpoint: logits and loss as the library's forward, gradients "
+          "as central differences")
+{
+    temp_dir scratch;
+    std::vector<models::gpt_config> configs(3, models::gpt_config{7, 4, 2, 8, 2, 1});
+    configs[0].norm = models::norm_kind::rmsnorm;  // the Llama block
+    configs[0].position = models::position_kind::rope;
+    configs[0].mlp = models::mlp_kind::swiglu;
+    configs[0].bias = models::bias_kind::none;
+    configs[1].bias = models::bias_kind::all;      // GPT-2 with the exact GELU and an untied head
+    configs[1].mlp = models::mlp_kind::gelu;
+    configs[1].tied_head = false;
+    configs[2].position = models::position_kind::none;
+    configs[2].mlp_hidden = 12;
+    unsigned seed = 40;
+    for (const models::gpt_config& c : configs)
+    {
+        CAPTURE(models::variant_metadata(c).at("mlp"));
+        gpt_case g = make_case(scratch, c, 2, 3, seed++);
+        const fs::path in = scratch.path / ("variant_in" + std::to_string(seed));
+        const fs::path out = scratch.path / ("variant_out" + std::to_string(seed));
+        write_inputs(in, g, true, npy::int_width::int32);
+        const outputs o = run_good(scratch, g, in, out, "", true, "float64");
+        tape<double> t;
+        const auto want = models::gpt_forward(t, g.params, g.tokens, &g.targets);
+        CHECK(max_relative_difference(o.logits, want.logits.value()) < 1e-12);
+        REQUIRE(o.loss);
+        CHECK(*o.loss == doctest::Approx(want.loss.item()).epsilon(1e-12));
+        const double eps = 1e-5;
+        for (parameter<double> p : g.params.named_parameters())
+        {
+            array<double>& values = p.value();
+            for (std::size_t k : {std::size_t(0), values.size() - 1})
+            {
+                CAPTURE(p.name());
+                const double saved = values.flat(k);
+                auto loss_at = [&](double x) {
+                    values.flat(k) = x;
+                    tape<double> u;
+                    return models::gpt_forward(u, g.params, g.tokens, &g.targets).loss.item();
+                };
+                const double numeric = (loss_at(saved + eps) - loss_at(saved - eps)) / (2 * eps);
+                values.flat(k) = saved;
+                CHECK(std::abs(o.grads.tensors.at(p.name()).values.flat(k) - numeric) <= 1e-6 * (1 + std::abs(numeric)));
+            }
+        }
+    }
 }

@@ -248,3 +248,177 @@ TEST_CASE("durations print as m:ss or h:mm:ss")
     CHECK(format_duration(3723) == "1:02:03");
     CHECK(format_duration(-1) == "--:--");
 }
+
+// ---- variants, dropout and a module of one's own ---------------------------------------------------
+
+namespace
+{
+train_options llama_run(const std::string& data, const std::string& out, std::int64_t steps)
+{
+    train_options o = tiny_run(data, out, steps);
+    o.model.norm = models::norm_kind::rmsnorm;
+    o.model.position = models::position_kind::rope;
+    o.model.mlp = models::mlp_kind::swiglu;
+    o.model.bias = models::bias_kind::none;
+    o.model.kv_heads = 1;
+    o.dropout = 0.1;
+    return o;
+}
+
+std::string error_of(const train_options& o)
+{
+    try
+    {
+        run_training(o);
+    }
+    catch (const std::invalid_argument& e)
+    {
+        return e.what();
+    }
+    return "no std::invalid_argument";
+}
+
+// A two-parameter bigram model: logits = table[tokens] + bias.
+struct bigram
+{
+    std::size_t vocab = 0;
+    parameter<float> table, bias;
+
+    template <class F>
+    void visit(F&& f)
+    {
+        f("table", table, models::declare::normal({vocab, vocab}, 0.1));
+        f("bias", bias, models::declare::zeros({vocab}));
+    }
+    struct output
+    {
+        var<float> logits, loss;
+    };
+    output forward(tape<float>& t, const ids_t& tokens, const ids_t* targets, const models::forward_options&) const
+    {
+        output r{ops::embedding(t.param(table), tokens) + t.param(bias), {}};
+        r.loss = ops::cross_entropy(r.logits, *targets);
+        return r;
+    }
+    std::map<std::string, std::string> metadata() const { return {{"vocab_size", std::to_string(vocab)}}; }
+    void save(const std::string& path, const io::checkpoint_extras& e) const { io::save_module(path, *this, metadata(), e); }
+    io::checkpoint_extras resume_from(const std::string& path) { return io::load_module(path, *this, metadata()); }
+};
+}  // namespace
+
+TEST_CASE("a variant run with dropout resumes exactly, and stores its variant in the checkpoint")
+{
+    temp_dir dir;
+    const std::string data = write_text(dir, practice_text());
+    auto first = llama_run(data, dir / "resumed", 6);
+    first.decay_steps = 12;
+    run_training(first);
+    auto second = first;
+    second.steps = 12;
+    second.resume = true;
+    run_training(second);
+    auto straight = llama_run(data, dir / "straight", 12);
+    straight.decay_steps = 12;
+    run_training(straight);
+    const auto resumed_rows = read_log(dir / "resumed/log.csv"), straight_rows = read_log(dir / "straight/log.csv");
+    REQUIRE(resumed_rows.size() == 13);
+    CHECK(loss_columns(resumed_rows, 7) == loss_columns(straight_rows, 7));
+
+    const auto ck = io::load_checkpoint<float>(dir / "straight/model.safetensors");
+    CHECK(ck.metadata.at("norm") == "rmsnorm");
+    CHECK(ck.metadata.at("position") == "rope");
+    CHECK(ck.metadata.at("mlp") == "swiglu");
+    CHECK(ck.metadata.at("bias") == "none");
+    CHECK(ck.metadata.count("tied_head") == 0);  // the default is not written
+    CHECK(ck.params.config.mlp == models::mlp_kind::swiglu);
+}
+
+TEST_CASE("dropout is seeded: the same seed gives the same losses, and it changes them")
+{
+    temp_dir dir;
+    const std::string data = write_text(dir, practice_text());
+    auto with = tiny_run(data, dir / "a", 4);
+    with.dropout = 0.2;
+    auto again = with;
+    again.out = dir / "b";
+    auto without = tiny_run(data, dir / "c", 4);
+    run_training(with);
+    run_training(again);
+    run_training(without);
+    const auto a = read_log(dir / "a/log.csv"), b = read_log(dir / "b/log.csv"), c = read_log(dir / "c/log.csv");
+    CHECK(loss_columns(a) == loss_columns(b));
+    CHECK(a[1][1] != c[1][1]);
+    // Dropout is no part of the model: its checkpoint describes the same architecture.
+    CHECK(models::variant_metadata(io::load_checkpoint<float>(dir / "a/model.safetensors").params.config) ==
+          models::variant_metadata(io::load_checkpoint<float>(dir / "c/model.safetensors").params.config));
+
+    auto bad = tiny_run(data, dir / "d", 2);
+    bad.dropout = 1;
+    CHECK(test::contains(error_of(bad), "--dropout must be in [0, 1)"));
+}
+
+TEST_CASE("--resume refuses a checkpoint whose variant disagrees with the flags, naming the key")
+{
+    temp_dir dir;
+    const std::string data = write_text(dir, practice_text());
+    run_training(llama_run(data, dir / "run", 2));
+    const std::string log_before = test::read_bytes(dir / "run/log.csv");
+    const std::string ck_before = test::read_bytes(dir / "run/model.safetensors");
+    const std::pair<const char*, void (*)(models::gpt_config&)> changes[] = {
+        {"norm = rmsnorm but the flags ask for norm = layernorm", [](models::gpt_config& c) { c.norm = models::norm_kind::layernorm; }},
+        {"position = rope but the flags ask for position = none", [](models::gpt_config& c) { c.position = models::position_kind::none; }},
+        {"rope_base = 10000 but the flags ask for rope_base = 500", [](models::gpt_config& c) { c.rope_base = 500; }},
+        {"mlp = swiglu but the flags ask for mlp = gelu", [](models::gpt_config& c) { c.mlp = models::mlp_kind::gelu; }},
+        {"mlp_hidden = 64 but the flags ask for mlp_hidden = 24", [](models::gpt_config& c) { c.mlp_hidden = 24; }},
+        {"bias = none but the flags ask for bias = all", [](models::gpt_config& c) { c.bias = models::bias_kind::all; }},
+        {"tied_head = true but the flags ask for tied_head = false", [](models::gpt_config& c) { c.tied_head = false; }},
+    };
+    for (const auto& [words, change] : changes)
+    {
+        CAPTURE(words);
+        auto o = llama_run(data, dir / "run", 4);
+        o.resume = true;
+        change(o.model);
+        const std::string message = error_of(o);
+        CHECK(test::contains(message, words));
+        CHECK(message.find('\n') == std::string::npos);
+    }
+    CHECK(test::read_bytes(dir / "run/log.csv") == log_before);
+    CHECK(test::read_bytes(dir / "run/model.safetensors") == ck_before);
+}
+
+TEST_CASE("train_module trains a module of one's own, with checkpoints and an exact --resume")
+{
+    temp_dir dir;
+    const text_corpus data = text_corpus::of_text(practice_text(), 16);
+    auto options = [&](const std::string& out, std::int64_t steps) {
+        train_options o = tiny_run("unused", dir / out, steps);
+        o.decay_steps = 10;
+        return o;
+    };
+    auto fresh = [&] {
+        bigram m;
+        m.vocab = data.vocabulary.size();
+        models::initialise(m, 1);
+        return m;
+    };
+    bigram straight = fresh();
+    const train_summary s = train_module(straight, data, options("straight", 10));
+    CHECK(s.parameters == data.vocabulary.size() * (data.vocabulary.size() + 1));
+    CHECK(s.val_loss < std::log(static_cast<double>(data.vocabulary.size())));
+
+    bigram first = fresh();
+    train_module(first, data, options("resumed", 5));
+    bigram second = fresh();
+    auto more = options("resumed", 10);
+    more.resume = true;
+    CHECK(train_module(second, data, more).first_step == 5);
+    CHECK(second.table.value() == straight.table.value());
+    CHECK(loss_columns(read_log(dir / "resumed/log.csv"), 6) == loss_columns(read_log(dir / "straight/log.csv"), 6));
+
+    bigram wider;
+    wider.vocab = data.vocabulary.size() + 1;
+    models::initialise(wider, 1);
+    CHECK_THROWS_WITH_AS(train_module(wider, data, more), doctest::Contains("metadata 'vocab_size'"),
+                         io::format_error);
+}

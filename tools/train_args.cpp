@@ -7,10 +7,20 @@ namespace xgrad::tools::train_cli
 {
 namespace
 {
-void add_train_flags(CLI::App& app, train::train_options& o, std::int64_t& warmup, std::int64_t& decay, bool& quiet)
+// The variant flags as given, turned into the config's enums after parsing (so that a bad value is
+// reported with the values allowed, as the checkpoint's metadata reports it).
+struct variant_flags
 {
-    app.add_option("--data", o.data, "text file to train on (bytes are tokens)")->required();
-    app.add_option("--out", o.out, "folder for model.safetensors, log.csv, loss.png, attention.png")->required();
+    std::string norm = "layernorm", position = "learned", mlp = "gelu_tanh", bias = "mlp";
+    bool untied_head = false;
+};
+
+// --data and --out are checked after parsing (train_options), so that an unknown flag is reported first.
+void add_train_flags(CLI::App& app, train::train_options& o, std::int64_t& warmup, std::int64_t& decay, bool& quiet,
+                     variant_flags& v)
+{
+    app.add_option("--data", o.data, "text file to train on (bytes are tokens); required");
+    app.add_option("--out", o.out, "folder for model.safetensors, log.csv, loss.png, attention.png; required");
     app.add_option("--steps", o.steps, "train up to this step")->capture_default_str();
     app.add_option("--layers", o.model.layers, "transformer blocks L")->capture_default_str();
     app.add_option("--d-model", o.model.d_model, "width d")->capture_default_str();
@@ -35,6 +45,41 @@ void add_train_flags(CLI::App& app, train::train_options& o, std::int64_t& warmu
     app.add_flag("!--no-plots", o.plots, "do not draw loss.png and attention.png");
     app.add_flag("--detect-anomaly", o.detect_anomaly, "stop at the first op that makes a NaN or Inf");
     app.add_flag("--quiet", quiet, "no progress output");
+    app.add_option("--norm", v.norm, "layernorm | rmsnorm")->capture_default_str();
+    app.add_option("--position", v.position, "learned | rope | none")->capture_default_str();
+    app.add_option("--rope-base", o.model.rope_base, "base b of the rotary frequencies")->capture_default_str();
+    app.add_option("--mlp", v.mlp, "gelu_tanh | gelu | swiglu")->capture_default_str();
+    app.add_option("--mlp-hidden", o.model.mlp_hidden, "the MLP's hidden width h (default 4 d)");
+    app.add_option("--bias", v.bias, "mlp | all | none: which biases exist")->capture_default_str();
+    app.add_flag("--untied-head", v.untied_head, "a separate lm_head (d, V) instead of wte^T");
+    app.add_option("--dropout", o.dropout, "inverted dropout in training (embedding, attention and MLP outputs)")
+        ->capture_default_str();
+}
+
+// The variant flags in the config; a bad value is an input_error naming the flag and the values allowed.
+void apply_variant(const variant_flags& v, models::gpt_config& c)
+{
+    try
+    {
+        c.norm = models::parse_norm("--norm", v.norm);
+        c.position = models::parse_position("--position", v.position);
+        c.mlp = models::parse_mlp("--mlp", v.mlp);
+        c.bias = models::parse_bias("--bias", v.bias);
+    }
+    catch (const models::variant_error& e)
+    {
+        std::string shown = e.value.substr(0, 40);
+        for (char& ch : shown)
+        {
+            ch = ch >= 32 && ch < 127 ? ch : '?';  // one printable line whatever was typed
+        }
+        throw input_error(e.key + " '" + shown + "' is not one of " + e.allowed + " (see --help)");
+    }
+    c.tied_head = !v.untied_head;
+    if (c.mlp_hidden == 4 * c.d_model)
+    {
+        c.mlp_hidden = 0;  // the default width, given explicitly
+    }
 }
 
 // Runs CLI11 on `args`; false when help was asked for. CLI11's errors become one-line input_errors.
@@ -68,13 +113,15 @@ train_command parse_train_arguments(const std::vector<std::string>& args)
     std::int64_t warmup = -1, decay = -1;
     CLI::App app{"Train a small GPT on a text file (SPEC's model; byte tokens; AdamW, warm-up + cosine)",
                  "xgrad-train"};
-    add_train_flags(app, c.run, warmup, decay, c.quiet);
+    variant_flags variant;
+    add_train_flags(app, c.run, warmup, decay, c.quiet, variant);
     if (!parse(app, args))
     {
         c.help = true;
         c.help_text = app.help();
         return c;
     }
+    apply_variant(variant, c.run.model);
     if (warmup != -1)
     {
         c.run.warmup = warmup;

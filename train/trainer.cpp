@@ -1,3 +1,5 @@
+// The trainer's model-independent pieces (train/train_loop.hpp) and the GPT's run_training: the GPT as
+// a module (its visit walk, forward, checkpoint), the variant check on --resume, sampling and pictures.
 #include "train/trainer.hpp"
 
 #include <algorithm>
@@ -19,12 +21,10 @@
 namespace xgrad::train
 {
 namespace fs = std::filesystem;
-using model = models::gpt_parameters<float>;
-using clock_type = std::chrono::steady_clock;
 
-namespace
+namespace detail
 {
-void check_options(const train_options& o)
+void check_loop_options(const train_options& o)
 {
     auto bad = [](const std::string& what) { throw std::invalid_argument(what); };
     if (o.data.empty() || o.out.empty())
@@ -51,9 +51,10 @@ void check_options(const train_options& o)
     {
         bad("--threads must be at least 1, got " + std::to_string(o.threads));
     }
-    models::gpt_config c = o.model;
-    c.vocab_size = 1;
-    c.validate("xgrad-train");  // d % H, H % G, zero sizes
+    if (!(o.dropout >= 0 && o.dropout < 1))
+    {
+        bad("--dropout must be in [0, 1), got " + std::to_string(o.dropout));
+    }
 }
 
 std::string checkpoint_path(const train_options& o) { return (fs::path(o.out) / "model.safetensors").string(); }
@@ -73,34 +74,20 @@ void remove_stale_temporaries(const train_options& o)
     }
 }
 
-// The model's sizes in a checkpoint must be the ones asked for, and its vocabulary the data's.
-void check_resumable(const io::checkpoint<float>& ck, const models::gpt_config& wanted, const byte_vocabulary& vocab,
-                     const std::string& path)
+void check_vocabulary(const std::map<std::string, std::string>& metadata, const byte_vocabulary& vocab,
+                      const std::string& path)
 {
-    const models::gpt_config& c = ck.params.config;
-    auto differs = [&](const char* flag, std::size_t have, std::size_t want) {
-        if (have != want)
-        {
-            throw std::runtime_error("--resume: " + path + " has " + flag + " " + std::to_string(have) +
-                                     " but the flags ask for " + std::to_string(want));
-        }
-    };
-    differs("--layers", c.layers, wanted.layers);
-    differs("--d-model", c.d_model, wanted.d_model);
-    differs("--heads", c.heads, wanted.heads);
-    differs("--kv-heads", c.kv_head_count(), wanted.kv_head_count());
-    differs("--block", c.block_size, wanted.block_size);
-    const auto it = ck.metadata.find("vocab");
-    if (it == ck.metadata.end() || byte_vocabulary::from_json(it->second).to_json() != vocab.to_json())
+    const auto it = metadata.find("vocab");
+    if (it == metadata.end() || byte_vocabulary::from_json(it->second).to_json() != vocab.to_json())
     {
         throw std::runtime_error("--resume: " + path + " was trained on another vocabulary than --data's");
     }
 }
 
-std::int64_t checkpoint_step(const io::checkpoint<float>& ck, const std::string& path)
+std::int64_t checkpoint_step(const std::map<std::string, std::string>& metadata, const std::string& path)
 {
-    const auto it = ck.metadata.find("step");
-    if (it == ck.metadata.end() || it->second.empty() ||
+    const auto it = metadata.find("step");
+    if (it == metadata.end() || it->second.empty() ||
         it->second.find_first_not_of("0123456789") != std::string::npos || it->second.size() > 12)
     {
         throw std::runtime_error("--resume: " + path + " has no valid \"step\" metadata");
@@ -123,86 +110,146 @@ io::checkpoint_extras extras_of(const optim::optimiser<float>& opt, const byte_v
     return e;
 }
 
-optim::named_tensors<float> optimiser_state(const io::checkpoint<float>& ck)
+optim::named_tensors<float> optimiser_state(const std::map<std::string, io::stored_tensor>& tensors)
 {
     optim::named_tensors<float> state;
-    for (const auto& [name, tensor] : ck.optimiser)
+    for (const auto& [name, tensor] : tensors)
     {
         state[name] = array<float>(tensor.values);
     }
     return state;
 }
 
-// Mean loss over the validation windows, B at a time, each batch weighted by its windows. Under MPI
-// every process takes every world-th batch and the sums are added up.
-double validation_loss(const model& params, const text_corpus& data, const std::vector<std::size_t>& offsets,
-                       std::size_t batch, communicator& comm)
+gradient_averager::gradient_averager(const std::vector<parameter<float>>& params)
 {
-    const std::size_t block = params.config.block_size;
-    double total = 0;
-    std::size_t index = 0;
-    for (std::size_t first = 0; first < offsets.size(); first += batch, ++index)
+    std::size_t total = 0;
+    for (const auto& p : params)
     {
-        if (index % static_cast<std::size_t>(comm.size()) != static_cast<std::size_t>(comm.rank()))
-        {
-            continue;
-        }
-        const token_batch b = make_batch(data.validation, offsets, block, first, batch);
-        tape<float> t;
-        auto guard = t.no_grad();
-        const auto r = models::gpt_forward(t, params, b.inputs, &b.targets);
-        total += static_cast<double>(r.loss.value()()) * static_cast<double>(b.inputs.shape()[0]);
+        total += p.value().size();
     }
-    comm.allreduce_sum(&total, 1);
-    return total / static_cast<double>(offsets.size());
+    buffer_.resize(total);
 }
 
-// Averages the gradients of every process: one contiguous buffer, summed in a few large calls.
-class gradient_averager
+void gradient_averager::average(std::vector<parameter<float>>& params, communicator& comm)
 {
-public:
-    explicit gradient_averager(const std::vector<parameter<float>>& params)
+    if (comm.size() == 1)
     {
-        std::size_t total = 0;
-        for (const auto& p : params)
+        return;
+    }
+    float* out = buffer_.data();
+    for (auto& p : params)
+    {
+        out = std::copy(p.grad().begin(), p.grad().end(), out);
+    }
+    constexpr std::size_t bucket = std::size_t(1) << 22;  // 16 MiB of float per call
+    for (std::size_t first = 0; first < buffer_.size(); first += bucket)
+    {
+        comm.allreduce_sum(buffer_.data() + first, std::min(bucket, buffer_.size() - first));
+    }
+    const float scale = 1.0f / static_cast<float>(comm.size());
+    const float* in = buffer_.data();
+    for (auto& p : params)
+    {
+        for (auto& g : p.grad())
         {
-            total += p.value().size();
+            g = *in++ * scale;
         }
-        buffer_.resize(total);
+    }
+}
+
+std::mt19937_64 dropout_generator(std::uint64_t seed, std::uint64_t step)
+{
+    std::seed_seq sequence{static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32),
+                           static_cast<std::uint32_t>(step), static_cast<std::uint32_t>(step >> 32), 0xd209u};
+    return std::mt19937_64(sequence);
+}
+
+// Whether any process was interrupted (all of them stop at the same step).
+bool stop_requested(const train_options& o, communicator& comm)
+{
+    float stop = o.interrupt && *o.interrupt ? 1.0f : 0.0f;
+    if (comm.size() > 1)
+    {
+        comm.allreduce_sum(&stop, 1);
+    }
+    return stop > 0;
+}
+
+double median(std::vector<double> v)
+{
+    if (v.empty())
+    {
+        return 0;
+    }
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+}
+}  // namespace detail
+
+namespace
+{
+// The GPT as a module for train_module: its parameters' walk, its forward, its checkpoint.
+struct gpt_module
+{
+    models::gpt_parameters<float> params;
+
+    template <class F>
+    void visit(F&& f)
+    {
+        params.visit(std::forward<F>(f));
     }
 
-    void average(std::vector<parameter<float>>& params, communicator& comm)
+    models::gpt_result<float> forward(tape<float>& t, const ids_t& tokens, const ids_t* targets,
+                                      const models::forward_options& options) const
     {
-        if (comm.size() == 1)
-        {
-            return;
-        }
-        float* out = buffer_.data();
-        for (auto& p : params)
-        {
-            out = std::copy(p.grad().begin(), p.grad().end(), out);
-        }
-        constexpr std::size_t bucket = std::size_t(1) << 22;  // 16 MiB of float per call
-        for (std::size_t first = 0; first < buffer_.size(); first += bucket)
-        {
-            comm.allreduce_sum(buffer_.data() + first, std::min(bucket, buffer_.size() - first));
-        }
-        const float scale = 1.0f / static_cast<float>(comm.size());
-        const float* in = buffer_.data();
-        for (auto& p : params)
-        {
-            for (auto& g : p.grad())
+        return models::gpt_forward(t, params, tokens, targets, options);
+    }
+
+    void save(const std::string& path, const io::checkpoint_extras& extras) const
+    {
+        io::save_checkpoint(path, params, extras);
+    }
+
+    // The checkpoint's sizes and variant must be the ones the flags ask for (one line naming the first
+    // that differs), its tensors those of that model.
+    io::checkpoint_extras resume_from(const std::string& path)
+    {
+        io::checkpoint<float> ck = io::load_checkpoint<float>(path);
+        check_same_model(ck.params.config, params.config, path);
+        params = std::move(ck.params);
+        io::checkpoint_extras extras;
+        extras.metadata = std::move(ck.metadata);
+        extras.tensors = std::move(ck.optimiser);
+        return extras;
+    }
+
+    static void check_same_model(const models::gpt_config& have, const models::gpt_config& want, const std::string& path)
+    {
+        auto differs = [&](const char* flag, std::size_t a, std::size_t b) {
+            if (a != b)
             {
-                g = *in++ * scale;
+                throw std::invalid_argument("--resume: " + path + " has " + flag + " " + std::to_string(a) +
+                                         " but the flags ask for " + std::to_string(b));
+            }
+        };
+        differs("--layers", have.layers, want.layers);
+        differs("--d-model", have.d_model, want.d_model);
+        differs("--heads", have.heads, want.heads);
+        differs("--kv-heads", have.kv_head_count(), want.kv_head_count());
+        differs("--block", have.block_size, want.block_size);
+        const auto a = models::variant_metadata(have), b = models::variant_metadata(want);
+        for (const char* key : models::variant_keys)
+        {
+            if (a.at(key) != b.at(key))
+            {
+                throw std::invalid_argument("--resume: " + path + " has " + key + " = " + a.at(key) +
+                                         " but the flags ask for " + key + " = " + b.at(key));
             }
         }
     }
-
-private:
-    std::vector<float> buffer_;
 };
 
-void draw_pictures(const model& params, const text_corpus& data, const train_options& o, std::FILE* progress)
+void draw_pictures(const models::gpt_parameters<float>& params, const text_corpus& data, const train_options& o, std::FILE* progress)
 {
     const std::string log = (fs::path(o.out) / "log.csv").string();
     const std::string title = "L=" + std::to_string(params.config.layers) + " d=" + std::to_string(params.config.d_model) +
@@ -232,181 +279,41 @@ void draw_pictures(const model& params, const text_corpus& data, const train_opt
     }
 }
 
-// Whether any process was interrupted (all of them stop at the same step).
-bool stop_requested(const train_options& o, communicator& comm)
+std::string sample_text(const models::gpt_parameters<float>& params, const text_corpus& data, const train_options& o)
 {
-    float stop = o.interrupt && *o.interrupt ? 1.0f : 0.0f;
-    if (comm.size() > 1)
-    {
-        comm.allreduce_sum(&stop, 1);
-    }
-    return stop > 0;
-}
-
-double median(std::vector<double> v)
-{
-    if (v.empty())
-    {
-        return 0;
-    }
-    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-    return v[v.size() / 2];
+    const std::vector<std::int32_t> prompt{data.validation.front()};
+    models::sampling_options so;
+    so.tokens = o.sample_tokens;
+    so.temperature = 0.8;
+    so.top_k = 0;
+    so.seed = o.seed;
+    return data.vocabulary.decode(prompt) + data.vocabulary.decode(models::sample(params, prompt, so));
 }
 }  // namespace
 
 train_summary run_training(const train_options& o, std::FILE* progress, bool terminal, communicator& comm)
 {
-    check_options(o);
+    detail::check_loop_options(o);
+    models::gpt_config probe = o.model;
+    probe.vocab_size = 1;
+    probe.validate("xgrad-train");  // d % H, H % G, zero sizes, dh odd with RoPE
     set_num_threads(o.threads);
     const text_corpus data = text_corpus::load(o.data, o.model.block_size);
     models::gpt_config config = o.model;
     config.vocab_size = data.vocabulary.size();
-    const bool leader = comm.rank() == 0;
 
-    model params;
-    std::int64_t first_step = 0;
-    const std::string ck_path = checkpoint_path(o);
-    io::checkpoint<float> resumed;
-    if (o.resume)
+    gpt_module model;
+    model.params = o.resume ? models::gpt_parameters<float>::declare(config)
+                            : models::gpt_parameters<float>::init(config, o.seed);
+    train_summary summary = train_module(model, data, o, progress, terminal, comm);
+    const bool finished = summary.last_step > summary.first_step && !summary.interrupted;
+    if (comm.rank() == 0 && finished && o.sample_tokens > 0)
     {
-        if (!fs::exists(ck_path))
-        {
-            throw std::runtime_error("--resume: no checkpoint at " + ck_path);
-        }
-        resumed = io::load_checkpoint<float>(ck_path);
-        check_resumable(resumed, config, data.vocabulary, ck_path);
-        params = resumed.params;
-        first_step = checkpoint_step(resumed, ck_path);
+        summary.sample = sample_text(model.params, data, o);
     }
-    else
+    if (comm.rank() == 0 && finished && o.plots)
     {
-        params = model::init(config, o.seed);
-    }
-    std::vector<parameter<float>> named = params.named_parameters();
-    optim::adam<float> opt(named, optim::adamw_options(o.lr, o.weight_decay, 0.9, o.beta2));
-    if (o.resume)
-    {
-        opt.import_state(optimiser_state(resumed));
-        resumed = {};
-    }
-    const optim::lr_schedule schedule = optim::make_lr_schedule(o.lr, o.steps, o.warmup, o.decay_steps);
-
-    train_summary summary;
-    summary.first_step = first_step;
-    summary.last_step = std::max(first_step, o.steps);
-    summary.parameters = models::gpt_parameter_count(config);
-    if (first_step >= o.steps)
-    {
-        return summary;  // nothing left to do
-    }
-    std::optional<training_log> log;
-    if (leader)
-    {
-        fs::create_directories(o.out);
-        remove_stale_temporaries(o);
-        log.emplace((fs::path(o.out) / "log.csv").string(), o.resume, static_cast<std::uint64_t>(first_step));
-    }
-    std::optional<progress_display> display;
-    if (leader && progress)
-    {
-        display.emplace(progress, static_cast<std::uint64_t>(first_step), static_cast<std::uint64_t>(o.steps), terminal,
-                        std::max<std::uint64_t>(1, static_cast<std::uint64_t>(o.steps) / 40));
-    }
-
-    const std::size_t block = config.block_size, world = static_cast<std::size_t>(comm.size());
-    const auto val_offsets = validation_offsets(data.validation.size(), block, o.eval_windows);
-    gradient_averager averager(named);
-    std::vector<double> rates;  // the last rate_window steps' tokens/s (bounded: memory stays flat)
-    constexpr std::size_t rate_window = 1000;
-    const auto start = clock_type::now();
-    for (std::int64_t s = first_step + 1; s <= o.steps; ++s)
-    {
-        const auto step_start = clock_type::now();
-        // The global batch of world * B windows, drawn as one process would; this rank takes its rows.
-        const auto offsets = training_offsets(data.train.size(), block, o.batch * world, o.seed, static_cast<std::uint64_t>(s));
-        const token_batch b = make_batch(data.train, offsets, block, static_cast<std::size_t>(comm.rank()) * o.batch, o.batch);
-        tape<float> t;
-        t.detect_anomaly(o.detect_anomaly);
-        const auto r = models::gpt_forward(t, params, b.inputs, &b.targets);
-        t.backward(r.loss);
-        float loss = r.loss.value()();
-        if (world > 1)
-        {
-            comm.allreduce_sum(&loss, 1);
-            loss /= static_cast<float>(world);
-        }
-        averager.average(named, comm);
-        step_record rec;
-        rec.step = static_cast<std::uint64_t>(s);
-        rec.train_loss = loss;
-        rec.grad_norm = optim::clip_grad_norm(named, o.clip);
-        rec.lr = schedule.at(s);
-        opt.set_lr(rec.lr);
-        opt.step();
-        opt.zero_grad();
-        if (!std::isfinite(loss))
-        {
-            throw std::runtime_error("the training loss became " + std::to_string(loss) + " at step " + std::to_string(s) +
-                                     " (try a lower --lr, or --detect-anomaly to find the op)");
-        }
-        const bool stop = stop_requested(o, comm);
-        if ((o.eval_every > 0 && s % o.eval_every == 0) || s == o.steps)
-        {
-            rec.val_loss = validation_loss(params, data, val_offsets, o.batch, comm);
-            summary.val_loss = *rec.val_loss;
-        }
-        const double step_s = std::chrono::duration<double>(clock_type::now() - step_start).count();
-        rec.tokens_per_s = static_cast<double>(o.batch * world * block) / step_s;
-        rec.elapsed_s = std::chrono::duration<double>(clock_type::now() - start).count();
-        rec.rss_mib = resident_mib();
-        if (rates.size() < rate_window)
-        {
-            rates.push_back(rec.tokens_per_s);
-        }
-        else
-        {
-            rates[static_cast<std::size_t>(s) % rate_window] = rec.tokens_per_s;
-        }
-        summary.train_loss = loss;
-        if (leader)
-        {
-            // The row first: a run killed between the two resumes from the older checkpoint, which cuts
-            // the log back to its own step, so no step is ever missing or doubled.
-            log->write(rec);
-            if ((o.save_every > 0 && s % o.save_every == 0) || s == o.steps || stop)
-            {
-                io::save_checkpoint(ck_path, params, extras_of(opt, data.vocabulary, s, o));
-            }
-            if (display)
-            {
-                display->show(rec);
-            }
-        }
-        if (stop)
-        {
-            summary.interrupted = true;
-            summary.last_step = s;
-            break;
-        }
-    }
-    if (display)
-    {
-        display->finish();
-    }
-    summary.tokens_per_s = median(rates);
-    if (leader && o.sample_tokens > 0 && !summary.interrupted)
-    {
-        const std::vector<std::int32_t> prompt{data.validation.front()};
-        models::sampling_options so;
-        so.tokens = o.sample_tokens;
-        so.temperature = 0.8;
-        so.top_k = 0;
-        so.seed = o.seed;
-        summary.sample = data.vocabulary.decode(prompt) + data.vocabulary.decode(models::sample(params, prompt, so));
-    }
-    if (leader && o.plots && !summary.interrupted)
-    {
-        draw_pictures(params, data, o, progress);
+        draw_pictures(model.params, data, o, progress);
     }
     return summary;
 }

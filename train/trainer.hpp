@@ -1,7 +1,16 @@
-// The training loop behind xgrad-train (../shared/SPEC.md, "Training on text"): a GPT on byte tokens,
+// The training loop behind xgrad-train (docs/spec.md, "Training on text"): a model on byte tokens,
 // AdamW with warm-up and cosine decay, gradient clipping, validation at intervals, log.csv, atomic
 // checkpoints with the optimiser's state, and --resume that continues exactly where a run stopped.
 // Data-parallel runs plug in a communicator (train/communicator.hpp); everything else is the same.
+//
+// The loop (train_module) works on any module: a struct that
+//   - declares its parameters in `template <class F> void visit(F&& f)` (models/module.hpp),
+//   - has `forward(tape<float>&, const ids_t& tokens, const ids_t* targets, const models::forward_options&)
+//     const` returning something with `.logits` (B, T, V) and `.loss` (a scalar var),
+//   - saves itself: `void save(const std::string& path, const io::checkpoint_extras&) const`, and
+//   - resumes: `io::checkpoint_extras resume_from(const std::string& path)`, loading a checkpoint of the
+//     same architecture into itself (std::runtime_error naming the first key that disagrees).
+// io::save_module and io::load_module write those two in one line each. run_training is the GPT's.
 #pragma once
 
 #include <csignal>
@@ -10,8 +19,10 @@
 #include <optional>
 #include <string>
 
+#include "io/checkpoint.hpp"
 #include "models/gpt.hpp"
 #include "train/communicator.hpp"
+#include "train/text_data.hpp"
 
 namespace xgrad::train
 {
@@ -28,6 +39,7 @@ struct train_options
     std::uint64_t seed = 1;
     int threads = 1;
     bool resume = false;
+    double dropout = 0;  // inverted dropout in training steps only, drawn from a generator of (seed, step)
 
     double weight_decay = 0.1;   // AdamW, on matrices only
     double beta2 = 0.99;
@@ -60,4 +72,16 @@ struct train_summary
 train_summary run_training(const train_options& options, std::FILE* progress, bool terminal,
                            communicator& comm);
 train_summary run_training(const train_options& options, std::FILE* progress = nullptr, bool terminal = false);
+
+// Trains `model` (fresh, or replaced by the checkpoint's with options.resume) on `data` up to
+// options.steps; `model` holds the trained parameters afterwards. Of options.model only block_size (the
+// window length T) is used.
+template <class Model>
+train_summary train_module(Model& model, const text_corpus& data, const train_options& options, std::FILE* progress,
+                           bool terminal, communicator& comm);
+template <class Model>
+train_summary train_module(Model& model, const text_corpus& data, const train_options& options,
+                           std::FILE* progress = nullptr);
 }  // namespace xgrad::train
+
+#include "train/train_loop.hpp"

@@ -1,0 +1,453 @@
+// The fused ops of the architecture variants (docs/spec.md, "Architecture variants"): erf, silu, the
+// exact GELU, SwiGLU, RMSNorm and the rotary embedding. Each is one node with a hand-derived backward
+// rule, checked against its composed twin (ops/composed.hpp). silu and swiglu run on xsimd batches, erf
+// and the exact GELU on libm (for its accuracy); the row ops (rms_norm, rope) walk contiguous rows of the
+// last axis, split across threads when large.
+
+// GCC 12 warns inside its own AVX-512 intrinsics when xsimd's exp inlines here (GCC bug 105593).
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ == 12
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <vector>
+
+#include "autodiff/instantiate.hpp"
+#include "kernels/parallel.hpp"
+#include "kernels/simd.hpp"
+#include "ops/ops.hpp"
+
+namespace xgrad::ops
+{
+namespace
+{
+constexpr double two_over_sqrt_pi = 1.1283791670955126;     // 2 / sqrt(pi)
+constexpr double one_over_sqrt_2 = 0.70710678118654752;     // 1 / sqrt(2)
+constexpr double one_over_sqrt_2pi = 0.39894228040143268;   // 1 / sqrt(2 pi)
+
+template <class T>
+std::string number_str(T value)
+{
+    std::ostringstream out;
+    out << value;
+    return out.str();
+}
+
+// ---- elementwise kernels on xsimd batches -------------------------------------------------------
+// Each functor maps (x, other) to a batch; `other` is the second operand (the incoming gradient in a
+// backward, `up` in SwiGLU) or 0 when absent.
+template <class V>
+struct scalar_of;
+template <class T, class A>
+struct scalar_of<xsimd::batch<T, A>>
+{
+    using type = T;
+};
+
+// sigmoid(x) = 1 / (1 + e^-x); for x -> -inf, e^-x -> inf and the quotient -> 0 (no NaN).
+template <class V>
+V sigmoid_of(V x)
+{
+    using T = typename scalar_of<V>::type;
+    return V(T(1)) / (V(T(1)) + xsimd::exp(-x));
+}
+
+// d silu / dx = s (1 + x (1 - s)), s = sigmoid(x)
+template <class V>
+V silu_slope(V x)
+{
+    using T = typename scalar_of<V>::type;
+    const V s = sigmoid_of(x);
+    return s * (V(T(1)) + x * (V(T(1)) - s));
+}
+
+struct silu_forward
+{
+    template <class V>
+    V operator()(V x, V) const
+    {
+        return x * sigmoid_of(x);
+    }
+};
+
+struct silu_backward
+{
+    template <class V>
+    V operator()(V x, V g) const
+    {
+        return g * silu_slope(x);
+    }
+};
+
+struct swiglu_forward
+{
+    template <class V>
+    V operator()(V gate, V up) const
+    {
+        return gate * sigmoid_of(gate) * up;
+    }
+};
+
+// erf and the exact GELU use libm one value at a time: xsimd's erfc is off by up to 4e-12 relative in
+// double (and 4e-6 in float) for x > 2, where GELU's x << 0 reads it.
+struct erf_forward
+{
+    template <class T>
+    T operator()(T x, T) const
+    {
+        return std::erf(x);
+    }
+};
+
+struct erf_backward
+{
+    template <class T>
+    T operator()(T x, T g) const
+    {
+        return g * T(two_over_sqrt_pi) * std::exp(-x * x);
+    }
+};
+
+// Phi(x) = 0.5 (1 + erf(x / sqrt 2)) = 0.5 erfc(-x / sqrt 2): the erfc form keeps its digits for x << 0,
+// where 1 + erf cancels (at x = -6 it is 2e-9, and 0 in float32).
+template <class T>
+T normal_cdf(T x)
+{
+    return T(0.5) * std::erfc(x * T(-one_over_sqrt_2));
+}
+
+struct gelu_exact_forward
+{
+    template <class T>
+    T operator()(T x, T) const
+    {
+        return x * normal_cdf(x);
+    }
+};
+
+// d gelu / dx = Phi(x) + x phi(x), phi(x) = e^{-x^2/2} / sqrt(2 pi)
+struct gelu_exact_backward
+{
+    template <class T>
+    T operator()(T x, T g) const
+    {
+        return g * (normal_cdf(x) + x * T(one_over_sqrt_2pi) * std::exp(T(-0.5) * x * x));
+    }
+};
+
+// out[i] = f(x[i], other[i]) (other = 0 when absent), one value at a time.
+template <class T, class F>
+void map_scalars_into(T* out, const T* x, const T* other, std::size_t n, F f)
+{
+    for (std::size_t i = 0; i < n; ++i)
+    {
+        out[i] = f(x[i], other ? other[i] : T(0));
+    }
+}
+
+// out[i] = f(x[i], other[i]) (other = 0 when absent) on xsimd batches. The tail goes through the same batch code in a
+// zero-padded buffer, so every element sees the same arithmetic whatever its position.
+template <class T, class F>
+void map_into(T* out, const T* x, const T* other, std::size_t n, F f)
+{
+    using batch = xsimd::batch<T>;
+    constexpr std::size_t w = batch::size;
+    std::size_t i = 0;
+    for (; i + w <= n; i += w)
+    {
+        const batch second = other ? batch::load_unaligned(other + i) : batch(T(0));
+        f(batch::load_unaligned(x + i), second).store_unaligned(out + i);
+    }
+    if (i < n)
+    {
+        alignas(64) T a[w] = {}, b[w] = {}, r[w];
+        std::copy(x + i, x + n, a);
+        if (other)
+        {
+            std::copy(other + i, other + n, b);
+        }
+        f(batch::load_aligned(a), batch::load_aligned(b)).store_aligned(r);
+        std::copy(r, r + (n - i), out + i);
+    }
+}
+
+// f's kind: whether it maps xsimd batches or single values.
+enum class lanes
+{
+    simd,
+    scalar
+};
+
+template <lanes kind = lanes::simd, class T, class F>
+array<T> map_values(const array<T>& x, const array<T>* other, F f)
+{
+    array<T> y = array<T>::from_shape(x.shape());
+    const T* second = other ? other->data() : nullptr;
+    if constexpr (kind == lanes::simd)
+    {
+        map_into(y.data(), x.data(), second, x.size(), f);
+    }
+    else
+    {
+        map_scalars_into(y.data(), x.data(), second, x.size(), f);
+    }
+    return y;
+}
+
+// An elementwise op y = f(x) whose rule is dL/dx = backward(x, g), both functors, x saved.
+template <lanes kind, class T, class Forward, class Backward>
+var<T> unary_op(const char* name, const var<T>& x, Forward forward, Backward backward)
+{
+    array<T> y = map_values<kind>(x.value(), static_cast<const array<T>*>(nullptr), forward);
+    return detail::record(name, {x}, std::move(y), saves_input0, [backward](backward_context<T>& ctx) {
+        ctx.accumulate(0, map_values<kind>(ctx.input(0), &ctx.grad(), backward));
+    });
+}
+
+// ---- row ops --------------------------------------------------------------------------------------
+// `count` rows of `length` contiguous entries (the last axis).
+struct rows_of
+{
+    std::size_t count = 1;
+    std::size_t length = 0;
+
+    explicit rows_of(const shape_t& shape)
+    {
+        for (std::size_t ax = 0; ax + 1 < shape.size(); ++ax)
+        {
+            count *= shape[ax];
+        }
+        length = shape.back();
+    }
+};
+
+void check_rms_norm(const shape_t& x, const shape_t& weight, double eps)
+{
+    if (x.empty())
+    {
+        fail("rms_norm", "input must have at least one axis, got shape ()");
+    }
+    if (weight != shape_t{x.back()})
+    {
+        fail("rms_norm", "weight of shape " + shape_str(weight) + " must be " + shape_str(shape_t{x.back()}) +
+                             " for input of shape " + shape_str(x));
+    }
+    if (!(eps >= 0))
+    {
+        fail("rms_norm", "eps must be >= 0, got " + number_str(eps));
+    }
+}
+
+void check_rope(const shape_t& x, double base)
+{
+    if (x.size() != 4 || x[3] % 2 != 0)
+    {
+        fail("rope", "input must be (B, H, T, dh) with dh even, got shape " + shape_str(x));
+    }
+    if (!(base > 0) || !std::isfinite(base))
+    {
+        fail("rope", "base must be a finite number > 0, got " + number_str(base) + " (input of shape " +
+                         shape_str(x) + ")");
+    }
+}
+
+// cos and sin of the rotary angles, (T, dh/2) row-major: angle[t][i] = (offset + t) * base^(-2i/dh),
+// computed in double and rounded once to T.
+template <class T>
+struct rope_table
+{
+    std::vector<T> cos, sin;
+
+    rope_table(std::size_t length, std::size_t dh, double base, std::size_t offset)
+        : cos(length * (dh / 2)), sin(length * (dh / 2))
+    {
+        for (std::size_t t = 0; t < length; ++t)
+        {
+            for (std::size_t i = 0; i < dh / 2; ++i)
+            {
+                const double frequency = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(dh));
+                const double angle = static_cast<double>(offset + t) * frequency;
+                cos[t * (dh / 2) + i] = static_cast<T>(std::cos(angle));
+                sin[t * (dh / 2) + i] = static_cast<T>(std::sin(angle));
+            }
+        }
+    }
+};
+
+// Rotates every pair (2i, 2i+1) of each row of (B, H, T, dh) by its angle, or by minus it (`inverse`).
+template <class T>
+array<T> rotate_pairs(const array<T>& x, const rope_table<T>& table, bool inverse)
+{
+    const shape_t shape = to_shape(x.shape());
+    const std::size_t length = shape[2], dh = shape[3], half = dh / 2;
+    const rows_of rows(shape);
+    array<T> y = array<T>::from_shape(shape);
+    const T* in = x.data();
+    kernels::for_rows(rows.count, dh, [&](std::size_t r) {
+        const std::size_t t = r % length;
+        const T* c = table.cos.data() + t * half;
+        const T* s = table.sin.data() + t * half;
+        const T* xr = in + r * dh;
+        T* yr = y.data() + r * dh;
+        for (std::size_t i = 0; i < half; ++i)
+        {
+            const T sin_i = inverse ? -s[i] : s[i];
+            const T a = xr[2 * i], b = xr[2 * i + 1];
+            yr[2 * i] = a * c[i] - b * sin_i;
+            yr[2 * i + 1] = a * sin_i + b * c[i];
+        }
+    });
+    return y;
+}
+}  // namespace
+
+// y = erf(x).   dL/dx = g (2 / sqrt(pi)) e^{-x^2}
+template <class T>
+var<T> erf(const var<T>& x)
+{
+    return unary_op<lanes::scalar>("erf", x, erf_forward{}, erf_backward{});
+}
+
+// y = x s(x), s = sigmoid.   dL/dx = g s (1 + x (1 - s))   (s' = s (1 - s))
+template <class T>
+var<T> silu(const var<T>& x)
+{
+    return unary_op<lanes::simd>("silu", x, silu_forward{}, silu_backward{});
+}
+
+// y = 0.5 x (1 + erf(x / sqrt 2)) = x Phi(x), computed as 0.5 x erfc(-x / sqrt 2).   dL/dx = g (Phi(x) + x phi(x)), phi(x) = e^{-x^2/2} / sqrt(2 pi)
+template <class T>
+var<T> gelu_exact(const var<T>& x)
+{
+    return unary_op<lanes::scalar>("gelu_exact", x, gelu_exact_forward{}, gelu_exact_backward{});
+}
+
+// y = silu(a) u, a = gate.   dL/da = g u s (1 + a (1 - s)),  dL/du = g silu(a)   (s = sigmoid(a))
+template <class T>
+var<T> swiglu(const var<T>& gate, const var<T>& up)
+{
+    if (gate.shape() != up.shape())
+    {
+        fail("swiglu", "gate of shape " + shape_str(gate.shape()) + " and up of shape " + shape_str(up.shape()) +
+                           " must have the same shape");
+    }
+    array<T> y = map_values(gate.value(), &up.value(), swiglu_forward{});
+    return detail::record("swiglu", {gate, up}, std::move(y), saves_input0 | saves_input1,
+                          [](backward_context<T>& ctx) {
+                              const array<T>& a = ctx.input(0);
+                              if (ctx.needs_grad(0))
+                              {
+                                  array<T> g_up = ctx.grad() * ctx.input(1);
+                                  ctx.accumulate(0, map_values(a, &g_up, silu_backward{}));
+                              }
+                              if (ctx.needs_grad(1))
+                              {
+                                  array<T> silu_a = map_values(a, static_cast<const array<T>*>(nullptr),
+                                                               silu_forward{});
+                                  ctx.accumulate(1, array<T>(ctx.grad() * silu_a));
+                              }
+                          });
+}
+
+// Over the last axis (d entries): r = 1 / sqrt(mean(x^2) + eps), xhat = x r, y = xhat w.
+// Backward, row by row with dxhat = g w:
+//   dL/dw = sum over rows of g xhat,   dL/dx = r (dxhat - xhat mean(dxhat xhat)).
+// Derivation: dr/dx_k = -r^3 x_k / d, so dxhat_i/dx_k = r [i = k] - r xhat_i xhat_k / d and
+// dL/dx_k = sum_i dxhat_i dxhat_i/dx_k = r dxhat_k - r xhat_k (1/d) sum_i dxhat_i xhat_i.
+// Saves x, w and r per row; xhat is recomputed in backward.
+template <class T>
+var<T> rms_norm(const var<T>& x, const var<T>& weight, double eps)
+{
+    check_rms_norm(x.shape(), weight.shape(), eps);
+    const rows_of rows(x.shape());
+    const std::size_t d = rows.length;
+    std::vector<T> rms_inv(rows.count);
+    array<T> y = array<T>::from_shape(x.shape());
+    const T* in = x.value().data();
+    const T* w = weight.value().data();
+    kernels::for_rows(rows.count, d, [&](std::size_t r) {
+        const T* xr = in + r * d;
+        T* yr = y.data() + r * d;
+        T squares = 0;
+        for (std::size_t j = 0; j < d; ++j)
+        {
+            squares += xr[j] * xr[j];
+        }
+        const T r_inv = T(1) / std::sqrt(squares / static_cast<T>(d) + static_cast<T>(eps));
+        for (std::size_t j = 0; j < d; ++j)
+        {
+            yr[j] = xr[j] * r_inv * w[j];
+        }
+        rms_inv[r] = r_inv;
+    });
+
+    auto rule = [rows, rms_inv = std::move(rms_inv)](backward_context<T>& ctx) {
+        const std::size_t d = rows.length;
+        const T* x = ctx.input(0).data();
+        const T* w = ctx.input(1).data();
+        const T* g = ctx.grad().data();
+        if (ctx.needs_grad(0))
+        {
+            array<T> dx = array<T>::from_shape(ctx.input(0).shape());
+            kernels::for_rows(rows.count, d, [&](std::size_t r) {
+                const T* xr = x + r * d;
+                const T* gr = g + r * d;
+                T* dxr = dx.data() + r * d;
+                T dxhat_xhat = 0;  // sum_i dxhat_i xhat_i
+                for (std::size_t j = 0; j < d; ++j)
+                {
+                    dxhat_xhat += gr[j] * w[j] * xr[j] * rms_inv[r];
+                }
+                const T dxhat_xhat_mean = dxhat_xhat / static_cast<T>(d);
+                for (std::size_t j = 0; j < d; ++j)
+                {
+                    dxr[j] = rms_inv[r] * (gr[j] * w[j] - xr[j] * rms_inv[r] * dxhat_xhat_mean);
+                }
+            });
+            ctx.accumulate(0, std::move(dx));
+        }
+        if (ctx.needs_grad(1))
+        {
+            array<T> dw = xt::zeros<T>(shape_t{d});
+            for (std::size_t r = 0; r < rows.count; ++r)
+            {
+                for (std::size_t j = 0; j < d; ++j)
+                {
+                    dw.data()[j] += g[r * d + j] * x[r * d + j] * rms_inv[r];
+                }
+            }
+            ctx.accumulate(1, std::move(dw));
+        }
+    };
+    return detail::record("rms_norm", {x, weight}, std::move(y), saves_input0 | saves_input1, std::move(rule));
+}
+
+// Row t of (B, H, T, dh), pair (2i, 2i+1), angle a = (offset + t) base^(-2i/dh):
+//   y_2i = x_2i cos a - x_2i+1 sin a,   y_2i+1 = x_2i sin a + x_2i+1 cos a   (a rotation R(a)).
+// dL/dx = R(a)^T g = R(-a) g:  dx_2i = g_2i cos a + g_2i+1 sin a,  dx_2i+1 = -g_2i sin a + g_2i+1 cos a.
+// Saves only the (T, dh/2) table of cos and sin.
+template <class T>
+var<T> rope(const var<T>& x, double base, std::size_t position_offset)
+{
+    check_rope(x.shape(), base);
+    const shape_t shape = x.shape();
+    rope_table<T> table(shape[2], shape[3], base, position_offset);
+    array<T> y = rotate_pairs(x.value(), table, false);
+    return detail::record("rope", {x}, std::move(y), saves_nothing,
+                          [table = std::move(table)](backward_context<T>& ctx) {
+                              ctx.accumulate(0, rotate_pairs(ctx.grad(), table, true));
+                          });
+}
+
+#define XGRAD_VARIANTS(T)                                                  \
+    template var<T> erf(const var<T>&);                                    \
+    template var<T> silu(const var<T>&);                                   \
+    template var<T> gelu_exact(const var<T>&);                             \
+    template var<T> swiglu(const var<T>&, const var<T>&);                  \
+    template var<T> rms_norm(const var<T>&, const var<T>&, double);        \
+    template var<T> rope(const var<T>&, double, std::size_t);
+XGRAD_INSTANTIATE_FOR_FLOAT_TYPES(XGRAD_VARIANTS)
+}  // namespace xgrad::ops

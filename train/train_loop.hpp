@@ -1,0 +1,229 @@
+// train_module's definition (included by train/trainer.hpp): the training loop for any module, and the
+// model-independent pieces it calls (defined in train/trainer.cpp).
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "optim/optim.hpp"
+#include "train/progress.hpp"
+
+namespace xgrad::train
+{
+namespace detail
+{
+// Throws std::invalid_argument naming the flag. Checks every option but the model's sizes.
+void check_loop_options(const train_options& o);
+std::string checkpoint_path(const train_options& o);
+// Temporary checkpoints a killed run left behind (never the checkpoint itself).
+void remove_stale_temporaries(const train_options& o);
+// The "step" a checkpoint records, and that it was trained on `vocab`; std::runtime_error otherwise.
+std::int64_t checkpoint_step(const std::map<std::string, std::string>& metadata, const std::string& path);
+void check_vocabulary(const std::map<std::string, std::string>& metadata, const byte_vocabulary& vocab,
+                      const std::string& path);
+// The metadata and optimiser tensors a checkpoint stores beside the parameters.
+io::checkpoint_extras extras_of(const optim::optimiser<float>& opt, const byte_vocabulary& vocab, std::int64_t step,
+                                const train_options& o);
+optim::named_tensors<float> optimiser_state(const std::map<std::string, io::stored_tensor>& tensors);
+// Averages the gradients of every process: one contiguous buffer, summed in a few large calls.
+class gradient_averager
+{
+public:
+    explicit gradient_averager(const std::vector<parameter<float>>& params);
+    void average(std::vector<parameter<float>>& params, communicator& comm);
+
+private:
+    std::vector<float> buffer_;
+};
+// Whether any process was interrupted (all of them stop at the same step).
+bool stop_requested(const train_options& o, communicator& comm);
+double median(std::vector<double> v);
+// The dropout generator of one step: a function of (seed, step), so a resumed run drops what an
+// unbroken one drops.
+std::mt19937_64 dropout_generator(std::uint64_t seed, std::uint64_t step);
+
+// Mean loss over the validation windows, B at a time, each batch weighted by its windows. Under MPI
+// every process takes every world-th batch and the sums are added up. Never drops out.
+template <class Model>
+double validation_loss(const Model& model, const text_corpus& data, const std::vector<std::size_t>& offsets,
+                       std::size_t block, std::size_t batch, communicator& comm)
+{
+    double total = 0;
+    std::size_t index = 0;
+    for (std::size_t first = 0; first < offsets.size(); first += batch, ++index)
+    {
+        if (index % static_cast<std::size_t>(comm.size()) != static_cast<std::size_t>(comm.rank()))
+        {
+            continue;
+        }
+        const token_batch b = make_batch(data.validation, offsets, block, first, batch);
+        tape<float> t;
+        auto guard = t.no_grad();
+        const auto r = model.forward(t, b.inputs, &b.targets, models::forward_options{});
+        total += static_cast<double>(r.loss.item()) * static_cast<double>(b.inputs.shape()[0]);
+    }
+    comm.allreduce_sum(&total, 1);
+    return total / static_cast<double>(offsets.size());
+}
+}  // namespace detail
+
+template <class Model>
+train_summary train_module(Model& model, const text_corpus& data, const train_options& o, std::FILE* progress,
+                           bool terminal, communicator& comm)
+{
+    namespace fs = std::filesystem;
+    using clock_type = std::chrono::steady_clock;
+    detail::check_loop_options(o);
+    const bool leader = comm.rank() == 0;
+    const std::size_t block = o.model.block_size;
+
+    std::int64_t first_step = 0;
+    const std::string ck_path = detail::checkpoint_path(o);
+    io::checkpoint_extras resumed;
+    if (o.resume)
+    {
+        if (!fs::exists(ck_path))
+        {
+            throw std::runtime_error("--resume: no checkpoint at " + ck_path);
+        }
+        resumed = model.resume_from(ck_path);
+        detail::check_vocabulary(resumed.metadata, data.vocabulary, ck_path);
+        first_step = detail::checkpoint_step(resumed.metadata, ck_path);
+    }
+    std::vector<parameter<float>> named = models::named_parameters<float>(model);
+    optim::adam<float> opt(named, optim::adamw_options(o.lr, o.weight_decay, 0.9, o.beta2));
+    if (o.resume)
+    {
+        opt.import_state(detail::optimiser_state(resumed.tensors));
+        resumed = {};
+    }
+    const optim::lr_schedule schedule = optim::make_lr_schedule(o.lr, o.steps, o.warmup, o.decay_steps);
+
+    train_summary summary;
+    summary.first_step = first_step;
+    summary.last_step = std::max(first_step, o.steps);
+    summary.parameters = models::parameter_scalars(model);
+    if (first_step >= o.steps)
+    {
+        return summary;  // nothing left to do
+    }
+    std::optional<training_log> log;
+    if (leader)
+    {
+        fs::create_directories(o.out);
+        detail::remove_stale_temporaries(o);
+        log.emplace((fs::path(o.out) / "log.csv").string(), o.resume, static_cast<std::uint64_t>(first_step));
+    }
+    std::optional<progress_display> display;
+    if (leader && progress)
+    {
+        display.emplace(progress, static_cast<std::uint64_t>(first_step), static_cast<std::uint64_t>(o.steps),
+                        terminal, std::max<std::uint64_t>(1, static_cast<std::uint64_t>(o.steps) / 40));
+    }
+
+    const std::size_t world = static_cast<std::size_t>(comm.size());
+    const auto val_offsets = validation_offsets(data.validation.size(), block, o.eval_windows);
+    detail::gradient_averager averager(named);
+    std::vector<double> rates;  // the last rate_window steps' tokens/s (bounded: memory stays flat)
+    constexpr std::size_t rate_window = 1000;
+    const auto start = clock_type::now();
+    for (std::int64_t s = first_step + 1; s <= o.steps; ++s)
+    {
+        const auto step_start = clock_type::now();
+        // The global batch of world * B windows, drawn as one process would; this rank takes its rows.
+        const auto offsets = training_offsets(data.train.size(), block, o.batch * world, o.seed,
+                                              static_cast<std::uint64_t>(s));
+        const token_batch b = make_batch(data.train, offsets, block,
+                                         static_cast<std::size_t>(comm.rank()) * o.batch, o.batch);
+        tape<float> t;
+        t.detect_anomaly(o.detect_anomaly);
+        std::mt19937_64 generator = detail::dropout_generator(o.seed + static_cast<std::uint64_t>(comm.rank()),
+                                                              static_cast<std::uint64_t>(s));
+        models::forward_options fo;
+        fo.dropout = o.dropout;
+        fo.generator = o.dropout > 0 ? &generator : nullptr;
+        const auto r = model.forward(t, b.inputs, &b.targets, fo);
+        t.backward(r.loss);
+        float loss = r.loss.item();
+        if (world > 1)
+        {
+            comm.allreduce_sum(&loss, 1);
+            loss /= static_cast<float>(world);
+        }
+        averager.average(named, comm);
+        step_record rec;
+        rec.step = static_cast<std::uint64_t>(s);
+        rec.train_loss = loss;
+        rec.grad_norm = optim::clip_grad_norm(named, o.clip);
+        rec.lr = schedule.at(s);
+        opt.set_lr(rec.lr);
+        opt.step();
+        opt.zero_grad();
+        if (!std::isfinite(loss))
+        {
+            throw std::runtime_error("the training loss became " + std::to_string(loss) + " at step " +
+                                     std::to_string(s) + " (try a lower --lr, or --detect-anomaly to find the op)");
+        }
+        const bool stop = detail::stop_requested(o, comm);
+        if ((o.eval_every > 0 && s % o.eval_every == 0) || s == o.steps)
+        {
+            rec.val_loss = detail::validation_loss(model, data, val_offsets, block, o.batch, comm);
+            summary.val_loss = *rec.val_loss;
+        }
+        const double step_s = std::chrono::duration<double>(clock_type::now() - step_start).count();
+        rec.tokens_per_s = static_cast<double>(o.batch * world * block) / step_s;
+        rec.elapsed_s = std::chrono::duration<double>(clock_type::now() - start).count();
+        rec.rss_mib = resident_mib();
+        if (rates.size() < rate_window)
+        {
+            rates.push_back(rec.tokens_per_s);
+        }
+        else
+        {
+            rates[static_cast<std::size_t>(s) % rate_window] = rec.tokens_per_s;
+        }
+        summary.train_loss = loss;
+        if (leader)
+        {
+            // The row first: a run killed between the two resumes from the older checkpoint, which cuts
+            // the log back to its own step, so no step is ever missing or doubled.
+            log->write(rec);
+            if ((o.save_every > 0 && s % o.save_every == 0) || s == o.steps || stop)
+            {
+                model.save(ck_path, detail::extras_of(opt, data.vocabulary, s, o));
+            }
+            if (display)
+            {
+                display->show(rec);
+            }
+        }
+        if (stop)
+        {
+            summary.interrupted = true;
+            summary.last_step = s;
+            break;
+        }
+    }
+    if (display)
+    {
+        display->finish();
+    }
+    summary.tokens_per_s = detail::median(rates);
+    return summary;
+}
+
+template <class Model>
+train_summary train_module(Model& model, const text_corpus& data, const train_options& options, std::FILE* progress)
+{
+    communicator single;
+    return train_module(model, data, options, progress, false, single);
+}
+}  // namespace xgrad::train
