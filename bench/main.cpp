@@ -3,7 +3,9 @@
 // measured in the same run (every rate is reported as a share of it), the GEMM backend table, the
 // 512^3 GEMM through xgrad's door and the per-op overhead of a chain of tiny adds. The harness is our own: warm-up, then rounds that
 // interleave the implementations (rotating which goes first) so machine noise hits all of them, and
-// medians over the rounds. Prints one table per dtype and writes the same rows as JSON.
+// medians over the rounds. Every float32 MHA and GPT row also runs xgrad at bf16 matmul precision and
+// LibTorch under CPU autocast to bfloat16 (--no-bf16: not). Prints one table per dtype and writes the
+// same rows as JSON.
 //
 //   xgrad_bench [--json PATH] [--quick] [--sizes tiny,small,...] [--dtypes f32,f64] [--threads 1,2]
 //               [--budget SECONDS] [--min-reps N] [--max-reps N] [--no-bf16]

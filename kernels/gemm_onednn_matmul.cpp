@@ -167,13 +167,27 @@ struct stored
     {
     }
 };
+
+// oneDNN's errors as the library's: naming gemm, the precision and the shape.
+[[noreturn]] void fail(const product& p, const char* precision, const dnnl::error& e)
+{
+    throw std::runtime_error(std::string("gemm: oneDNN's ") + precision + " matmul failed on a " + std::to_string(p.m) +
+                             " x " + std::to_string(p.n) + " x " + std::to_string(p.k) + " product: " + e.what());
+}
 }  // namespace
 
 void onednn_matmul(const product& p, const float* a, const float* b, float beta, float* c)
 {
     const one_openmp_thread one;
-    const dnnl::matmul& matmul = primitive_for(p, dt::f32, p.lda, p.ldb, beta);
-    execute(matmul, p, dt::f32, p.lda, p.ldb, a, b, c);
+    try
+    {
+        const dnnl::matmul& matmul = primitive_for(p, dt::f32, p.lda, p.ldb, beta);
+        execute(matmul, p, dt::f32, p.lda, p.ldb, a, b, c);
+    }
+    catch (const dnnl::error& e)
+    {
+        fail(p, "float32", e);
+    }
 }
 
 void onednn_bf16(const product& p, const float* a, const float* b, float beta, float* c)
@@ -183,8 +197,15 @@ void onednn_bf16(const product& p, const float* a, const float* b, float beta, f
     round_block(a, s.a_rows, s.a_cols, p.lda, a16, as_bf16);
     round_block(b, s.b_rows, s.b_cols, p.ldb, b16, as_bf16);
     const one_openmp_thread one;
-    const dnnl::matmul& matmul = primitive_for(p, dt::bf16, s.a_cols, s.b_cols, beta);
-    execute(matmul, p, dt::bf16, s.a_cols, s.b_cols, a16.data(), b16.data(), c);
+    try
+    {
+        const dnnl::matmul& matmul = primitive_for(p, dt::bf16, s.a_cols, s.b_cols, beta);
+        execute(matmul, p, dt::bf16, s.a_cols, s.b_cols, a16.data(), b16.data(), c);
+    }
+    catch (const dnnl::error& e)
+    {
+        fail(p, "bf16", e);
+    }
 }
 
 rounded_operands round_operands_to_bf16(const product& p, const float* a, const float* b)
