@@ -47,9 +47,11 @@ public:
 };
 
 // ---- xgrad side (xgrad_side.cpp) ----
-// fused: attention through the fused op (mha_options::fused) instead of the composed graph.
+// fused: attention through the fused op (mha_options::fused) instead of the composed graph. bf16: every
+// step runs in a bf16 matmul precision scope (kernels/precision.hpp); float only.
 template <class T>
-std::unique_ptr<mha_case> make_xgrad_mha(const mha_problem<T>& p, bool fused);
+std::unique_ptr<mha_case> make_xgrad_mha(const mha_problem<T>& p, bool fused, bool bf16 = false);
+bool xgrad_bf16_supported();  // xgrad::bf16_supported: the CPU has bfloat16 dot products
 template <class T>
 std::unique_ptr<chain_case> make_xgrad_chain(std::size_t length, std::size_t width);
 std::uint64_t mha_multiply_adds(std::size_t B, std::size_t T, std::size_t d);  // eq. (20.5), forward
@@ -73,6 +75,7 @@ struct gemm_row
     std::string dtype;
     std::string chosen;     // the backend xgrad::kernels::gemm uses for this product
     double door_gflops = 0;  // through xgrad::kernels::gemm
+    double door_bf16_gflops = 0;  // the same at bf16 matmul precision (0: the CPU has no bf16 products)
     std::vector<std::pair<std::string, double>> backends;  // GFLOP/s per backend
 };
 template <class T>
@@ -114,15 +117,17 @@ public:
     virtual double step() = 0;
 };
 gpt_problem make_gpt_problem(const gpt_spec& spec, unsigned seed);  // xgrad_side.cpp
-std::unique_ptr<gpt_case> make_xgrad_gpt(const gpt_problem& p);     // xgrad_side.cpp
-std::unique_ptr<gpt_case> make_torch_gpt(const gpt_problem& p);     // torch_side.cpp
+// bf16: xgrad at bf16 matmul precision; LibTorch's forward under CPU autocast to bfloat16.
+std::unique_ptr<gpt_case> make_xgrad_gpt(const gpt_problem& p, bool bf16 = false);  // xgrad_side.cpp
+std::unique_ptr<gpt_case> make_torch_gpt(const gpt_problem& p, bool bf16 = false);  // torch_side.cpp
 // Forward multiply-adds of the GPT on one batch (models::gpt_forward_multiply_adds().total()).
 std::uint64_t gpt_forward_multiply_adds(const gpt_spec& spec);
 
 // ---- LibTorch side (torch_side.cpp) ----
 // composed = the chapter's ops with autograd; otherwise torch::nn::MultiheadAttention (bias = false).
+// bf16: the forward runs under CPU autocast to bfloat16 (float only).
 template <class T>
-std::unique_ptr<mha_case> make_torch_mha(const mha_problem<T>& p, bool composed);
+std::unique_ptr<mha_case> make_torch_mha(const mha_problem<T>& p, bool composed, bool bf16 = false);
 template <class T>
 std::unique_ptr<chain_case> make_torch_chain(std::size_t length, std::size_t width);
 void torch_threads(int n);  // at::set_num_threads

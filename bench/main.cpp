@@ -3,10 +3,12 @@
 // measured in the same run (every rate is reported as a share of it), the GEMM backend table, the
 // 512^3 GEMM through xgrad's door and the per-op overhead of a chain of tiny adds. The harness is our own: warm-up, then rounds that
 // interleave the implementations (rotating which goes first) so machine noise hits all of them, and
-// medians over the rounds. Prints one table per dtype and writes the same rows as JSON.
+// medians over the rounds. Every float32 MHA and GPT row also runs xgrad at bf16 matmul precision and
+// LibTorch under CPU autocast to bfloat16 (--no-bf16: not). Prints one table per dtype and writes the
+// same rows as JSON.
 //
 //   xgrad_bench [--json PATH] [--quick] [--sizes tiny,small,...] [--dtypes f32,f64] [--threads 1,2]
-//               [--budget SECONDS] [--min-reps N] [--max-reps N]
+//               [--budget SECONDS] [--min-reps N] [--max-reps N] [--no-bf16]
 #include <time.h>
 
 #include <algorithm>
@@ -78,6 +80,7 @@ struct settings
     int gemm_n = 512;
     int gemm_reps = 11;
     std::vector<std::string> gpt_configs{"nano", "char", "shake"};
+    bool bf16 = true;  // the bf16 columns of the float32 MHA and GPT rows (--no-bf16: none)
 };
 
 // SPEC's small GPT at three sizes (V, L, d, H, T, B), trained with AdamW, float32.
@@ -94,6 +97,9 @@ struct gpt_row
     double xgrad_ms, libtorch_ms, ratio, tokens_per_s, gflops, fma_peak_gflops;
     double loss_first, loss_second;  // xgrad's losses of the two untimed steps (LibTorch's agreed)
     double xgrad_cpu_ms, libtorch_cpu_ms;  // the calling thread's CPU time (all the work at one thread)
+    // bf16: xgrad at bf16 matmul precision, LibTorch under CPU autocast to bfloat16 (has_bf16 when run)
+    bool has_bf16;
+    double xgrad_bf16_ms, libtorch_bf16_ms, xgrad_bf16_cpu_ms, libtorch_bf16_cpu_ms, loss_bf16_first;
 };
 
 struct row
@@ -107,6 +113,9 @@ struct row
     // processes taking turns on a shared machine (LibTorch: the faster of its two paths).
     double xgrad_cpu_ms, fused_cpu_ms, libtorch_cpu_ms;
     std::size_t tape_bytes, libtorch_bytes, fused_tape_bytes;
+    // float32 rows: the fused path at bf16 matmul precision, LibTorch composed under autocast to bfloat16
+    bool has_bf16;
+    double xgrad_bf16_ms, libtorch_bf16_ms, xgrad_bf16_cpu_ms, libtorch_bf16_cpu_ms;
 };
 
 struct peak_row
@@ -355,6 +364,12 @@ row mha_row(const settings& opt, const size_spec& s, const std::string& dtype, i
     impls.push_back({"xgrad fused", bench::make_xgrad_mha(p, true), 1, {}});
     impls.push_back({"LibTorch composed", bench::make_torch_mha(p, true), threads, {}});
     impls.push_back({"LibTorch nn.MultiheadAttention", bench::make_torch_mha(p, false), threads, {}});
+    const bool bf16 = opt.bf16 && sizeof(T) == 4;
+    if (bf16)
+    {
+        impls.push_back({"xgrad fused bf16", bench::make_xgrad_mha(p, true, true), 1, {}});
+        impls.push_back({"LibTorch composed bf16", bench::make_torch_mha(p, true, true), threads, {}});
+    }
 
     // Sanity before timing: Y and dL/dW_Q agree across the three, or the run stops here.
     for (auto& im : impls)
@@ -363,10 +378,11 @@ row mha_row(const settings& opt, const size_spec& s, const std::string& dtype, i
         im.bytes = im.c->instrumented_step();
     }
     bench::blas_threads(1);
-    const double tolerance = sizeof(T) == 4 ? 1e-3 : 1e-9;
     const auto y_ref = impls[0].c->output(), g_ref = impls[0].c->grad_w_q();
     for (std::size_t i = 1; i < impls.size(); ++i)
     {
+        // bf16 rows: operands rounded to 8 significant bits, so a few bfloat16 roundoffs (2^-8 each)
+        const double tolerance = i >= 4 ? 3e-2 : sizeof(T) == 4 ? 1e-3 : 1e-9;
         const double ey = relative_error(y_ref, impls[i].c->output());
         const double eg = relative_error(g_ref, impls[i].c->grad_w_q());
         if (!(ey < tolerance) || !(eg < tolerance))
@@ -432,9 +448,23 @@ row mha_row(const settings& opt, const size_spec& s, const std::string& dtype, i
     out.libtorch_bytes = impls[2].bytes;
     out.fused_ratio = out.fused_ms / std::min(out.libtorch_ms, out.libtorch_nn_ms);
     out.fused_gflops = flop / (out.fused_ms * 1e6);
+    out.has_bf16 = bf16;
+    if (bf16)
+    {
+        out.xgrad_bf16_ms = median(impls[4].times);
+        out.libtorch_bf16_ms = median(impls[5].times);
+        out.xgrad_bf16_cpu_ms = median(impls[4].cpu_times);
+        out.libtorch_bf16_cpu_ms = median(impls[5].cpu_times);
+    }
     std::cerr << "  " << dtype << " threads=" << threads << " " << s.name << ": " << reps << " rounds, xgrad "
               << fixed(out.xgrad_ms, 3) << " ms, fused " << fixed(out.fused_ms, 3) << " ms, LibTorch " << fixed(out.libtorch_ms, 3) << " / nn "
-              << fixed(out.libtorch_nn_ms, 3) << " ms\n";
+              << fixed(out.libtorch_nn_ms, 3) << " ms";
+    if (bf16)
+    {
+        std::cerr << "; bf16: xgrad fused " << fixed(out.xgrad_bf16_ms, 3) << " ms, LibTorch autocast "
+                  << fixed(out.libtorch_bf16_ms, 3) << " ms";
+    }
+    std::cerr << "\n";
     return out;
 }
 
@@ -477,57 +507,66 @@ std::vector<bench::gemm_row> gemm_table(const settings& opt)
 }
 
 // One GPT training step (forward, loss, backward, AdamW) of xgrad and of LibTorch from the same
-// parameters and batch: two untimed steps whose losses must agree (the second after one AdamW update),
-// then interleaved timed rounds. Both keep training across rounds.
+// parameters and batch, in float32 and (with opt.bf16) in bfloat16 matmul precision / autocast: two
+// untimed steps whose losses must agree (the second after one AdamW update), then interleaved timed
+// rounds (the first case rotates). Every case keeps training across rounds.
 gpt_row gpt_step_row(const settings& opt, const bench::gpt_spec& spec, int threads, double fma_peak)
 {
     const bench::gpt_problem problem = bench::make_gpt_problem(spec, 1234);
-    auto mine = bench::make_xgrad_gpt(problem);
-    auto theirs = bench::make_torch_gpt(problem);
-    double losses[2][2];
+    struct gpt_impl
+    {
+        const char* name;
+        std::unique_ptr<bench::gpt_case> c;
+        int blas;
+        double losses[2];
+        std::vector<double> times, cpu_times;  // wall clock; the calling thread's CPU time
+    };
+    std::vector<gpt_impl> impls;
+    impls.push_back({"xgrad", bench::make_xgrad_gpt(problem), 1, {}, {}, {}});
+    impls.push_back({"LibTorch", bench::make_torch_gpt(problem), threads, {}, {}, {}});
+    if (opt.bf16)
+    {
+        impls.push_back({"xgrad bf16", bench::make_xgrad_gpt(problem, true), 1, {}, {}, {}});
+        impls.push_back({"LibTorch autocast bf16", bench::make_torch_gpt(problem, true), threads, {}, {}, {}});
+    }
     for (int s = 0; s < 2; ++s)
     {
-        losses[0][s] = mine->step();
-        bench::blas_threads(threads);
-        losses[1][s] = theirs->step();
-        bench::blas_threads(1);
-        const double error = std::abs(losses[0][s] - losses[1][s]) / std::abs(losses[1][s]);
-        if (!(error < 1e-4))
+        for (auto& im : impls)
         {
-            die("MISMATCH in the GPT " + spec.name + " step " + std::to_string(s + 1) + ": loss xgrad " +
-                fixed(losses[0][s], 7) + " vs LibTorch " + fixed(losses[1][s], 7) + ". Timings would be meaningless.");
+            bench::blas_threads(im.blas);
+            im.losses[s] = im.c->step();
+        }
+        bench::blas_threads(1);
+        const double reference = impls[1].losses[s];
+        for (std::size_t i = 0; i < impls.size(); ++i)
+        {
+            // float32: the same sums in another order; bf16: operands rounded to 8 significant bits
+            const double tolerance = i >= 2 ? 2e-2 : 1e-4;
+            const double error = std::abs(impls[i].losses[s] - reference) / std::abs(reference);
+            if (!(error < tolerance))
+            {
+                die("MISMATCH in the GPT " + spec.name + " step " + std::to_string(s + 1) + ": loss " + impls[i].name +
+                    " " + fixed(impls[i].losses[s], 7) + " vs LibTorch " + fixed(reference, 7) +
+                    ". Timings would be meaningless.");
+            }
         }
     }
-    std::vector<double> tx, tt, cx, ct;  // wall clock; the calling thread's CPU time
-    auto round = [&](int r, bool keep) {
+    auto round = [&](std::size_t first, bool keep) {
         double total = 0;
-        for (int k = 0; k < 2; ++k)
+        for (std::size_t k = 0; k < impls.size(); ++k)
         {
-            if ((k == 0) == (r % 2 == 0))
+            auto& im = impls[(first + k) % impls.size()];
+            bench::blas_threads(im.blas);
+            double cpu = 0;
+            const double ms = time_ms([&] { cpu = thread_ms([&] { im.c->step(); }); });
+            total += ms;
+            if (keep)
             {
-                double cpu = 0;
-                const double ms = time_ms([&] { cpu = thread_ms([&] { mine->step(); }); });
-                total += ms;
-                if (keep)
-                {
-                    tx.push_back(ms);
-                    cx.push_back(cpu);
-                }
-            }
-            else
-            {
-                bench::blas_threads(threads);
-                double cpu = 0;
-                const double ms = time_ms([&] { cpu = thread_ms([&] { theirs->step(); }); });
-                bench::blas_threads(1);
-                total += ms;
-                if (keep)
-                {
-                    tt.push_back(ms);
-                    ct.push_back(cpu);
-                }
+                im.times.push_back(ms);
+                im.cpu_times.push_back(cpu);
             }
         }
+        bench::blas_threads(1);
         return total;
     };
     const double warm = round(0, false);
@@ -535,25 +574,40 @@ gpt_row gpt_step_row(const settings& opt, const bench::gpt_spec& spec, int threa
                                 std::min(opt.min_reps_slow, opt.max_reps), opt.max_reps);
     for (int r = 0; r < reps; ++r)
     {
-        round(r, true);
+        round(static_cast<std::size_t>(r), true);
     }
     gpt_row row{};
     row.spec = spec;
     row.threads = threads;
     row.reps = reps;
-    row.xgrad_ms = median(tx);
-    row.libtorch_ms = median(tt);
-    row.xgrad_cpu_ms = median(cx);
-    row.libtorch_cpu_ms = median(ct);
+    row.xgrad_ms = median(impls[0].times);
+    row.libtorch_ms = median(impls[1].times);
+    row.xgrad_cpu_ms = median(impls[0].cpu_times);
+    row.libtorch_cpu_ms = median(impls[1].cpu_times);
     row.ratio = row.xgrad_ms / row.libtorch_ms;
     row.tokens_per_s = static_cast<double>(spec.B * spec.T) / (row.xgrad_ms * 1e-3);
     // FLOP = 2 x multiply-adds; forward + backward = 3 x forward (the optimiser's few per parameter are left out)
     row.gflops = 2.0 * 3.0 * static_cast<double>(bench::gpt_forward_multiply_adds(spec)) / (row.xgrad_ms * 1e6);
     row.fma_peak_gflops = fma_peak;
-    row.loss_first = losses[0][0];
-    row.loss_second = losses[0][1];
+    row.loss_first = impls[0].losses[0];
+    row.loss_second = impls[0].losses[1];
+    row.has_bf16 = opt.bf16;
+    if (opt.bf16)
+    {
+        row.xgrad_bf16_ms = median(impls[2].times);
+        row.libtorch_bf16_ms = median(impls[3].times);
+        row.xgrad_bf16_cpu_ms = median(impls[2].cpu_times);
+        row.libtorch_bf16_cpu_ms = median(impls[3].cpu_times);
+        row.loss_bf16_first = impls[2].losses[0];
+    }
     std::cerr << "  gpt " << spec.name << " threads=" << threads << ": " << reps << " rounds, xgrad "
-              << fixed(row.xgrad_ms, 2) << " ms, LibTorch " << fixed(row.libtorch_ms, 2) << " ms\n";
+              << fixed(row.xgrad_ms, 2) << " ms, LibTorch " << fixed(row.libtorch_ms, 2) << " ms";
+    if (opt.bf16)
+    {
+        std::cerr << "; bf16: xgrad " << fixed(row.xgrad_bf16_ms, 2) << " ms, LibTorch autocast "
+                  << fixed(row.libtorch_bf16_ms, 2) << " ms";
+    }
+    std::cerr << "\n";
     return row;
 }
 
@@ -660,6 +714,34 @@ void print_table(std::ostream& out, const std::string& dtype, const std::vector<
             << pad(fixed(100.0 * flop / (r.xgrad_cpu_ms * 1e6) / r.fma_peak_gflops, 1), 5) << " | "
             << pad(fixed(100.0 * flop / (r.fused_cpu_ms * 1e6) / r.fma_peak_gflops, 1), 7) << "\n";
     }
+    if (std::any_of(rows.begin(), rows.end(), [&](const row& r) { return r.dtype == dtype && r.has_bf16; }))
+    {
+        out << "bfloat16: xgrad fused at bf16 matmul precision (operands rounded to bfloat16, float32 accumulation) vs "
+               "LibTorch composed under CPU autocast to bfloat16;\nbf16 ratio = xgrad bf16 / LibTorch bf16; speed-up = "
+               "xgrad fused float32 / xgrad fused bf16 (same run); cpu = the calling thread's CPU time (1 thread)\n"
+            << "size    | thr | xgrad bf16 ms | LT bf16 ms | bf16 ratio | speed-up | cpu: xgrad bf16 ms | LT bf16 ms | ratio\n"
+            << "--------|-----|---------------|------------|------------|----------|--------------------|------------|------\n";
+        for (const auto& r : rows)
+        {
+            if (r.dtype != dtype || !r.has_bf16)
+            {
+                continue;
+            }
+            out << pad(r.size, 7, true) << " | " << pad(std::to_string(r.threads), 3) << " | "
+                << pad(fixed(r.xgrad_bf16_ms, 3), 13) << " | " << pad(fixed(r.libtorch_bf16_ms, 3), 10) << " | "
+                << pad(fixed(r.xgrad_bf16_ms / r.libtorch_bf16_ms, 2), 10) << " | "
+                << pad(fixed(r.fused_ms / r.xgrad_bf16_ms, 2), 8) << " | ";
+            if (r.threads == 1)
+            {
+                out << pad(fixed(r.xgrad_bf16_cpu_ms, 3), 18) << " | " << pad(fixed(r.libtorch_bf16_cpu_ms, 3), 10)
+                    << " | " << fixed(r.xgrad_bf16_cpu_ms / r.libtorch_bf16_cpu_ms, 2) << "\n";
+            }
+            else
+            {
+                out << pad("-", 18) << " | " << pad("-", 10) << " | -\n";
+            }
+        }
+    }
     out << "tape bytes = xgrad tape.bytes_saved_for_backward(false) after the forward: the intermediate values a\n"
            "backward rule will read (the leaves X, G and the parameters exist before the forward and are not\n"
            "counted, as on the LibTorch side). LT fwd bytes = bytes LibTorch's\n"
@@ -693,10 +775,12 @@ void print_gemm_tables(std::ostream& out, const std::vector<bench::gemm_row>& ro
     out << "\n=== GEMM backends, one thread: GFLOP/s (thread CPU time, median) and share of the one-thread FMA "
            "peak ===\n"
         << "door = xgrad::kernels::gemm, through the backend its rule picks for the product (kernels/gemm.cpp)\n";
-    const std::vector<std::string> names = {"openblas", "onednn", "libxsmm", "libxsmm_tiled"};
+    out << "door bf16 = the door at bf16 matmul precision (operands rounded to bfloat16 in the call, oneDNN's bf16 "
+           "matmul primitive; % of the float32 FMA peak)\n";
+    const std::vector<std::string> names = {"openblas", "onednn", "onednn_matmul", "libxsmm", "libxsmm_tiled"};
     out << pad("dtype", 7, true) << " | " << pad("product", 18, true) << " | " << pad("op", 7, true) << " | "
         << pad("m x n x k", 16) << " | " << pad("door uses", 13, true) << " | " << pad("door", 6) << " | "
-        << pad("% FMA", 5);
+        << pad("% FMA", 5) << " | " << pad("door bf16", 15);
     for (const auto& n : names)
     {
         out << " | " << pad(n, 13);
@@ -710,7 +794,11 @@ void print_gemm_tables(std::ostream& out, const std::vector<bench::gemm_row>& ro
         out << pad(r.dtype, 7, true) << " | " << pad(r.shape.label, 18, true) << " | "
             << pad(std::string(r.shape.ta ? "A^T" : "A") + (r.shape.tb ? " B^T" : " B"), 7, true) << " | "
             << pad(dims, 16) << " | " << pad(r.chosen, 13, true) << " | " << pad(fixed(r.door_gflops, 1), 6) << " | "
-            << pad(fixed(100.0 * r.door_gflops / fma, 1), 5);
+            << pad(fixed(100.0 * r.door_gflops / fma, 1), 5) << " | "
+            << pad(r.door_bf16_gflops > 0 ? fixed(r.door_bf16_gflops, 1) + " (" +
+                                                fixed(100.0 * r.door_bf16_gflops / fma, 0) + "%)"
+                                          : "-",
+                   15);
         for (const auto& n : names)
         {
             std::string cell = "-";
@@ -763,6 +851,35 @@ void print_gpt_table(std::ostream& out, const std::vector<gpt_row>& rows)
             out << pad("-", 13) << " | " << pad("-", 11) << " | " << pad("-", 5) << " | " << pad("-", 5) << " | ";
         }
         out << pad(fixed(r.loss_first, 4) + ", " + fixed(r.loss_second, 4), 16, true) << " | " << r.reps << "\n";
+    }
+    if (!rows.front().has_bf16)
+    {
+        return;
+    }
+    out << "bfloat16: xgrad at bf16 matmul precision vs LibTorch's forward under CPU autocast to bfloat16 (backward "
+           "and AdamW as a user runs them after it);\nbf16 ratio = xgrad bf16 / LibTorch bf16; speed-up = xgrad "
+           "float32 / xgrad bf16 (same run); cpu = the calling thread's CPU time (1 thread)\n"
+        << "config | thr | xgrad bf16 ms | LT bf16 ms | bf16 ratio | speed-up | tokens/s | cpu: xgrad bf16 ms | "
+           "LT bf16 ms | ratio | loss 1\n"
+        << "-------|-----|---------------|------------|------------|----------|----------|--------------------|-"
+           "-----------|-------|-------\n";
+    for (const auto& r : rows)
+    {
+        out << pad(r.spec.name, 6, true) << " | " << pad(std::to_string(r.threads), 3) << " | "
+            << pad(fixed(r.xgrad_bf16_ms, 2), 13) << " | " << pad(fixed(r.libtorch_bf16_ms, 2), 10) << " | "
+            << pad(fixed(r.xgrad_bf16_ms / r.libtorch_bf16_ms, 2), 10) << " | "
+            << pad(fixed(r.xgrad_ms / r.xgrad_bf16_ms, 2), 8) << " | "
+            << pad(fixed(static_cast<double>(r.spec.B * r.spec.T) / (r.xgrad_bf16_ms * 1e-3), 0), 8) << " | ";
+        if (r.threads == 1)
+        {
+            out << pad(fixed(r.xgrad_bf16_cpu_ms, 2), 18) << " | " << pad(fixed(r.libtorch_bf16_cpu_ms, 2), 10) << " | "
+                << pad(fixed(r.xgrad_bf16_cpu_ms / r.libtorch_bf16_cpu_ms, 2), 5) << " | ";
+        }
+        else
+        {
+            out << pad("-", 18) << " | " << pad("-", 10) << " | " << pad("-", 5) << " | ";
+        }
+        out << fixed(r.loss_bf16_first, 4) << "\n";
     }
 }
 
@@ -822,6 +939,16 @@ void write_json(const std::string& path, const std::vector<std::pair<std::string
             out << ", \"xgrad_cpu_ms\": " << fixed(r.xgrad_cpu_ms, 4) << ", \"xgrad_fused_cpu_ms\": "
                 << fixed(r.fused_cpu_ms, 4) << ", \"libtorch_cpu_ms\": " << fixed(r.libtorch_cpu_ms, 4);
         }
+        if (r.has_bf16)
+        {
+            out << ", \"xgrad_bf16_ms\": " << fixed(r.xgrad_bf16_ms, 4) << ", \"libtorch_bf16_ms\": "
+                << fixed(r.libtorch_bf16_ms, 4) << ", \"bf16_ratio\": " << fixed(r.xgrad_bf16_ms / r.libtorch_bf16_ms, 4);
+            if (r.threads == 1)
+            {
+                out << ", \"xgrad_bf16_cpu_ms\": " << fixed(r.xgrad_bf16_cpu_ms, 4) << ", \"libtorch_bf16_cpu_ms\": "
+                    << fixed(r.libtorch_bf16_cpu_ms, 4);
+            }
+        }
         out
             << ", \"tape_bytes\": " << r.tape_bytes << ", \"libtorch_gflops\": " << fixed(r.libtorch_gflops, 3)
             << ", \"libtorch_forward_bytes\": " << r.libtorch_bytes << ", \"repeats\": " << r.reps << "}"
@@ -843,6 +970,18 @@ void write_json(const std::string& path, const std::vector<std::pair<std::string
         {
             out << ", \"xgrad_cpu_ms\": " << fixed(r.xgrad_cpu_ms, 4) << ", \"libtorch_cpu_ms\": "
                 << fixed(r.libtorch_cpu_ms, 4);
+        }
+        if (r.has_bf16)
+        {
+            out << ", \"xgrad_bf16_ms\": " << fixed(r.xgrad_bf16_ms, 4) << ", \"libtorch_bf16_ms\": "
+                << fixed(r.libtorch_bf16_ms, 4) << ", \"bf16_ratio\": " << fixed(r.xgrad_bf16_ms / r.libtorch_bf16_ms, 4)
+                << ", \"bf16_speedup\": " << fixed(r.xgrad_ms / r.xgrad_bf16_ms, 4) << ", \"loss_bf16_step1\": "
+                << fixed(r.loss_bf16_first, 6);
+            if (r.threads == 1)
+            {
+                out << ", \"xgrad_bf16_cpu_ms\": " << fixed(r.xgrad_bf16_cpu_ms, 4) << ", \"libtorch_bf16_cpu_ms\": "
+                    << fixed(r.libtorch_bf16_cpu_ms, 4);
+            }
         }
         out << "}"
             << (i + 1 < gpt_rows.size() ? "," : "") << "\n";
@@ -876,7 +1015,8 @@ void write_json(const std::string& path, const std::vector<std::pair<std::string
             << "\", \"transpose_a\": " << (r.shape.ta ? "true" : "false") << ", \"transpose_b\": "
             << (r.shape.tb ? "true" : "false") << ", \"m\": " << r.shape.m << ", \"n\": " << r.shape.n
             << ", \"k\": " << r.shape.k << ", \"chosen\": \"" << r.chosen << "\", \"gflops\": "
-            << fixed(r.door_gflops, 3) << ", \"fma_peak_gflops\": " << fixed(fma, 3) << ", \"backends\": {";
+            << fixed(r.door_gflops, 3) << ", \"bf16_gflops\": " << fixed(r.door_bf16_gflops, 3)
+            << ", \"fma_peak_gflops\": " << fixed(fma, 3) << ", \"backends\": {";
         for (std::size_t j = 0; j < r.backends.size(); ++j)
         {
             out << (j ? ", " : "") << "\"" << r.backends[j].first << "\": " << fixed(r.backends[j].second, 3);
@@ -931,6 +1071,8 @@ settings parse(int argc, char** argv)
             opt.min_reps = opt.min_reps_slow = std::stoi(next());
         else if (a == "--max-reps")
             opt.max_reps = std::stoi(next());
+        else if (a == "--no-bf16")
+            opt.bf16 = false;
         else if (a == "--quick")
         {
             opt.budget_s = 0.2;
@@ -942,7 +1084,7 @@ settings parse(int argc, char** argv)
         else
             die("unknown argument " + a +
                 " (use --json PATH --sizes a,b --dtypes f32,f64 --threads 1,2 --gpt nano,char,shake|none --budget S --min-reps N "
-                "--max-reps N --quick)");
+                "--max-reps N --no-bf16 --quick)");
     }
     return opt;
 }
@@ -959,6 +1101,8 @@ int main(int argc, char** argv)
     }
     const char* coretype = std::getenv("OPENBLAS_CORETYPE");
     const char* wait_policy = std::getenv("OMP_WAIT_POLICY");
+    const char* mmap_threshold = std::getenv("MALLOC_MMAP_THRESHOLD_");
+    const char* trim_threshold = std::getenv("MALLOC_TRIM_THRESHOLD_");
     std::vector<std::pair<std::string, std::string>> machine = {
         {"cpu", read_first_line("/proc/cpuinfo", "model name")},
         {"openblas_core", bench::openblas_core()},
@@ -968,10 +1112,13 @@ int main(int argc, char** argv)
         {"loadavg_start", read_first_line("/proc/loadavg")},
         {"omp_wait_policy_env", wait_policy ? wait_policy : "(unset)"},
         {"busy_cores_at_start", fixed(busy_cores(), 2)},
+        {"malloc_mmap_threshold_env", mmap_threshold ? mmap_threshold : "(unset)"},
+        {"malloc_trim_threshold_env", trim_threshold ? trim_threshold : "(unset)"},
+        {"bf16_products", bench::xgrad_bf16_supported() ? "yes" : "no (bf16 columns run float32)"},
     };
     std::cout << "xgrad vs LibTorch: MHA self-attention forward+backward (bench/)\n"
               << "CPU: " << machine[0].second << "\n"
-              << "OpenBLAS core (detected by OpenBLAS; LibTorch's GEMMs run on it): " << machine[1].second
+              << "OpenBLAS core in use (LibTorch's GEMMs run on it): " << machine[1].second
               << "; OPENBLAS_CORETYPE=" << machine[2].second << "\n"
               << "LibTorch " << machine[3].second << ": " << machine[4].second
               << "; OMP_WAIT_POLICY=" << machine[6].second << "\n"
@@ -980,6 +1127,9 @@ int main(int argc, char** argv)
               << (std::atof(machine[7].second.c_str()) > 0.25
                       ? "WARNING: other processes are using the CPUs; timings (above all at 2 threads) will be noisy\n"
                       : "")
+              << "glibc malloc: MALLOC_MMAP_THRESHOLD_=" << machine[8].second << ", MALLOC_TRIM_THRESHOLD_="
+              << machine[9].second << "; CPU bfloat16 dot products (AVX512_BF16 or AMX-BF16): " << machine[10].second
+              << "\n"
               << "threads: at::set_num_threads(n) and xgrad::set_num_threads(n); OpenBLAS set to n around\n"
               << "LibTorch steps and to 1 around xgrad steps (xgrad keeps its BLAS single-threaded by design).\n"
               << std::flush;

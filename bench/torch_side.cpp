@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/Version.h>
+#include <ATen/autocast_mode.h>
 #include <c10/core/CPUAllocator.h>
 #include <torch/autograd.h>
 #include <torch/nn/functional/loss.h>
@@ -85,6 +86,34 @@ std::vector<double> to_doubles(const torch::Tensor& t)
     return std::vector<double>(c.data_ptr<double>(), c.data_ptr<double>() + c.numel());
 }
 
+// CPU autocast to bfloat16 while it lives, as a user writes `with torch.autocast("cpu", torch.bfloat16)`
+// around the forward (LibTorch 1.13's C++ API); a no-op when off.
+class autocast_bf16
+{
+public:
+    explicit autocast_bf16(bool on) : on_(on)
+    {
+        if (on_)
+        {
+            at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+            at::autocast::set_cpu_enabled(true);
+        }
+    }
+    ~autocast_bf16()
+    {
+        if (on_)
+        {
+            at::autocast::set_cpu_enabled(false);
+            at::autocast::clear_cache();
+        }
+    }
+    autocast_bf16(const autocast_bf16&) = delete;
+    autocast_bf16& operator=(const autocast_bf16&) = delete;
+
+private:
+    bool on_;
+};
+
 void reset_grad(torch::Tensor& t)
 {
     t.mutable_grad().reset();  // grad = None, as optimizer.zero_grad(set_to_none=True)
@@ -94,8 +123,8 @@ template <class T>
 class torch_mha final : public mha_case
 {
 public:
-    torch_mha(const mha_problem<T>& p, bool composed)
-        : composed_(composed), B_(p.B), T_(p.T), d_(p.d), H_(p.H), mha_(nullptr)
+    torch_mha(const mha_problem<T>& p, bool composed, bool bf16)
+        : composed_(composed), bf16_(bf16), B_(p.B), T_(p.T), d_(p.d), H_(p.H), mha_(nullptr)
     {
         const auto B = static_cast<std::int64_t>(p.B), Tn = static_cast<std::int64_t>(p.T),
                    d = static_cast<std::int64_t>(p.d);
@@ -133,19 +162,27 @@ public:
     void step() override
     {
         torch::Tensor y = forward();
-        (y * G_).sum().backward();
+        (y.to(G_.scalar_type()) * G_).sum().backward();
     }
 
     std::size_t instrumented_step() override
     {
+        // Not counted under autocast: LibTorch's bf16 matmul asks the allocator for raw buffers, which the
+        // counting wrapper cannot serve (its data and context pointers differ).
         counting_allocator& counter = the_counter();
-        counter.install();
+        if (!bf16_)
+        {
+            counter.install();
+        }
         const std::int64_t before = counter.live();
-        torch::Tensor y = forward();
+        torch::Tensor y = forward().to(G_.scalar_type());
         torch::Tensor loss = (y * G_).sum();
         const std::int64_t held = counter.live() - before;
         loss.backward();
-        counter.uninstall();
+        if (!bf16_)
+        {
+            counter.uninstall();
+        }
         y_ = composed_ ? y.detach().clone() : y.detach().transpose(0, 1).contiguous();
         return held > 0 ? static_cast<std::size_t>(held) : 0;
     }
@@ -166,6 +203,7 @@ private:
     // Clears the previous step's gradients, then records the forward. Returns Y.
     torch::Tensor forward()
     {
+        const autocast_bf16 autocast(bf16_);
         reset_grad(X_);
         const auto B = static_cast<std::int64_t>(B_), Tn = static_cast<std::int64_t>(T_),
                    d = static_cast<std::int64_t>(d_), H = static_cast<std::int64_t>(H_), dh = d / H;
@@ -193,7 +231,7 @@ private:
         return heads.matmul(W_O_);
     }
 
-    bool composed_;
+    bool composed_, bf16_;
     std::size_t B_, T_, d_, H_;
     torch::Tensor X_, G_, W_Q_, W_K_, W_V_, W_O_, masked_, additive_mask_, y_;
     torch::nn::MultiheadAttention mha_;
@@ -236,7 +274,7 @@ private:
 class torch_gpt final : public gpt_case
 {
 public:
-    explicit torch_gpt(const gpt_problem& p) : s_(p.spec)
+    torch_gpt(const gpt_problem& p, bool bf16) : s_(p.spec), bf16_(bf16)
     {
         std::vector<torch::Tensor> decay, no_decay;
         for (const auto& t : p.params)
@@ -262,7 +300,11 @@ public:
     double step() override
     {
         optimiser_->zero_grad();
-        torch::Tensor loss = forward();
+        torch::Tensor loss;
+        {
+            const autocast_bf16 autocast(bf16_);
+            loss = forward();
+        }
         loss.backward();
         optimiser_->step();
         return loss.item<double>();
@@ -299,21 +341,22 @@ private:
     }
 
     gpt_spec s_;
+    bool bf16_;
     std::map<std::string, torch::Tensor> params_;
     torch::Tensor tokens_, targets_, masked_;
     std::unique_ptr<torch::optim::AdamW> optimiser_;
 };
 }  // namespace
 
-std::unique_ptr<gpt_case> make_torch_gpt(const gpt_problem& p)
+std::unique_ptr<gpt_case> make_torch_gpt(const gpt_problem& p, bool bf16)
 {
-    return std::make_unique<torch_gpt>(p);
+    return std::make_unique<torch_gpt>(p, bf16);
 }
 
 template <class T>
-std::unique_ptr<mha_case> make_torch_mha(const mha_problem<T>& p, bool composed)
+std::unique_ptr<mha_case> make_torch_mha(const mha_problem<T>& p, bool composed, bool bf16)
 {
-    return std::make_unique<torch_mha<T>>(p, composed);
+    return std::make_unique<torch_mha<T>>(p, composed, bf16);
 }
 
 template <class T>
@@ -354,8 +397,8 @@ std::string torch_blas_info()
     return out;
 }
 
-template std::unique_ptr<mha_case> make_torch_mha(const mha_problem<float>&, bool);
-template std::unique_ptr<mha_case> make_torch_mha(const mha_problem<double>&, bool);
+template std::unique_ptr<mha_case> make_torch_mha(const mha_problem<float>&, bool, bool);
+template std::unique_ptr<mha_case> make_torch_mha(const mha_problem<double>&, bool, bool);
 template std::unique_ptr<chain_case> make_torch_chain<float>(std::size_t, std::size_t);
 template std::unique_ptr<chain_case> make_torch_chain<double>(std::size_t, std::size_t);
 }  // namespace bench

@@ -13,6 +13,7 @@
 #include "optim/optim.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/parallel.hpp"
+#include "kernels/precision.hpp"
 
 namespace bench
 {
@@ -36,8 +37,9 @@ template <class T>
 class xgrad_mha final : public mha_case
 {
 public:
-    xgrad_mha(const mha_problem<T>& p, bool fused)
-        : x_(to_array(p.X, {p.B, p.T, p.d})), g_(to_array(p.G, {p.B, p.T, p.d}))
+    xgrad_mha(const mha_problem<T>& p, bool fused, bool bf16)
+        : x_(to_array(p.X, {p.B, p.T, p.d})), g_(to_array(p.G, {p.B, p.T, p.d})),
+          precision_(bf16 ? xgrad::matmul_precision::bf16 : xgrad::matmul_precision::fp32)
     {
         config_.d_model = p.d;
         config_.heads = p.H;
@@ -66,6 +68,7 @@ private:
     // What a user writes: a fresh tape, bind the parameters, forward, loss, backward.
     void run(xgrad::array<T>* keep_output, std::size_t* saved_bytes)
     {
+        const xgrad::precision_scope precision(precision_);
         params_.zero_grad();
         xgrad::tape<T> t;
         auto x = t.input(x_, "X");
@@ -88,6 +91,7 @@ private:
     xgrad::models::mha_parameters<T> params_;
     xgrad::models::mha_options options_;
     xgrad::array<T> x_, g_, y_;
+    xgrad::matmul_precision precision_;
 };
 
 template <class T>
@@ -142,8 +146,9 @@ xgrad::ids_t ids_of(const std::vector<std::int64_t>& v, std::size_t B, std::size
 class xgrad_gpt final : public gpt_case
 {
 public:
-    explicit xgrad_gpt(const gpt_problem& p)
-        : params_(xgrad::models::gpt_parameters<float>::init(gpt_config_of(p.spec), 1)),
+    xgrad_gpt(const gpt_problem& p, bool bf16)
+        : precision_(bf16 ? xgrad::matmul_precision::bf16 : xgrad::matmul_precision::fp32),
+          params_(xgrad::models::gpt_parameters<float>::init(gpt_config_of(p.spec), 1)),
           tokens_(ids_of(p.tokens, p.spec.B, p.spec.T)), targets_(ids_of(p.targets, p.spec.B, p.spec.T)),
           named_(params_.named_parameters()),
           optimiser_(named_, xgrad::optim::adamw_options(p.lr, p.weight_decay))
@@ -157,6 +162,7 @@ public:
 
     double step() override
     {
+        const xgrad::precision_scope precision(precision_);
         params_.zero_grad();
         xgrad::tape<float> t;
         const auto r = xgrad::models::gpt_forward(t, params_, tokens_, &targets_);
@@ -166,6 +172,7 @@ public:
     }
 
 private:
+    xgrad::matmul_precision precision_;
     xgrad::models::gpt_parameters<float> params_;
     xgrad::ids_t tokens_, targets_;
     std::vector<xgrad::parameter<float>> named_;
@@ -199,9 +206,14 @@ gpt_problem make_gpt_problem(const gpt_spec& spec, unsigned seed)
     return p;
 }
 
-std::unique_ptr<gpt_case> make_xgrad_gpt(const gpt_problem& p)
+std::unique_ptr<gpt_case> make_xgrad_gpt(const gpt_problem& p, bool bf16)
 {
-    return std::make_unique<xgrad_gpt>(p);
+    return std::make_unique<xgrad_gpt>(p, bf16);
+}
+
+bool xgrad_bf16_supported()
+{
+    return xgrad::bf16_supported();
 }
 
 std::uint64_t gpt_forward_multiply_adds(const gpt_spec& spec)
@@ -210,9 +222,9 @@ std::uint64_t gpt_forward_multiply_adds(const gpt_spec& spec)
 }
 
 template <class T>
-std::unique_ptr<mha_case> make_xgrad_mha(const mha_problem<T>& p, bool fused)
+std::unique_ptr<mha_case> make_xgrad_mha(const mha_problem<T>& p, bool fused, bool bf16)
 {
-    return std::make_unique<xgrad_mha<T>>(p, fused);
+    return std::make_unique<xgrad_mha<T>>(p, fused, bf16);
 }
 
 template <class T>
@@ -302,6 +314,13 @@ gemm_row xgrad_gemm_row(const gemm_shape& s, int reps)
         k::gemm(s.ta, s.tb, s.m, s.n, s.k, a.data(), lda, b.data(), ldb, T(0), c.data(), s.n);
     });
     row.chosen = k::name(k::gemm_choice(sizeof(T) == 8, s.ta, s.tb, s.m, s.n, s.k));
+    if (sizeof(T) == 4 && xgrad::bf16_supported())
+    {
+        const xgrad::precision_scope bf16(xgrad::matmul_precision::bf16);
+        row.door_bf16_gflops = gflops_of(flop, reps, [&] {
+            k::gemm(s.ta, s.tb, s.m, s.n, s.k, a.data(), lda, b.data(), ldb, T(0), c.data(), s.n);
+        });
+    }
     for (k::gemm_backend backend : k::all_gemm_backends)
     {
         if (!k::gemm_backend_supports(backend, sizeof(T) == 8, s.m, s.n, s.k))
@@ -315,8 +334,8 @@ gemm_row xgrad_gemm_row(const gemm_shape& s, int reps)
     return row;
 }
 
-template std::unique_ptr<mha_case> make_xgrad_mha(const mha_problem<float>&, bool);
-template std::unique_ptr<mha_case> make_xgrad_mha(const mha_problem<double>&, bool);
+template std::unique_ptr<mha_case> make_xgrad_mha(const mha_problem<float>&, bool, bool);
+template std::unique_ptr<mha_case> make_xgrad_mha(const mha_problem<double>&, bool, bool);
 template std::unique_ptr<chain_case> make_xgrad_chain<float>(std::size_t, std::size_t);
 template std::unique_ptr<chain_case> make_xgrad_chain<double>(std::size_t, std::size_t);
 template void xgrad_gemm(std::size_t, const float*, const float*, float*);

@@ -10,6 +10,9 @@
 //             otherwise: oneDNN's dnnl_sgemm
 //   float64   every side <= 256: one LIBXSMM kernel
 //             otherwise: LIBXSMM kernels over packed blocks (oneDNN has no double GEMM)
+//   float32 at bf16 matmul precision (kernels/precision.hpp): A and B rounded to bfloat16, then
+//             at least 2^21 multiply-adds: oneDNN's matmul primitive on bfloat16 operands (AMX or
+//             AVX512_BF16), float32 result; fewer: the float32 rule above on the rounded values
 //
 // The rule follows the bench's GEMM backend table (docs/performance.md), which times every backend on the
 // products of an MHA step in every run. It is fixed, not measured per process: a first version timed each
@@ -19,12 +22,14 @@
 #include "kernels/gemm.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
 
 #include "kernels/gemm_backends.hpp"
+#include "kernels/precision.hpp"
 
 namespace xgrad::kernels
 {
@@ -54,6 +59,12 @@ void run(gemm_backend backend, const backends::product& p, const T* a, const T* 
             return backends::onednn(p, a, b, beta, c);
         }
         break;
+    case gemm_backend::onednn_matmul:
+        if constexpr (std::is_same_v<T, float>)
+        {
+            return backends::onednn_matmul(p, a, b, beta, c);
+        }
+        break;
     case gemm_backend::libxsmm:
         return backends::libxsmm_whole(p, a, b, beta, c);
     case gemm_backend::libxsmm_tiled:
@@ -75,6 +86,25 @@ gemm_backend backend_for(bool tb, std::size_t m, std::size_t n, std::size_t k)
     {
         return largest <= 256 ? gemm_backend::libxsmm : gemm_backend::libxsmm_tiled;
     }
+}
+
+// Multiply-adds from which oneDNN's bf16 matmul beats rounding the operands and running the float32
+// rule (its per-call cost is a few microseconds; the bench's GEMM table, "door bf16" column).
+constexpr std::uint64_t bf16_library_work = std::uint64_t(1) << 21;
+
+// The bf16 rule: operands rounded to bfloat16 either way, so the two paths give the same products
+// (exact in float32) up to the order of the float32 sums.
+void gemm_bf16(const backends::product& p, const float* a, const float* b, float beta, float* c)
+{
+    const auto work = static_cast<std::uint64_t>(p.m) * static_cast<std::uint64_t>(p.n) * static_cast<std::uint64_t>(p.k);
+    if (work >= bf16_library_work)
+    {
+        return backends::onednn_bf16(p, a, b, beta, c);
+    }
+    const backends::rounded_operands r = backends::round_operands_to_bf16(p, a, b);
+    run(backend_for<float>(p.tb, static_cast<std::size_t>(p.m), static_cast<std::size_t>(p.n),
+                           static_cast<std::size_t>(p.k)),
+        r.p, r.a, r.b, beta, c);
 }
 
 // What every entry point shares: empty products, k = 0, any beta, the int limits. Then `body` runs the
@@ -118,6 +148,13 @@ void gemm_any(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, con
               const T* b, std::size_t ldb, T beta, T* c, std::size_t ldc)
 {
     with_checked_product(ta, tb, m, n, k, lda, ldb, beta, c, ldc, [&](const backends::product& p, T b01) {
+        if constexpr (std::is_same_v<T, float>)
+        {
+            if (current_matmul_precision() == matmul_precision::bf16)
+            {
+                return gemm_bf16(p, a, b, b01, c);
+            }
+        }
         run(backend_for<T>(tb, m, n, k), p, a, b, b01, c);
     });
 }
@@ -145,6 +182,8 @@ const char* name(gemm_backend backend)
         return "openblas";
     case gemm_backend::onednn:
         return "onednn";
+    case gemm_backend::onednn_matmul:
+        return "onednn_matmul";
     case gemm_backend::libxsmm:
         return "libxsmm";
     case gemm_backend::libxsmm_tiled:
@@ -158,6 +197,7 @@ bool gemm_backend_supports(gemm_backend backend, bool double_precision, std::siz
     switch (backend)
     {
     case gemm_backend::onednn:
+    case gemm_backend::onednn_matmul:
         return !double_precision;
     case gemm_backend::libxsmm:
     {

@@ -8,26 +8,31 @@
 
 namespace xgrad::kernels
 {
-// C = op(A) op(B) + beta C, all row-major; op(A) is m x k, op(B) is k x n, C is m x n.
+// C = op(A) op(B) + beta C, all row-major; op(A) is m x k, op(B) is k x n, C is m x n. Float products
+// run at the calling thread's matmul precision (kernels/precision.hpp): with bf16, A and B are rounded to
+// bfloat16 and the product goes to oneDNN's bf16 matmul primitive, accumulating in float32.
 void gemm(bool transpose_a, bool transpose_b, std::size_t m, std::size_t n, std::size_t k, const float* a,
           std::size_t lda, const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc);
 void gemm(bool transpose_a, bool transpose_b, std::size_t m, std::size_t n, std::size_t k, const double* a,
           std::size_t lda, const double* b, std::size_t ldb, double beta, double* c, std::size_t ldc);
 
-// The backends behind gemm (its rule picks oneDNN or LIBXSMM; all four run through gemm_with).
+// The backends behind gemm (its rule picks oneDNN or LIBXSMM; all of them run through gemm_with).
 //   openblas       OpenBLAS's CBLAS (its kernels are the ones it detects for this CPU)
 //   onednn         oneDNN's dnnl_sgemm (float only: oneDNN has no double GEMM)
+//   onednn_matmul  oneDNN's matmul primitive, float32 (its brgemm kernels; float only)
 //   libxsmm        one LIBXSMM JIT kernel over the whole product (every side at most 256)
 //   libxsmm_tiled  LIBXSMM JIT kernels over packed blocks of A and B (any size)
 enum class gemm_backend
 {
     openblas,
     onednn,
+    onednn_matmul,
     libxsmm,
     libxsmm_tiled,
 };
 inline constexpr gemm_backend all_gemm_backends[] = {gemm_backend::openblas, gemm_backend::onednn,
-                                                     gemm_backend::libxsmm, gemm_backend::libxsmm_tiled};
+                                                     gemm_backend::onednn_matmul, gemm_backend::libxsmm,
+                                                     gemm_backend::libxsmm_tiled};
 const char* name(gemm_backend backend);
 
 // Whether `backend` can run an m x n x k product of this dtype (double_precision = false for float).

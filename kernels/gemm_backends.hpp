@@ -22,6 +22,20 @@ const char* openblas_core();
 // oneDNN's dnnl_sgemm, on one thread (kernels/gemm_onednn.cpp). Float only.
 void onednn(const product& p, const float* a, const float* b, float beta, float* c);
 
+// oneDNN's matmul primitive (kernels/gemm_onednn_matmul.cpp), on one thread: float32 operands, or
+// operands rounded to bfloat16 (CPUs with AVX512_BF16 or AMX-BF16 only); float32 result either way.
+void onednn_matmul(const product& p, const float* a, const float* b, float beta, float* c);
+void onednn_bf16(const product& p, const float* a, const float* b, float beta, float* c);
+// A and B rounded to bfloat16 values held as float32, packed, in buffers of the calling thread (valid
+// until its next call): for small products, where a float32 kernel on them beats oneDNN's call cost.
+struct rounded_operands
+{
+    product p;  // p with the packed leading dimensions
+    const float* a;
+    const float* b;
+};
+rounded_operands round_operands_to_bf16(const product& p, const float* a, const float* b);
+
 // LIBXSMM (kernels/gemm_libxsmm.cpp): one JIT kernel for the whole product (every side at most
 // libxsmm_whole_side), or JIT kernels over packed blocks of any size.
 constexpr int libxsmm_whole_side = 256;

@@ -2,6 +2,8 @@
 // so a call costs a wake-up, not a thread start.
 #include "kernels/parallel.hpp"
 
+#include "kernels/precision.hpp"
+
 #include <algorithm>
 #include <condition_variable>
 #include <exception>
@@ -167,7 +169,18 @@ namespace kernels
 {
 void parallel_for(std::size_t count, const std::function<void(std::size_t)>& body)
 {
-    the_pool().run(count, body);
+    // Workers run the body at the caller's matmul precision (kernels/precision.hpp).
+    const matmul_precision precision = current_matmul_precision();
+    if (precision == matmul_precision::fp32)
+    {
+        the_pool().run(count, body);
+        return;
+    }
+    const std::function<void(std::size_t)> at_precision = [&](std::size_t i) {
+        const precision_scope scope(precision);
+        body(i);
+    };
+    the_pool().run(count, at_precision);
 }
 
 void for_rows(std::size_t rows, std::size_t row_length, const std::function<void(std::size_t)>& body)

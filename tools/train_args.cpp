@@ -121,6 +121,9 @@ train_command parse_train_arguments(const std::vector<std::string>& args)
                  "xgrad-train"};
     variant_flags variant;
     add_train_flags(app, c.run, warmup, decay, c.quiet, variant);
+    app.add_option("--precision", c.precision, "fp32 | bf16: matrix products on bfloat16-rounded operands")
+        ->check(CLI::IsMember({"fp32", "bf16"}))
+        ->capture_default_str();
     if (!parse(app, args))
     {
         c.help = true;

@@ -23,6 +23,7 @@ struct train_command
     std::string help_text;        // when help
     train::train_options run;     // otherwise
     bool quiet = false;
+    std::string precision = "fp32";  // --precision: the matmul precision of the run (kernels/precision.hpp)
 };
 
 struct sample_command

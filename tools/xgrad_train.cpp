@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "io/safetensors.hpp"  // io::format_error
+#include "kernels/precision.hpp"
 #include "tools/train_args.hpp"
 #include "train/communicator.hpp"
 #include "train/trainer.hpp"
@@ -59,6 +60,8 @@ int main(int argc, char** argv)
         o.interrupt = &interrupted;
         const bool leader = comm->rank() == 0;
         std::FILE* progress = quiet || !leader ? nullptr : stdout;
+        // docs/spec.md, "Training on text": --precision bf16 rounds every matrix product's operands
+        const precision_scope precision(parse_matmul_precision(command.precision.c_str()));
         const train::train_summary s = train::run_training(o, progress, isatty(STDOUT_FILENO) != 0, *comm);
         if (!leader)
         {

@@ -1,0 +1,297 @@
+// The bf16 matmul precision (kernels/precision.hpp): operands rounded to bfloat16 with ties to even and
+// accumulation in float32, for every GEMM shape class and transpose flag (on both sides of the door's
+// bf16 threshold: oneDNN's bf16 primitive, or the float32 rule on rounded operands), beta 0 and 1, padded leading
+// dimensions; the setting's scope, its reach into worker threads, float64 left alone; the fused
+// attention's products; and a small training run whose losses stay near float32's. On a CPU without
+// bfloat16 dot products the scope must leave every product float32.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/gemm.hpp"
+#include "kernels/parallel.hpp"
+#include "kernels/precision.hpp"
+#include "test_util.hpp"
+#include "train/trainer.hpp"
+
+using xgrad::matmul_precision;
+using xgrad::precision_scope;
+
+namespace
+{
+// x rounded to the nearest bfloat16 (8 significant bits), ties to even, by frexp and nearbyint (the
+// library rounds by integer bit arithmetic instead). Normal floats only, as the tests use.
+float bf16_reference(float x)
+{
+    int exponent = 0;
+    const double fraction = std::frexp(static_cast<double>(x), &exponent);  // |fraction| in [0.5, 1)
+    return static_cast<float>(std::ldexp(std::nearbyint(std::ldexp(fraction, 8)), exponent - 8));
+}
+
+// a * b through the GEMM door as a 1 x 1 x 1 product.
+float door_product(float a, float b)
+{
+    float c = 0;
+    xgrad::kernels::gemm(false, false, 1, 1, 1, &a, 1, &b, 1, 0.0f, &c, 1);
+    return c;
+}
+
+struct shape
+{
+    bool ta, tb;
+    std::size_t m, n, k;
+};
+
+std::vector<float> random_floats(std::size_t n, unsigned seed)
+{
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-1, 1);
+    std::vector<float> v(n);
+    for (auto& x : v)
+    {
+        x = u(rng);
+    }
+    return v;
+}
+
+struct errors
+{
+    double vs_rounded = 0;  // worst |C - ref(rounded operands)| / (sum |a~ b~| + |C before|)
+    double vs_float = 0;    // worst |C - ref(float operands)| / (sum |a b| + |C before|)
+    bool padding_intact = true;
+};
+
+// Runs C = op(A) op(B) + beta C through the door at the calling thread's precision and measures C
+// against two double references: with the operands rounded to bfloat16, and as given.
+errors measure(const shape& s, float beta, unsigned seed)
+{
+    const std::size_t pad = 3;
+    const std::size_t a_rows = s.ta ? s.k : s.m, a_cols = s.ta ? s.m : s.k;
+    const std::size_t b_rows = s.tb ? s.n : s.k, b_cols = s.tb ? s.k : s.n;
+    const std::size_t lda = a_cols + pad, ldb = b_cols + pad, ldc = s.n + pad;
+    const auto a = random_floats(a_rows * lda, seed), b = random_floats(b_rows * ldb, seed + 1);
+    const auto c0 = random_floats(s.m * ldc, seed + 2);
+    std::vector<float> a16 = a, b16 = b;
+    for (auto* v : {&a16, &b16})
+    {
+        for (float& x : *v)
+        {
+            x = bf16_reference(x);
+        }
+    }
+    auto c = c0;
+    xgrad::kernels::gemm(s.ta, s.tb, s.m, s.n, s.k, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
+    errors e;
+    for (std::size_t i = 0; i < s.m; ++i)
+    {
+        for (std::size_t j = 0; j < ldc; ++j)
+        {
+            if (j >= s.n)
+            {
+                e.padding_intact = e.padding_intact && c[i * ldc + j] == c0[i * ldc + j];
+                continue;
+            }
+            double rounded = 0, exact = 0, rounded_abs = 0, exact_abs = 0;
+            for (std::size_t q = 0; q < s.k; ++q)
+            {
+                const float av = s.ta ? a[q * lda + i] : a[i * lda + q];
+                const float bv = s.tb ? b[j * ldb + q] : b[q * ldb + j];
+                const double ar = s.ta ? a16[q * lda + i] : a16[i * lda + q];
+                const double br = s.tb ? b16[j * ldb + q] : b16[q * ldb + j];
+                rounded += ar * br;
+                rounded_abs += std::fabs(ar * br);
+                exact += static_cast<double>(av) * bv;
+                exact_abs += std::fabs(static_cast<double>(av) * bv);
+            }
+            const double before = beta == 0.0f ? 0.0 : static_cast<double>(c0[i * ldc + j]);
+            const double got = static_cast<double>(c[i * ldc + j]) - before;
+            e.vs_rounded = std::max(e.vs_rounded, std::fabs(got - rounded) / (rounded_abs + std::fabs(before)));
+            e.vs_float = std::max(e.vs_float, std::fabs(got - exact) / (exact_abs + std::fabs(before)));
+        }
+    }
+    return e;
+}
+
+// The product classes of an MHA and GPT step (as in the bench's GEMM table) and the edges.
+const shape shapes[] = {
+    {false, false, 1, 1, 1},       {false, false, 1, 7, 5},       {false, false, 9, 1, 4},
+    {false, false, 5, 6, 1},       {false, false, 16, 32, 32},    {false, true, 16, 16, 8},
+    {false, false, 256, 128, 128}, {false, true, 64, 64, 32},     {false, true, 128, 128, 32},
+    {false, false, 256, 64, 256},  {true, false, 256, 64, 256},   {false, true, 256, 256, 64},
+    {false, false, 320, 384, 256}, {false, true, 320, 384, 256},  {true, false, 256, 384, 320},
+    {true, true, 70, 33, 129},     {false, false, 300, 200, 100}, {true, false, 65, 64, 512},
+};
+}  // namespace
+
+TEST_CASE("bf16 products: operands rounded to bfloat16 (ties to even), accumulated in float32")
+{
+    if (!xgrad::bf16_supported())
+    {
+        MESSAGE("this CPU has no bfloat16 dot products: only the float32 fallback is checked");
+        return;
+    }
+    const precision_scope bf16(matmul_precision::bf16);
+    REQUIRE(xgrad::current_matmul_precision() == matmul_precision::bf16);
+    const float ulp = std::ldexp(1.0f, -7);  // bfloat16's spacing in [1, 2)
+    CHECK(door_product(1.0f + ulp / 2, 1.0f) == 1.0f);                          // tie, down to even
+    CHECK(door_product(1.0f + 3 * ulp / 2, 1.0f) == 1.0f + 2 * ulp);             // tie, up to even
+    CHECK(door_product(1.0f + ulp / 2 + std::ldexp(1.0f, -20), 1.0f) == 1.0f + ulp);  // above the tie
+    CHECK(door_product(-(1.0f + 3 * ulp / 2), 1.0f) == -(1.0f + 2 * ulp));
+    CHECK(door_product(3.0f, 1.0f + ulp / 4) == 3.0f);  // the other operand is rounded too
+    CHECK(std::isnan(door_product(std::nanf(""), 1.0f)));
+    CHECK(bf16_reference(1.0f + 3 * ulp / 2) == 1.0f + 2 * ulp);  // the test's own rounding agrees
+}
+
+TEST_CASE("bf16 products of every shape class and transpose flag stay within bfloat16 rounding bounds")
+{
+    if (!xgrad::bf16_supported())
+    {
+        return;
+    }
+    const precision_scope bf16(matmul_precision::bf16);
+    const double unit = std::ldexp(1.0, -8);  // bfloat16's unit roundoff
+    unsigned seed = 1;
+    for (const shape& s : shapes)
+    {
+        for (float beta : {0.0f, 1.0f})
+        {
+            const errors e = measure(s, beta, seed += 3);
+            CAPTURE(s.ta);
+            CAPTURE(s.tb);
+            CAPTURE(s.m);
+            CAPTURE(s.n);
+            CAPTURE(s.k);
+            CAPTURE(beta);
+            // float32 accumulation of exactly representable products: (k + 2) float32 roundoffs
+            CHECK(e.vs_rounded <= (static_cast<double>(s.k) + 2) * std::ldexp(1.0, -23));
+            // each product of two rounded operands is off by at most 2u + u^2 of |a b|
+            CHECK(e.vs_float <= (2 * unit + unit * unit) * 1.001 + (static_cast<double>(s.k) + 2) * std::ldexp(1.0, -23));
+            CHECK(e.padding_intact);
+            if (s.k >= 8)
+            {
+                CHECK(e.vs_float > 1e-5);  // the operands were rounded: far beyond float32's error
+            }
+        }
+    }
+}
+
+TEST_CASE("the precision scope restores the previous setting, reaches worker threads, leaves float64 alone")
+{
+    const float halfway = 1.0f + std::ldexp(1.0f, -8);
+    CHECK(xgrad::current_matmul_precision() == matmul_precision::fp32);
+    CHECK(door_product(halfway, 1.0f) == halfway);
+    {
+        const precision_scope bf16(matmul_precision::bf16);
+        const bool rounds = xgrad::bf16_supported();
+        CHECK(door_product(halfway, 1.0f) == (rounds ? 1.0f : halfway));
+        {
+            const precision_scope fp32(matmul_precision::fp32);
+            CHECK(door_product(halfway, 1.0f) == halfway);
+        }
+        CHECK(door_product(halfway, 1.0f) == (rounds ? 1.0f : halfway));
+        const double halfway64 = 1.0 + std::ldexp(1.0, -8), one = 1.0;
+        double c = 0;
+        xgrad::kernels::gemm(false, false, 1, 1, 1, &halfway64, 1, &one, 1, 0.0, &c, 1);
+        CHECK(c == halfway64);
+
+        xgrad::set_num_threads(2);
+        std::vector<float> results(64, 0.0f);
+        xgrad::kernels::parallel_for(results.size(), [&](std::size_t i) { results[i] = door_product(halfway, 1.0f); });
+        xgrad::set_num_threads(1);
+        for (float r : results)
+        {
+            CHECK(r == (rounds ? 1.0f : halfway));
+        }
+    }
+    CHECK(xgrad::current_matmul_precision() == matmul_precision::fp32);
+    CHECK(door_product(halfway, 1.0f) == halfway);
+}
+
+TEST_CASE("precision names")
+{
+    CHECK(xgrad::parse_matmul_precision("fp32") == matmul_precision::fp32);
+    CHECK(xgrad::parse_matmul_precision("bf16") == matmul_precision::bf16);
+    CHECK(std::string(xgrad::name(matmul_precision::bf16)) == "bf16");
+    CHECK(xgrad::test::invalid_argument_message([] { xgrad::parse_matmul_precision("fp16"); })
+              .find("'fp16'") != std::string::npos);
+}
+
+TEST_CASE("the fused attention's products run in bf16 too, close to float32")
+{
+    using namespace xgrad;
+    const std::size_t B = 2, H = 2, T = 70, dh = 16;  // two query tiles, a partial one
+    auto run = [&](matmul_precision precision) {
+        const precision_scope scope(precision);
+        tape<float> t;
+        const auto q = t.input(xt::cast<float>(test::random_array({B, H, T, dh}, 1)));
+        const auto k = t.input(xt::cast<float>(test::random_array({B, H, T, dh}, 2)));
+        const auto v = t.input(xt::cast<float>(test::random_array({B, H, T, dh}, 3)));
+        const auto y = ops::attention(q, k, v, nullptr, true);
+        t.backward(ops::sum(ops::mul(y, y)));
+        return std::vector<array<float>>{y.value(), q.grad(), k.grad(), v.grad()};
+    };
+    const auto fp32 = run(matmul_precision::fp32);
+    const auto bf16 = run(matmul_precision::bf16);
+    for (std::size_t i = 0; i < fp32.size(); ++i)
+    {
+        const double scale = xt::amax(xt::abs(fp32[i]))();
+        const double diff = xt::amax(xt::abs(fp32[i] - bf16[i]))();
+        CAPTURE(i);
+        CHECK(diff <= 0.03 * scale);  // a few bfloat16 roundoffs through two products and a softmax
+        if (bf16_supported())
+        {
+            CHECK(diff > 1e-5 * scale);
+        }
+    }
+}
+
+namespace
+{
+std::string practice_text()
+{
+    std::string text;
+    const char* words[] = {"the ", "cat ", "sat ", "on ", "a ", "mat. ", "dogs ", "run ", "fast!\n"};
+    std::mt19937 rng(3);
+    for (int i = 0; i < 1500; ++i)
+    {
+        text += words[rng() % 9];
+    }
+    return text;
+}
+}  // namespace
+
+TEST_CASE("a small bf16 training run ends within 0.05 nats of float32's validation loss")
+{
+    xgrad::test::temp_dir dir;
+    const std::string data = dir / "text.txt";
+    std::ofstream(data, std::ios::binary) << practice_text();
+    auto run = [&](matmul_precision precision, const std::string& out) {
+        xgrad::train::train_options o;
+        o.data = data;
+        o.out = dir / out;
+        o.steps = 60;
+        o.model = {0, 32, 2, 32, 4, 0};
+        o.batch = 8;
+        o.lr = 1e-2;
+        o.eval_every = 0;
+        o.eval_windows = 16;
+        o.save_every = 60;
+        o.sample_tokens = 0;
+        o.plots = false;
+        const precision_scope scope(precision);
+        return xgrad::train::run_training(o);
+    };
+    const auto fp32 = run(matmul_precision::fp32, "fp32");
+    const auto bf16 = run(matmul_precision::bf16, "bf16");
+    CHECK(fp32.val_loss < 2.0);  // both learned (about log(18) = 2.89 at the start)
+    MESSAGE("validation loss after 60 steps: fp32 " << fp32.val_loss << ", bf16 " << bf16.val_loss);
+    CHECK(std::fabs(bf16.val_loss - fp32.val_loss) <= 0.05);
+    if (xgrad::bf16_supported())
+    {
+        CHECK(bf16.val_loss != fp32.val_loss);
+    }
+}
