@@ -96,7 +96,7 @@ struct gpt_spec
 };
 struct gpt_tensor
 {
-    std::string name;  // SPEC's parameter name, e.g. "blocks.0.attn.W_Q"
+    std::string name;  // docs/spec.md's parameter name, e.g. "blocks.0.attn.W_Q"
     std::vector<std::int64_t> shape;
     std::vector<float> values;
 };

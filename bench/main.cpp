@@ -83,7 +83,7 @@ struct settings
     bool bf16 = true;  // the bf16 columns of the float32 MHA and GPT rows (--no-bf16: none)
 };
 
-// SPEC's small GPT at three sizes (V, L, d, H, T, B), trained with AdamW, float32.
+// docs/spec.md's small GPT at three sizes (V, L, d, H, T, B), trained with AdamW, float32.
 const std::vector<bench::gpt_spec> all_gpt_configs = {
     {"nano", 65, 2, 64, 4, 64, 16},
     {"char", 65, 4, 128, 4, 128, 16},

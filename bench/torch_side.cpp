@@ -268,7 +268,7 @@ private:
     torch::Tensor x_, c_;
     double result_ = 0;
 };
-// The same GPT as models::gpt_forward (SPEC's "small GPT": pre-LN, learned positions, head tied to
+// The same GPT as models::gpt_forward (docs/spec.md, "The small GPT": pre-LN, learned positions, head tied to
 // wte, causal attention composed as in the MHA case, tanh GELU) and torch.optim.AdamW with nanoGPT's two
 // parameter groups (weight decay on tensors of rank >= 2 only, as xgrad's optimiser).
 class torch_gpt final : public gpt_case

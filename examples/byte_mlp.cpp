@@ -4,12 +4,11 @@
 // differences in float64. See docs/tutorial.md, "Your own model".
 //
 //   build/bin/byte_mlp --data build/fortunes.txt --out build/byte-mlp --steps 500
-#include <CLI/CLI.hpp>
-
 #include <cmath>
 #include <cstdio>
 
 #include "autodiff/gradcheck.hpp"
+#include "examples/cli.hpp"
 #include "io/checkpoint.hpp"
 #include "train/trainer.hpp"
 
@@ -106,7 +105,10 @@ int main(int argc, char** argv)
     app.add_option("--hidden", hidden, "hidden ReLU units")->capture_default_str();
     app.add_option("--seed", o.seed, "seeds the weights and the batches")->capture_default_str();
     app.add_flag("--resume", o.resume, "continue from --out/model.safetensors");
-    CLI11_PARSE(app, argc, argv);
+    if (const auto status = examples::parse_command_line(app, argc, argv))
+    {
+        return *status;
+    }
     try
     {
         const train::text_corpus data = train::text_corpus::load(o.data, o.model.block_size);

@@ -9,6 +9,7 @@
 #include <random>
 #include <string>
 
+#include "examples/cli.hpp"
 #include "examples/random_ids.hpp"
 #include "models/gpt.hpp"
 
@@ -44,7 +45,7 @@ bool ends_with(const std::string& s, const std::string& tail)
 }
 
 // The term of gpt_multiply_adds a matmul node belongs to, told by the parameter it multiplies (a
-// parameter leaf is labelled with its SPEC name); a product of two activations is attention.
+// parameter leaf is labelled with its docs/spec.md name); a product of two activations is attention.
 std::string term_of(const std::vector<node_info>& nodes, const node_info& n)
 {
     for (auto input : n.inputs)
@@ -106,8 +107,13 @@ void print_variants(const gpt_config& base, std::size_t B, std::size_t T, const 
     std::printf("\n  SwiGLU's three matrices cost 3 d h against GELU's 2 d h; at h = 4 d that is 12 d^2 per token.\n");
 }
 
-int main()
+int main(int argc, char** argv)
 {
+    CLI::App app{"The GPT's parameter and multiply-add formulas beside what the tape counts", "gpt_demo"};
+    if (const auto status = examples::parse_command_line(app, argc, argv))
+    {
+        return *status;
+    }
     const gpt_config c{/*V=*/65, /*block_size=*/64, /*L=*/2, /*d=*/64, /*H=*/4};
     const std::size_t B = 2, T = 16;
     const unsigned seed = 1;

@@ -14,15 +14,15 @@
 //   gpt_gradcheck                                         the default model (GPT-2 layout, tied head)
 //   gpt_gradcheck --norm rmsnorm --position rope --mlp swiglu --bias none --untied-head   the Llama block
 //   gpt_gradcheck --position rope --break rope            find a deliberate mistake
-#include <CLI/CLI.hpp>
-
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <random>
 #include <string>
 
+#include "autodiff/compare.hpp"
 #include "autodiff/gradcheck.hpp"
+#include "examples/cli.hpp"
 #include "examples/random_ids.hpp"
 #include "models/divergence.hpp"
 #include "models/manual_faults.hpp"
@@ -41,23 +41,6 @@ std::string rule_list()
         list += (list.empty() ? "" : ", ") + std::string(manual::to_string(rule));
     }
     return list;
-}
-
-struct difference
-{
-    double abs, rel;
-};
-
-// Largest |a - b|, and that divided by the largest |entry| of either (as in mha_demo's table).
-difference compare(const array<double>& a, const array<double>& b)
-{
-    double abs = 0, scale = 0;
-    for (std::size_t i = 0; i < a.size(); ++i)
-    {
-        abs = std::max(abs, std::abs(a.data()[i] - b.data()[i]));
-        scale = std::max({scale, std::abs(a.data()[i]), std::abs(b.data()[i])});
-    }
-    return {abs, scale > 0 ? abs / scale : 0.0};
 }
 
 // Seeded values for every parameter: matrices N(0, 1 / rows), so that every layer's output has about unit
@@ -135,9 +118,12 @@ int main(int argc, char** argv)
     app.add_option("--break", o.broken, "make one deliberate mistake in the manual backward: " + rule_list());
     gpt_config config;
     manual::broken_rule broken = manual::broken_rule::none;
+    if (const auto status = examples::parse_command_line(app, argc, argv))
+    {
+        return *status;
+    }
     try
     {
-        app.parse(argc, argv);
         config = config_of(o);
         const auto rule = manual::broken_rule_from_string(o.broken);
         if (!rule)
@@ -149,10 +135,6 @@ int main(int argc, char** argv)
             throw std::invalid_argument("--break " + o.broken + ": this variant does not use the rule (" + *why + ")");
         }
         broken = *rule;
-    }
-    catch (const CLI::ParseError& e)
-    {
-        return app.exit(e) == 0 ? 0 : 2;
     }
     catch (const std::exception& e)
     {
@@ -211,7 +193,8 @@ int main(int argc, char** argv)
         const auto tn = compare(p.grad(), numeric);
         const auto mn = compare(by_hand.of(name), numeric);
         std::printf("  %-20s %-8s | %10.2e %10.2e | %10.2e %10.2e | %10.2e %10.2e\n", name.c_str(),
-                    shape_str(to_shape(p.value().shape())).c_str(), tm.abs, tm.rel, tn.abs, tn.rel, mn.abs, mn.rel);
+                    shape_str(to_shape(p.value().shape())).c_str(), tm.max_abs, tm.max_rel, tn.max_abs, tn.max_rel,
+                    mn.max_abs, mn.max_rel);
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf("\n  %zu entries, %zu forward passes in %.1f s. max rel = max abs / the largest |entry| of the two.\n",

@@ -14,10 +14,9 @@
 #include <random>
 #include <string>
 
-#include <CLI/CLI.hpp>
-
 #include "autodiff/compare.hpp"
 #include "autodiff/gradcheck.hpp"
+#include "examples/cli.hpp"
 #include "models/mha_manual.hpp"
 
 using namespace xgrad;
@@ -161,19 +160,9 @@ int main(int argc, char** argv)
                  "mha_demo"};
     std::string out_dir = ".";
     app.add_option("output_dir", out_dir, "folder for the graph (mha_graph.dot, .svg, .png)")->capture_default_str();
-    try
+    if (const auto status = examples::parse_command_line(app, argc, argv))
     {
-        app.parse(argc, argv);
-    }
-    catch (const CLI::CallForHelp&)
-    {
-        std::printf("%s", app.help().c_str());
-        return 0;
-    }
-    catch (const CLI::ParseError& e)
-    {
-        std::fprintf(stderr, "mha_demo: %s (see --help)\n", e.what());
-        return 2;
+        return *status;
     }
     const std::size_t B = 2, T = 5, d = 8, H = 2;
     std::mt19937 rng(7);

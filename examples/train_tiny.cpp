@@ -2,12 +2,13 @@
 // Shows the training-loop pattern: parameters outlive tapes, a fresh tape per step, backward adds into
 // the parameters' gradients, the optimiser reads them, zero_grad clears them.
 //
-// Usage: train_tiny [steps]   (default 300)
+// Usage: train_tiny [--steps N]   (default 300; --help prints the usage)
 #include <cmath>
 #include <cstdio>
 #include <random>
 #include <string>
 
+#include "examples/cli.hpp"
 #include "models/mha.hpp"
 
 using namespace xgrad;
@@ -15,7 +16,13 @@ using namespace xgrad::models;
 
 int main(int argc, char** argv)
 {
-    const int steps = argc > 1 ? std::stoi(argv[1]) : 300;
+    CLI::App app{"A student MHA layer learns to imitate a teacher: the pattern of a training loop", "train_tiny"};
+    int steps = 300;
+    app.add_option("--steps", steps, "training steps")->capture_default_str()->check(CLI::PositiveNumber);
+    if (const auto status = examples::parse_command_line(app, argc, argv))
+    {
+        return *status;
+    }
     const mha_config config{16, 4};
     const std::size_t B = 8, T = 12;
     auto teacher = mha_parameters<float>::init(config, 1);

@@ -1,4 +1,4 @@
-// GPT checkpoints on safetensors. The expected tensors are SPEC's table, computed from the sizes in the
+// GPT checkpoints on safetensors. The expected tensors are docs/spec.md's table, computed from the sizes in the
 // metadata; the file is checked against it (missing, misshapen and unknown tensors) before any model
 // memory is allocated, so a file's claims cannot make the loader allocate more than the file holds.
 #include "io/checkpoint.hpp"
@@ -63,7 +63,7 @@ const char* dtype_name()
     return std::is_same<T, float>::value ? "F32" : "F64";
 }
 
-// One row of SPEC's table: a parameter's name, its shape, and the shape as SPEC writes it.
+// One row of docs/spec.md's table: a parameter's name, its shape, and the shape as docs/spec.md writes it.
 struct expected_tensor
 {
     std::string name;

@@ -31,7 +31,7 @@ struct checkpoint
     std::map<std::string, stored_tensor> optimiser;  // the "optim.*" tensors as stored
 };
 
-// The metadata keys that hold the model's sizes, in SPEC's order.
+// The metadata keys that hold the model's sizes, in docs/spec.md's order.
 extern const char* const size_keys[6];
 
 // Writes `params` (F32 for float, F64 for double) with its sizes and `extras`, atomically (see
@@ -43,7 +43,7 @@ void save_checkpoint(const std::string& path, const models::gpt_parameters<T>& p
                      const checkpoint_extras& extras = {});
 
 // Reads a checkpoint strictly: every size key present and a decimal integer, sizes that make a valid
-// model (gpt_config::validate), every parameter present with exactly SPEC's shape, no other tensor
+// model (gpt_config::validate), every parameter present with exactly docs/spec.md's shape, no other tensor
 // except "optim.*" ones (returned as stored). F32 and F64 are both converted to T. Throws format_error
 // naming the file, the tensor and the shapes.
 template <class T>

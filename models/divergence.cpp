@@ -6,23 +6,13 @@
 #include <limits>
 #include <map>
 
+#include "autodiff/compare.hpp"
 #include "autodiff/instantiate.hpp"
 
 namespace xgrad::models
 {
 namespace
 {
-template <class T>
-double largest_magnitude(const array<T>& a)
-{
-    double m = 0;
-    for (T v : a)
-    {
-        m = std::max(m, std::abs(static_cast<double>(v)));  // NaN entries leave m unchanged
-    }
-    return m;
-}
-
 // Fills max_abs, max_rel and diverges of a row whose gradient is present on both sides.
 template <class T>
 void compare(gradient_comparison& row, const array<T>& reference, const array<T>& candidate,
@@ -37,22 +27,11 @@ void compare(gradient_comparison& row, const array<T>& reference, const array<T>
         row.diverges = true;
         return;
     }
-    double worst = 0;
-    for (std::size_t i = 0; i < reference.size(); ++i)
-    {
-        const double r = static_cast<double>(reference.data()[i]), c = static_cast<double>(candidate.data()[i]);
-        if (std::isnan(r) && std::isnan(c))
-        {
-            continue;  // NaN on both sides agrees
-        }
-        const double difference = std::abs(r - c);
-        worst = std::isnan(difference) ? infinity : std::max(worst, difference);
-    }
+    const difference d = xgrad::compare(reference, candidate);  // autodiff/compare.hpp
     row.reference_all_zero = std::all_of(reference.begin(), reference.end(), [](T v) { return v == T(0); });
-    const double scale = std::max(largest_magnitude(reference), largest_magnitude(candidate));
-    row.max_abs = worst;
-    row.max_rel = worst == 0 ? 0 : scale > 0 ? worst / scale : infinity;
-    row.diverges = !(worst <= tolerance.atol + tolerance.rtol * scale);
+    row.max_abs = d.max_abs;
+    row.max_rel = d.max_rel;
+    row.diverges = !d.within(tolerance.atol, tolerance.rtol);
 }
 
 std::string scientific(double v)

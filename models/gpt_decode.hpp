@@ -1,6 +1,6 @@
 // Decoding with a key/value cache: each new token runs the model on itself only, attending to the keys
 // and values of every earlier position kept from before. It runs the training forward's own block
-// (models/layers.hpp, transformer_block), so every variant decodes; RoPE rotates at absolute positions. With SPEC's bottom-right causal alignment the
+// (models/layers.hpp, transformer_block), so every variant decodes; RoPE rotates at absolute positions. With docs/spec.md's bottom-right causal alignment the
 // same code runs a prompt of Tn tokens over Tp cached ones (query i sees keys j <= i + Tp), so the full
 // forward pass is the special case of an empty cache; a test checks the two give equal logits.
 #pragma once

@@ -1,4 +1,4 @@
-// Attention masks (../shared/SPEC.md): boolean, true = this query may attend to this key, broadcast
+// Attention masks (docs/spec.md): boolean, true = this query may attend to this key, broadcast
 // over (B, H, Tq, Tk). Causal is bottom-right aligned: query i sees key j iff j <= i + (Tk - Tq).
 #pragma once
 

@@ -241,7 +241,7 @@ T stable_sigmoid(T x)
     return e / (T(1) + e);
 }
 
-// GELU's tanh approximation (SPEC): gelu(x) = 0.5 x (1 + tanh(u)), u = k (x + a x^3), k = sqrt(2/pi).
+// GELU's tanh approximation (docs/spec.md): gelu(x) = 0.5 x (1 + tanh(u)), u = k (x + a x^3), k = sqrt(2/pi).
 constexpr double gelu_k = 0.7978845608028654;  // sqrt(2/pi)
 constexpr double gelu_a = 0.044715;
 }  // namespace

@@ -27,7 +27,7 @@ template <class T> var<T> sqrt(const var<T>& x);
 template <class T> var<T> rsqrt(const var<T>& x);               // 1 / sqrt(x)
 template <class T> var<T> pow(const var<T>& x, T exponent);
 template <class T> var<T> sigmoid(const var<T>& x);
-// GELU, tanh approximation (SPEC): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), one fused op.
+// GELU, tanh approximation (docs/spec.md): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), one fused op.
 template <class T> var<T> gelu(const var<T>& x);
 
 // Reductions (ops/reduce.cpp): over all axes, or the given axes, optionally keeping them as size 1.

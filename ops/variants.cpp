@@ -18,7 +18,7 @@
 
 #include "autodiff/instantiate.hpp"
 #include "kernels/parallel.hpp"
-#include "kernels/simd.hpp"
+#include "kernels/map.hpp"
 #include "ops/ops.hpp"
 
 namespace xgrad::ops
@@ -40,13 +40,8 @@ std::string number_str(T value)
 // ---- elementwise kernels on xsimd batches -------------------------------------------------------
 // Each functor maps (x, other) to a batch; `other` is the second operand (the incoming gradient in a
 // backward, `up` in SwiGLU) or 0 when absent.
-template <class V>
-struct scalar_of;
-template <class T, class A>
-struct scalar_of<xsimd::batch<T, A>>
-{
-    using type = T;
-};
+using kernels::lanes;
+using kernels::map_values;
 
 // The scalar type of a batch, or the type itself for a single value; e^x of either.
 template <class V>
@@ -75,7 +70,7 @@ xsimd::batch<T, A> exp_of(xsimd::batch<T, A> x)
 template <class V>
 V sigmoid_of(V x)
 {
-    using T = typename scalar_of<V>::type;
+    using T = typename kernels::scalar_of<V>::type;
     return V(T(1)) / (V(T(1)) + xsimd::exp(-x));
 }
 
@@ -83,7 +78,7 @@ V sigmoid_of(V x)
 template <class V>
 V silu_slope(V x)
 {
-    using T = typename scalar_of<V>::type;
+    using T = typename kernels::scalar_of<V>::type;
     const V s = sigmoid_of(x);
     return s * (V(T(1)) + x * (V(T(1)) - s));
 }
@@ -151,7 +146,7 @@ T normal_cdf_tail(T x)
 template <class V>
 V normal_cdf_body(V x)
 {
-    using T = typename scalar_of<V>::type;
+    using T = typename kernels::scalar_of<V>::type;
     const V body = V(T(0.5)) * (V(T(1)) + xsimd::erf(x * V(T(one_over_sqrt_2))));
     if constexpr (std::is_same_v<T, float>)
     {
@@ -201,65 +196,6 @@ struct gelu_exact_backward
         return gelu_exact_slope(x, g, normal_cdf_tail(x));
     }
 };
-
-// out[i] = f(x[i], other[i]) (other = 0 when absent), one value at a time.
-template <class T, class F>
-void map_scalars_into(T* out, const T* x, const T* other, std::size_t n, F f)
-{
-    for (std::size_t i = 0; i < n; ++i)
-    {
-        out[i] = f(x[i], other ? other[i] : T(0));
-    }
-}
-
-// out[i] = f(x[i], other[i]) (other = 0 when absent) on xsimd batches. The tail goes through the same batch code in a
-// zero-padded buffer, so every element sees the same arithmetic whatever its position.
-template <class T, class F>
-void map_into(T* out, const T* x, const T* other, std::size_t n, F f)
-{
-    using batch = xsimd::batch<T>;
-    constexpr std::size_t w = batch::size;
-    std::size_t i = 0;
-    for (; i + w <= n; i += w)
-    {
-        const batch second = other ? batch::load_unaligned(other + i) : batch(T(0));
-        f(batch::load_unaligned(x + i), second).store_unaligned(out + i);
-    }
-    if (i < n)
-    {
-        alignas(64) T a[w] = {}, b[w] = {}, r[w];
-        std::copy(x + i, x + n, a);
-        if (other)
-        {
-            std::copy(other + i, other + n, b);
-        }
-        f(batch::load_aligned(a), batch::load_aligned(b)).store_aligned(r);
-        std::copy(r, r + (n - i), out + i);
-    }
-}
-
-// f's kind: whether it maps xsimd batches or single values.
-enum class lanes
-{
-    simd,
-    scalar
-};
-
-template <lanes kind = lanes::simd, class T, class F>
-array<T> map_values(const array<T>& x, const array<T>* other, F f)
-{
-    array<T> y = array<T>::from_shape(x.shape());
-    const T* second = other ? other->data() : nullptr;
-    if constexpr (kind == lanes::simd)
-    {
-        map_into(y.data(), x.data(), second, x.size(), f);
-    }
-    else
-    {
-        map_scalars_into(y.data(), x.data(), second, x.size(), f);
-    }
-    return y;
-}
 
 // An elementwise op y = f(x) whose rule is dL/dx = backward(x, g), both functors, x saved.
 template <lanes kind, class T, class Forward, class Backward>

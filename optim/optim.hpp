@@ -167,7 +167,7 @@ private:
 template <class T>
 double clip_grad_norm(std::vector<parameter<T>> params, double max_norm);
 
-// The learning rate at step s of SPEC "Training on text" (s counts from 1), with X = peak_lr,
+// The learning rate at step s of docs/spec.md, "Training on text" (s counts from 1), with X = peak_lr,
 // W = warmup, D = decay_steps:
 //   X s / W                                               while s <= W  (W = 0: no warm-up)
 //   X/10 + (X - X/10) (1 + cos(pi (s - W) / (D - W))) / 2  for W < s <= D  (cosine from X to X/10 at D)
@@ -183,11 +183,11 @@ struct lr_schedule
     double at(std::int64_t step) const;
 };
 
-// SPEC's defaults: D = N (the run's total steps), W = min(100, D / 10) in integer division.
+// docs/spec.md's defaults: D = N (the run's total steps), W = min(100, D / 10) in integer division.
 std::int64_t default_decay_steps(std::int64_t total_steps);
 std::int64_t default_warmup(std::int64_t decay_steps);
 
-// The schedule of a run of `total_steps` steps, with SPEC's defaults for what is not given (D first,
+// The schedule of a run of `total_steps` steps, with docs/spec.md's defaults for what is not given (D first,
 // then W from D).
 lr_schedule make_lr_schedule(double peak_lr, std::int64_t total_steps,
                              std::optional<std::int64_t> warmup = {},

@@ -1,4 +1,4 @@
-// The learning-rate schedule of SPEC "Training on text": linear warm-up, cosine decay to a tenth, flat.
+// The learning-rate schedule of docs/spec.md, "Training on text": linear warm-up, cosine decay to a tenth, flat.
 #include <algorithm>
 #include <cmath>
 

@@ -5,6 +5,7 @@
 #include "models/divergence.hpp"
 #include "models/gpt_decode.hpp"
 #include "models/gpt_manual.hpp"
+#include "models/manual_faults.hpp"
 #include "models/mha_manual.hpp"
 #include "python/convert.hpp"
 

@@ -1,4 +1,4 @@
-// A loop-written reference of the whole GPT (SPEC, "The model") in double: plain loops over row-major
+// A loop-written reference of the whole GPT (docs/spec.md, "The model") in double: plain loops over row-major
 // std::vector<double>, no ops, no tape. test_gpt judges the tape by it, gpt_tool_test the xgrad-gpt-npy tool.
 #pragma once
 
@@ -119,7 +119,7 @@ inline double ref_gelu(double x)
     return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
 }
 
-// SPEC's forward, one sequence at a time: logits (B, T, V).
+// docs/spec.md's forward, one sequence at a time: logits (B, T, V).
 inline array<double> ref_logits(const gpt_parameters<double>& p, const ids_t& tokens)
 {
     const gpt_config& c = p.config;

@@ -1,5 +1,5 @@
 // The fused attention op (ops::attention, kernels/attention.cpp) against the composed graph and the
-// hand-derived MHA backward (models::manual), for every mask case of SPEC: float64 to 1e-12 relative,
+// hand-derived MHA backward (models::manual), for every mask case of docs/spec.md: float64 to 1e-12 relative,
 // central differences, float32 against float64, the memory it saves for backward, the causal tiles it
 // skips, errors, NaN, large logits and threads.
 #include <doctest/doctest.h>

@@ -1,5 +1,5 @@
 // Reference fixtures from an independent implementation: tests/data/fixtures/<case>/ holds small MHA cases
-// computed in float64 with PyTorch autograd (tests/fixtures/make_fixtures.py, written from SPEC.md only).
+// computed in float64 with PyTorch autograd (tests/fixtures/make_fixtures.py, written from docs/spec.md only).
 // Both the tape (models::multi_head_attention) and the hand-derived backward (models::manual) must give
 // PyTorch's output, attention weights and every gradient to ~1e-12 relative, with no NaN anywhere.
 // Layout per case: in/ (the .npy tool's inputs), expected/ (its outputs), args.txt (its flags).

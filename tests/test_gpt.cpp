@@ -1,4 +1,4 @@
-// The small GPT composed from ops (models/gpt.hpp): SPEC's parameter table and counts, GPT-2 init,
+// The small GPT composed from ops (models/gpt.hpp): docs/spec.md's parameter table and counts, GPT-2 init,
 // the forward pass against a loop-written reference (gpt_reference.hpp), causality, the tape's
 // multiply-adds against the formulas, fused against composed, float64 central differences for every
 // parameter, ignored targets, the argument checks, and float32 against float64.
@@ -95,7 +95,7 @@ array<double> widen(const array<float>& a)
     return out;
 }
 
-// ---- SPEC's table, written out again ---------------------------------------------------------------
+// ---- docs/spec.md's table, written out again ---------------------------------------------------------------
 
 std::vector<std::pair<std::string, shape_t>> spec_table(const gpt_config& c)
 {
@@ -116,7 +116,7 @@ std::vector<std::pair<std::string, shape_t>> spec_table(const gpt_config& c)
     return table;
 }
 
-// V d + block_size d + L (2 d^2 + 2 d G dh + 8 d^2 + 9 d) + 2 d, as SPEC writes it.
+// V d + block_size d + L (2 d^2 + 2 d G dh + 8 d^2 + 9 d) + 2 d, as docs/spec.md writes it.
 std::uint64_t spec_parameter_count(const gpt_config& c)
 {
     const std::uint64_t V = c.vocab_size, S = c.block_size, L = c.layers, d = c.d_model, H = c.heads;
@@ -155,7 +155,7 @@ std::string term_of(const std::vector<node_info>& nodes, const node_info& n)
 
 // ---- parameters ------------------------------------------------------------------------------------
 
-TEST_CASE("named_parameters: SPEC's names, order and shapes, sharing the model's storage")
+TEST_CASE("named_parameters: docs/spec.md's names, order and shapes, sharing the model's storage")
 {
     for (const gpt_config& c : {tiny_config(), tiny_mqa_config(), gqa_config(), gpt_config{5, 3, 1, 6, 3, 3}})
     {
@@ -181,7 +181,7 @@ TEST_CASE("named_parameters: SPEC's names, order and shapes, sharing the model's
     CHECK(&named.back().value() == &params.ln_f_bias.value());
 }
 
-TEST_CASE("parameter count: the formula, the sum of the sizes and SPEC's formula agree")
+TEST_CASE("parameter count: the formula, the sum of the sizes and docs/spec.md's formula agree")
 {
     // Worked by hand: V d = 56, block d = 40, per layer 128 + 128 + 512 + 72 = 840, twice, and 2 d = 16.
     CHECK(gpt_parameter_count(tiny_config()) == 1792);

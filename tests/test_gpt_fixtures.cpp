@@ -1,6 +1,6 @@
 // Reference fixtures for the whole GPT from an independent implementation: tests/data/gpt_fixtures/<case>/
 // holds small models computed in float64 with PyTorch autograd (tests/fixtures/make_gpt_fixtures.py, written
-// from SPEC.md only). The tape (models::gpt_forward, fused and composed) and the hand-derived backward
+// from docs/spec.md only). The tape (models::gpt_forward, fused and composed) and the hand-derived backward
 // (models::manual) must give PyTorch's logits, loss and the gradient of every parameter to 1e-10 relative.
 // Layout per case, as xgrad-gpt-npy reads and writes it: model.safetensors (the checkpoint), in/tokens.npy
 // and in/targets.npy, expected/logits.npy, expected/loss.npy and expected/grads.safetensors.
@@ -47,7 +47,7 @@ struct fixture
     ids_t tokens, targets;
     array<double> logits;
     double loss = 0;
-    std::map<std::string, array<double>> grads;  // by SPEC parameter name
+    std::map<std::string, array<double>> grads;  // by docs/spec.md parameter name
     bool every_target_ignored = false;
 };
 
@@ -179,7 +179,7 @@ void check_tensor(const fixture& f, const std::string& name, const array<double>
 void check_against_torch(const fixture& f, const result& r, double tol, worst_difference& worst)
 {
     check_tensor(f, "logits", r.logits, f.logits, tol, worst);
-    // SPEC: every target ignored -> the loss is exactly 0 and every gradient exactly 0, never NaN.
+    // docs/spec.md: every target ignored -> the loss is exactly 0 and every gradient exactly 0, never NaN.
     const bool exact = f.every_target_ignored;
     array<double> loss = xt::zeros<double>(shape_t{});
     loss.flat(0) = r.loss;

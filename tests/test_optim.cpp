@@ -1,6 +1,6 @@
 // Optimisers, gradient clipping and the learning-rate schedule (optim/optim.hpp).
 // tests/data/optim_fixtures/ holds five steps of torch.optim in float64 (written by
-// tests/fixtures/make_optim_fixtures.py from SPEC.md and torch): every step's parameters, clip_grad_norm_'s
+// tests/fixtures/make_optim_fixtures.py from docs/spec.md and torch): every step's parameters, clip_grad_norm_'s
 // norms and the final optimiser state must agree to 1e-12 relative. Around them: the schedule's boundaries by
 // hand, weight decay only on rank >= 2, bit-for-bit resume through export/import, float32, errors.
 #include <doctest/doctest.h>
@@ -294,7 +294,7 @@ TEST_CASE("SGD, Adam and AdamW follow torch.optim step by step, with clipping an
     }
 }
 
-TEST_CASE("the scheduled fixture case took its learning rates from the SPEC schedule X=0.01, W=2, D=4")
+TEST_CASE("the scheduled fixture case took its learning rates from the docs/spec.md schedule X=0.01, W=2, D=4")
 {
     const array<double> lrs = load<double>(data_dir / "adamw_clip_schedule" / "lr.npy");
     const lr_schedule schedule{0.01, 2, 4};
@@ -374,7 +374,7 @@ TEST_CASE("the schedule at its boundary steps, by hand")
     }
 }
 
-TEST_CASE("SPEC's schedule defaults: D = N, W = min(100, D / 10)")
+TEST_CASE("docs/spec.md's schedule defaults: D = N, W = min(100, D / 10)")
 {
     CHECK(default_decay_steps(50) == 50);
     CHECK(default_warmup(50) == 5);
@@ -386,7 +386,7 @@ TEST_CASE("SPEC's schedule defaults: D = N, W = min(100, D / 10)")
     CHECK(run.peak_lr == 1e-3);
     CHECK(run.decay_steps == 120);
     CHECK(run.warmup == 12);
-    // SPEC's resume example: --steps 60 --decay-steps 120 has the schedule of --steps 120.
+    // docs/spec.md's resume example: --steps 60 --decay-steps 120 has the schedule of --steps 120.
     const lr_schedule first_half = make_lr_schedule(1e-3, 60, std::nullopt, 120);
     CHECK(first_half.decay_steps == 120);
     CHECK(first_half.warmup == 12);

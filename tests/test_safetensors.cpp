@@ -473,7 +473,7 @@ models::gpt_config small_config(std::size_t kv_heads = 1)
     return c;
 }
 
-// SPEC's table for small_config(1): d = 8, G dh = 1 * 2 = 2.
+// docs/spec.md's table for small_config(1): d = 8, G dh = 1 * 2 = 2.
 std::map<std::string, shape_t> spec_shapes()
 {
     std::map<std::string, shape_t> s{
@@ -527,7 +527,7 @@ void check_load_rejected(const std::string& path, const std::vector<std::string>
 }
 }  // namespace
 
-TEST_CASE("checkpoint round trip: every parameter under SPEC's name and shape, sizes and extras kept")
+TEST_CASE("checkpoint round trip: every parameter under docs/spec.md's name and shape, sizes and extras kept")
 {
     temp_dir dir;
     const models::gpt_config c = small_config(1);
@@ -539,7 +539,7 @@ TEST_CASE("checkpoint round trip: every parameter under SPEC's name and shape, s
     const std::string path = dir / "model.safetensors";
     io::save_checkpoint(path, model, extras);
 
-    // The file as any safetensors reader sees it: SPEC's names, shapes, F64 for double, decimal sizes.
+    // The file as any safetensors reader sees it: docs/spec.md's names, shapes, F64 for double, decimal sizes.
     const io::safetensors_file raw = io::read_safetensors(path);
     CHECK(raw.metadata == std::map<std::string, std::string>{{"vocab_size", "7"},
                                                              {"block_size", "5"},

@@ -1,4 +1,4 @@
-// Byte vocabulary, the 90/10 split and the training windows of SPEC's "Training on text".
+// Byte vocabulary, the 90/10 split and the training windows of docs/spec.md, "Training on text".
 #include <doctest/doctest.h>
 
 #include <fstream>

@@ -1,4 +1,4 @@
-// The training loop of xgrad-train: log.csv and checkpoints as SPEC says, the same losses for the same
+// The training loop of xgrad-train: log.csv and checkpoints as docs/spec.md says, the same losses for the same
 // flags, --resume that logs exactly what an unbroken run logs, and clear errors.
 #include <doctest/doctest.h>
 
@@ -127,7 +127,7 @@ TEST_CASE("the same flags and seed give the same losses; another seed does not")
     CHECK(loss_columns(read_log(dir / "a/log.csv")) != loss_columns(read_log(dir / "c/log.csv")));
 }
 
-TEST_CASE("--resume logs exactly what a run that never stopped logs (SPEC's 60/120 example, scaled down)")
+TEST_CASE("--resume logs exactly what a run that never stopped logs (docs/spec.md's 60/120 example, scaled down)")
 {
     temp_dir dir;
     const std::string data = write_text(dir, practice_text());

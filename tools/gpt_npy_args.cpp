@@ -21,7 +21,7 @@ const char* const files_text = R"(
 Inputs in --in:
   tokens.npy (B,T)    int64 or int32, 1 <= T <= block_size, every id in [0, V)
   targets.npy (B,T)   optional, int64 or int32, ids in [0, V) or -1 (ignored by the loss)
-The checkpoint holds the parameters under SPEC's names and the sizes vocab_size (V), block_size,
+The checkpoint holds the parameters under docs/spec.md's names and the sizes vocab_size (V), block_size,
 layers, d_model, heads and kv_heads in its metadata; tensors named optim.* are ignored.
 
 Outputs in --out (created if missing; existing files are replaced), in the compute dtype:

@@ -117,7 +117,7 @@ train_command parse_train_arguments(const std::vector<std::string>& args)
 {
     train_command c;
     std::int64_t warmup = -1, decay = -1;
-    CLI::App app{"Train a small GPT on a text file (SPEC's model; byte tokens; AdamW, warm-up + cosine)",
+    CLI::App app{"Train a small GPT on a text file (docs/spec.md's model; byte tokens; AdamW, warm-up + cosine)",
                  "xgrad-train"};
     variant_flags variant;
     add_train_flags(app, c.run, warmup, decay, c.quiet, variant);

@@ -1,6 +1,6 @@
 // xgrad-gpt-npy: the small GPT of a checkpoint on token ids stored as NumPy .npy files: logits, and with
 // targets the loss and the gradient of every parameter, by the tape or by the hand-derived backward
-// (../shared/SPEC.md, "xgrad-gpt-npy"). Everything is computed in memory first; the outputs are then
+// (docs/spec.md, "xgrad-gpt-npy"). Everything is computed in memory first; the outputs are then
 // written to a temporary directory and renamed into place, so a run leaves either every output or none.
 #include <signal.h>
 #include <stdlib.h>

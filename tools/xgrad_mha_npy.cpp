@@ -1,5 +1,5 @@
 // xgrad-mha-npy: multi-head attention forward and backward on NumPy .npy files, with the tape or the
-// hand-derived backward (../shared/SPEC.md, "The .npy command-line tool"). Everything is computed in
+// hand-derived backward (docs/spec.md, "The .npy command-line tool"). Everything is computed in
 // memory first; the outputs are then written to a temporary directory and renamed into place, so a run
 // leaves either every output file or none.
 #include <signal.h>

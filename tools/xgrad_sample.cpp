@@ -25,18 +25,12 @@ int fail_with(const std::string& message, int status)
 
 std::shared_ptr<const train::tokenizer> tokenizer_of(const io::checkpoint<float>& ck, const std::string& path)
 {
-    std::shared_ptr<const train::tokenizer> t;
-    try
-    {
-        t = train::tokenizer_from_metadata(ck.metadata, path);
-    }
-    catch (const std::invalid_argument& e)
-    {
-        throw std::runtime_error(e.what());
-    }
+    // A tokenizer that does not parse, or that disagrees with the model, is a malformed checkpoint: bad
+    // input (invalid_argument, exit 2).
+    const std::shared_ptr<const train::tokenizer> t = train::tokenizer_from_metadata(ck.metadata, path);
     if (t->size() != ck.params.config.vocab_size)
     {
-        throw std::runtime_error(path + ": the tokenizer has " + std::to_string(t->size()) +
+        throw std::invalid_argument(path + ": the tokenizer has " + std::to_string(t->size()) +
                                  " tokens but vocab_size is " + std::to_string(ck.params.config.vocab_size));
     }
     return t;

@@ -1,4 +1,4 @@
-// xgrad-train: trains SPEC's small GPT on a text file (../shared/SPEC.md, "Training on text"). Progress
+// xgrad-train: trains docs/spec.md's small GPT on a text file (docs/spec.md, "Training on text"). Progress
 // on a terminal, plain lines otherwise; log.csv and model.safetensors in --out; --resume continues a
 // run exactly; Ctrl-C stops after the current step with a checkpoint. Under `mpirun -np N` the processes
 // train data-parallel: each takes its share of the global batch of N x B windows.

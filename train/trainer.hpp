@@ -34,8 +34,8 @@ struct train_options
     models::gpt_config model{0, 64, 2, 64, 4, 0};  // vocab_size comes from the data
     std::size_t batch = 16;                        // windows per step (per process under MPI)
     double lr = 3e-3;
-    std::optional<std::int64_t> warmup;       // SPEC: min(100, D / 10)
-    std::optional<std::int64_t> decay_steps;  // SPEC: the number of steps
+    std::optional<std::int64_t> warmup;       // docs/spec.md: min(100, D / 10)
+    std::optional<std::int64_t> decay_steps;  // docs/spec.md: the number of steps
     std::uint64_t seed = 1;
     int threads = 1;
     bool resume = false;

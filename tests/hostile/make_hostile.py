@@ -349,6 +349,7 @@ OUTCOMES = {
     ("optim_empty_huge", "gpt-npy"): 0, ("optim_empty_huge", "sample"): 0,
     ("optim_step_wrong", "gpt-npy"): 0, ("optim_step_wrong", "sample"): 0,
     ("vocab_deep", "gpt-npy"): 0, ("vocab_long", "gpt-npy"): 0,
+    ("vocab_deep", "resume"): 1, ("vocab_long", "resume"): 1,  # the trainer refuses another vocabulary
 }
 
 

@@ -1,4 +1,4 @@
-# The tape as Python sees it: SPEC's example, operators against NumPy, dtypes, conversions at the boundary,
+# The tape as Python sees it: docs/spec.md's example, operators against NumPy, dtypes, conversions at the boundary,
 # copies, lifetimes, no_grad, introspection, and every way a caller can misuse it (each an exception).
 import gc
 

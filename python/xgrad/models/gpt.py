@@ -42,7 +42,7 @@ class GPT:
     "all", "none"), ``tied_head``; an unknown value is a ValueError naming the key and the values allowed.
     The hand-derived twin (manual_gradients) covers the model it covers in C++.
 
-    ``dtype`` is "float64" (default) or "float32". Parameters are named as in SPEC's checkpoint table
+    ``dtype`` is "float64" (default) or "float32". Parameters are named as in docs/spec.md's checkpoint table
     (wte, wpe, blocks.{i}.ln_1.weight, ...). Arrays handed out are copies; ``parameters()`` returns
     handles that share storage with the model (for optimisers and ``Tape.param``).
     """
@@ -65,7 +65,7 @@ class GPT:
 
     @classmethod
     def load(cls, path, dtype="float64"):
-        """Reads a checkpoint strictly (SPEC "Checkpoint file: safetensors"), F32 or F64, converted to
+        """Reads a checkpoint strictly (docs/spec.md, "Checkpoint file: safetensors"), F32 or F64, converted to
         ``dtype``. A malformed file raises RuntimeError naming the file and the problem."""
         m = cls.__new__(cls)
         m.dtype = _dtype_of(dtype)
@@ -98,11 +98,11 @@ class GPT:
         return self._m.parameter_count()
 
     def parameters(self):
-        """Every parameter as an xgrad.Parameter handle sharing storage with the model, in SPEC's order."""
+        """Every parameter as an xgrad.Parameter handle sharing storage with the model, in docs/spec.md's order."""
         return [Parameter._of(p, self.dtype) for p in self._m.parameters()]
 
     def named_parameters(self):
-        """(name, value) pairs in SPEC's table order; the values are copies. ``dict(m.named_parameters())``."""
+        """(name, value) pairs in docs/spec.md's table order; the values are copies. ``dict(m.named_parameters())``."""
         return [(p.name(), p.value()) for p in self._m.parameters()]
 
     def grads(self):
