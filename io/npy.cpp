@@ -545,13 +545,18 @@ opened open_npy(const std::string& path, wanted want)
         }
         o.shape.push_back(s.number);
     }
-    std::size_t bytes = 0;
+    // The byte size, and the strides' span (the sizes' product with a 0 counted as 1: an empty array of
+    // shape (0, 2^40, 2^40) still has strides that must fit a signed 64-bit integer).
+    std::size_t bytes = 0, span = 1, span_bytes = 0;
     bool overflow = false;
     for (std::size_t s : o.shape)
     {
-        overflow = overflow || __builtin_mul_overflow(o.count, s, &o.count);
+        overflow = overflow || __builtin_mul_overflow(o.count, s, &o.count) ||
+                   __builtin_mul_overflow(span, std::max<std::size_t>(s, 1), &span);
     }
-    overflow = overflow || __builtin_mul_overflow(o.count, item_size(type), &bytes);
+    overflow = overflow || __builtin_mul_overflow(o.count, item_size(type), &bytes) ||
+               __builtin_mul_overflow(span, item_size(type), &span_bytes) ||
+               span_bytes > static_cast<std::size_t>(std::numeric_limits<std::int64_t>::max());
     if (overflow)
     {
         fail(path, "shape " + tuple_str(o.shape) + " is too large (its byte size overflows)");

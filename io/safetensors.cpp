@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <limits>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -223,16 +224,21 @@ entry read_entry(const std::string& path, const std::string& name, const json& v
         fail(path, tensor + ": shape has " + std::to_string(shape.size()) + " dimensions, more than the " +
                      std::to_string(max_dimensions) + " this reader accepts");
     }
-    std::uint64_t count = 1;
+    // The byte size, and the strides' span (the product of the sizes with a 0 counted as 1: an empty
+    // tensor of shape (0, 2^32, 2^32) still has strides that must fit a signed 64-bit integer).
+    std::uint64_t count = 1, span = 1;
     bool overflow = false;
     for (const json& s : shape)
     {
         const std::uint64_t n = non_negative_integer(path, tensor + ": shape", s);
         e.shape.push_back(static_cast<std::size_t>(n));
-        overflow = overflow || __builtin_mul_overflow(count, n, &count);
+        overflow = overflow || __builtin_mul_overflow(count, n, &count) ||
+                   __builtin_mul_overflow(span, std::max<std::uint64_t>(n, 1), &span);
     }
-    std::uint64_t bytes = 0;
-    overflow = overflow || __builtin_mul_overflow(count, dtype_bytes(e.dtype), &bytes);
+    std::uint64_t bytes = 0, span_bytes = 0;
+    overflow = overflow || __builtin_mul_overflow(count, dtype_bytes(e.dtype), &bytes) ||
+               __builtin_mul_overflow(span, dtype_bytes(e.dtype), &span_bytes) ||
+               span_bytes > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
     if (overflow)
     {
         fail(path, tensor + " has shape " + shape_str(e.shape) + ", too large (its byte size overflows)");

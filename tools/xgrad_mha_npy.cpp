@@ -5,11 +5,13 @@
 #include <signal.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <string>
 #include <system_error>
@@ -184,11 +186,13 @@ problem<T> load_problem(const options& o)
     p.w_o = npy::load_float<T>(file("W_O.npy"));
     check_shape(file("W_O.npy"), to_shape(p.w_o.shape()), {d, d}, "(d, d)", dims);
 
-    // attn.npy has B*H*Tq*Tk elements: refuse sizes whose byte count does not fit in memory addresses.
+    // attn.npy has B*H*Tq*Tk elements: refuse sizes whose byte count, or whose strides (a size 0 counted
+    // as 1: an empty batch of T = 2^40 still has Tq*Tk strides), do not fit a signed 64-bit integer.
     std::size_t attn_bytes = sizeof(T);
     for (std::size_t n : {batch, o.heads, tq, tk})
     {
-        if (__builtin_mul_overflow(attn_bytes, n, &attn_bytes))
+        if (__builtin_mul_overflow(attn_bytes, std::max<std::size_t>(n, 1), &attn_bytes) ||
+            attn_bytes > static_cast<std::size_t>(std::numeric_limits<std::int64_t>::max()))
         {
             throw input_error("the attention weights (B, H, Tq, Tk) = " +
                               shape_str({batch, o.heads, tq, tk}) + " are too large to compute");

@@ -2,12 +2,15 @@
 // on a terminal, plain lines otherwise; log.csv and model.safetensors in --out; --resume continues a
 // run exactly; Ctrl-C stops after the current step with a checkpoint. Under `mpirun -np N` the processes
 // train data-parallel: each takes its share of the global batch of N x B windows.
+#include <pthread.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "io/safetensors.hpp"  // io::format_error
@@ -25,6 +28,44 @@ volatile std::sig_atomic_t interrupted = 0;
 
 void on_interrupt(int) { interrupted = 1; }
 
+// Ctrl-C is taken by one thread that waits for it (sigwait); every other thread blocks SIGINT, so the
+// signal never lands inside a computing thread. (Delivered asynchronously it could arrive inside a JIT
+// GEMM kernel, and about one Ctrl-C in five then corrupted the heap.) Constructed first in main, before
+// any library starts a thread, so that every thread inherits the blocked mask.
+class interrupt_watcher
+{
+public:
+    interrupt_watcher()
+    {
+        // A handler, not SIG_IGN (which a shell gives background jobs): an ignored signal is discarded
+        // before sigwait could see it. The handler itself never runs while the mask blocks SIGINT.
+        std::signal(SIGINT, on_interrupt);
+        sigemptyset(&set_);
+        sigaddset(&set_, SIGINT);
+        pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+        thread_ = std::thread([this] {
+            int signal = 0;
+            while (sigwait(&set_, &signal) == 0 && !done_)
+            {
+                interrupted = 1;
+            }
+        });
+    }
+    ~interrupt_watcher()
+    {
+        done_ = true;
+        pthread_kill(thread_.native_handle(), SIGINT);  // wakes the sigwait
+        thread_.join();
+    }
+    interrupt_watcher(const interrupt_watcher&) = delete;
+    interrupt_watcher& operator=(const interrupt_watcher&) = delete;
+
+private:
+    sigset_t set_;
+    std::atomic<bool> done_{false};
+    std::thread thread_;
+};
+
 // One line on stderr, whatever the message holds.
 int fail_with(const std::string& message, int status)
 {
@@ -37,6 +78,7 @@ int fail_with(const std::string& message, int status)
 
 int main(int argc, char** argv)
 {
+    const interrupt_watcher watcher;
     tools::train_cli::train_command command;
     try
     {
@@ -56,7 +98,6 @@ int main(int argc, char** argv)
     try
     {
         auto comm = train::make_communicator();
-        std::signal(SIGINT, on_interrupt);
         o.interrupt = &interrupted;
         const bool leader = comm->rank() == 0;
         std::FILE* progress = quiet || !leader ? nullptr : stdout;

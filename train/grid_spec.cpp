@@ -256,7 +256,8 @@ budget budget_of(const json& j)
     {
         bad("\"budget\" must be one of {\"steps\": N}, {\"tokens\": N}, {\"seconds\": S}, got " + j.dump());
     }
-    const auto& [unit, amount] = *j.items().begin();
+    const std::string unit = j.begin().key();  // (a structured binding to items() outlives its proxy)
+    const json& amount = j.begin().value();
     budget b;
     if (unit == "steps")
     {
