@@ -3,10 +3,10 @@
 # tests/fuzz_replay.cmake (the ctest replay of fuzz/regressions and fuzz/corpus in the normal build).
 # The targets in XGRAD_FUZZ_WHOLE_LIBRARY reach the model code and are linked with all of the library.
 set(XGRAD_FUZZ_TARGETS npy safetensors checkpoint mha_npy_args gpt_npy_args train_args)
-set(XGRAD_FUZZ_WHOLE_LIBRARY checkpoint)
+set(XGRAD_FUZZ_WHOLE_LIBRARY checkpoint train_args)
 set(XGRAD_FUZZ_SOURCES_checkpoint "")
 set(XGRAD_FUZZ_SOURCES_npy "")
 set(XGRAD_FUZZ_SOURCES_safetensors "")
 set(XGRAD_FUZZ_SOURCES_mha_npy_args tools/mha_npy_args.cpp)
 set(XGRAD_FUZZ_SOURCES_gpt_npy_args tools/gpt_npy_args.cpp)
-set(XGRAD_FUZZ_SOURCES_train_args tools/train_args.cpp)
+set(XGRAD_FUZZ_SOURCES_train_args tools/train_args.cpp)  # and the whole library: the variant flags parse into models/
