@@ -24,18 +24,6 @@ std::string shape_of(const array<T>& a)
     return shape_str(to_shape(a.shape()));
 }
 
-template <class T>
-std::size_t width(const array<T>& x)  // C: the length of a row
-{
-    return x.dimension() == 0 ? 1 : x.shape().back();
-}
-
-template <class T>
-std::size_t rows(const array<T>& x)  // B T: how many rows of C
-{
-    return width(x) == 0 ? 0 : x.size() / width(x);
-}
-
 // x's shape with its last axis replaced by `last`.
 template <class T>
 shape_t with_width(const array<T>& x, std::size_t last)

@@ -12,6 +12,19 @@
 
 namespace xgrad::models::manual
 {
+// The row view every layer below takes of an array: rows of C numbers along the last axis.
+template <class T>
+std::size_t width(const array<T>& x)  // C: the length of a row
+{
+    return x.dimension() == 0 ? 1 : x.shape().back();
+}
+
+template <class T>
+std::size_t rows(const array<T>& x)  // B T: how many rows of C
+{
+    return width(x) == 0 ? 0 : x.size() / width(x);
+}
+
 // Activations are (B, T, C): every row of C numbers is one position of one sequence.
 
 // ---- RMSNorm: y = x / sqrt(mean(x^2) + 1e-5) * weight over the last axis --------------------------------

@@ -390,7 +390,7 @@ grid_outcome run_grid(const std::vector<run>& runs, const std::string& out, cons
     fs::create_directories(out);
     const grid_lock lock(out);
     grid_outcome outcome;
-    std::vector<const run*> todo;
+    std::vector<const run*> pending;
     for (const run& r : runs)
     {
         check_recorded_command(r);
@@ -400,12 +400,12 @@ grid_outcome run_grid(const std::vector<run>& runs, const std::string& out, cons
         }
         else
         {
-            todo.push_back(&r);
+            pending.push_back(&r);
         }
     }
     outcome.finished = outcome.skipped;
     std::vector<job> jobs;
-    for (const run* r : todo)
+    for (const run* r : pending)
     {
         fs::create_directories(r->dir);
         const bool resume = fs::exists(fs::path(r->dir) / "model.safetensors");
@@ -421,13 +421,13 @@ grid_outcome run_grid(const std::vector<run>& runs, const std::string& out, cons
     const std::string session = (fs::path(out) / ("session-" + std::to_string(std::time(nullptr)) + ".txt")).string();
     progress_line progress(runs, o.progress);
     auto on_start = [&](std::size_t i) {
-        const run& r = *todo[i];
+        const run& r = *pending[i];
         write_atomically((fs::path(r.dir) / "command.txt").string(), joined(r.args));
         std::ofstream(fs::path(r.dir) / "attempts.txt", std::ios::app)
             << (jobs[i].args.back() == "--resume" ? "resume" : "fresh") << "\n";
     };
     auto on_exit = [&](std::size_t i, int status, std::size_t running) {
-        const run& r = *todo[i];
+        const run& r = *pending[i];
         if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
         {
             write_atomically((fs::path(r.dir) / "finished").string(), std::to_string(r.steps) + "\n");
