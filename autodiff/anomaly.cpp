@@ -4,8 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <xtensor/xnoalias.hpp>
 
-#include "autodiff/tape.hpp"
+#include "autodiff/record.hpp"
 
 namespace xgrad
 {
@@ -237,11 +238,32 @@ void throw_backward(const tape_state<T>& state, std::uint32_t index, std::size_t
                            " and finite values " + input_shapes(state, n));
 }
 
+template <class T>
+void check_sent(const tape_state<T>& state, std::uint32_t index, std::size_t k, const array<T>& g)
+{
+    if (!is_finite(g))
+    {
+        throw_backward(state, index, k, g, false);
+    }
+}
+
+template <class T>
+void add_checked(const tape_state<T>& state, std::uint32_t index, std::size_t k, array<T>& sum,
+                 const array<T>& g)
+{
+    const bool sum_was_finite = is_finite(sum);
+    xt::noalias(sum) += g;
+    if (sum_was_finite && !is_finite(sum))
+    {
+        throw_backward(state, index, k, sum, true);
+    }
+}
+
 #define XGRAD_ANOMALY(T)                                                                               \
     template void check_forward(tape_state<T>&);                                                       \
     template bool rule_reads_finite(tape_state<T>&, node<T>&);                                         \
-    template bool is_finite(const array<T>&);                                                          \
-    template void throw_backward(const tape_state<T>&, std::uint32_t, std::size_t, const array<T>&, bool);
+    template void check_sent(const tape_state<T>&, std::uint32_t, std::size_t, const array<T>&);        \
+    template void add_checked(const tape_state<T>&, std::uint32_t, std::size_t, array<T>&, const array<T>&);
 XGRAD_ANOMALY(float)
 XGRAD_ANOMALY(double)
 #undef XGRAD_ANOMALY

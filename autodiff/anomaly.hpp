@@ -53,13 +53,14 @@ void check_forward(tape_state<T>& state);
 template <class T>
 bool rule_reads_finite(tape_state<T>& state, node<T>& n);
 
-// After node `index`'s rule sent gradient g to input k: throws when g (in_sum = false), or the sum of g
-// with the gradient already there (in_sum = true), went non-finite.
+// When node `index`'s rule (which read only finite values) sends gradient g to input k: throws if g is
+// not all finite.
 template <class T>
-bool is_finite(const array<T>& a);
+void check_sent(const tape_state<T>& state, std::uint32_t index, std::size_t k, const array<T>& g);
+// sum += g for a reused input, throwing if a finite sum and a finite g add up to a non-finite one.
 template <class T>
-[[noreturn]] void throw_backward(const tape_state<T>& state, std::uint32_t index, std::size_t k,
-                                 const array<T>& g, bool in_sum);
+void add_checked(const tape_state<T>& state, std::uint32_t index, std::size_t k, array<T>& sum,
+                 const array<T>& g);
 }  // namespace anomaly
 }  // namespace detail
 }  // namespace xgrad

@@ -1,32 +1,10 @@
-// The tape's core: parameters, handles, leaves, sum_to and accumulation, the backward walk and release.
-#include "autodiff/tape.hpp"
+// The tape's core: handles, leaves, accumulation, the backward walk and release.
+#include "autodiff/record.hpp"
 
-#include <algorithm>
-#include <cmath>
 #include <xtensor/xnoalias.hpp>
-#include <xtensor/xreducer.hpp>
 
 namespace xgrad
 {
-template <class T>
-parameter<T>::parameter() : s_(std::make_shared<state>())
-{
-}
-
-template <class T>
-parameter<T>::parameter(array<T> value, std::string name) : s_(std::make_shared<state>())
-{
-    s_->grad = xt::zeros<T>(value.shape());
-    s_->value = std::move(value);
-    s_->name = std::move(name);
-}
-
-template <class T>
-void parameter<T>::zero_grad()
-{
-    s_->grad = xt::zeros<T>(s_->value.shape());
-}
-
 namespace detail
 {
 void throw_stale(std::uint32_t index)
@@ -100,44 +78,13 @@ const var<T>& var<T>::named(std::string label) const
     return *this;
 }
 
-// ---- sum_to and accumulation ---------------------------------------------------------------------
-
-template <class T>
-array<T> sum_to(array<T>&& g, const shape_t& shape)
-{
-    const shape_t gshape = to_shape(g.shape());
-    if (gshape == shape)
-    {
-        return std::move(g);
-    }
-    if (!broadcasts_to(shape, gshape))
-    {
-        throw std::logic_error("sum_to: gradient of shape " + shape_str(gshape) +
-                               " cannot be reduced to shape " + shape_str(shape));
-    }
-    // Axes to sum: the leading ones `shape` lacks, and those where `shape` has size 1.
-    const std::size_t lead = gshape.size() - shape.size();
-    std::vector<std::size_t> axes;
-    for (std::size_t i = 0; i < gshape.size(); ++i)
-    {
-        if (i < lead || (shape[i - lead] == 1 && gshape[i] != 1))
-        {
-            axes.push_back(i);
-        }
-    }
-    array<T> reduced = xt::sum(g, axes, xt::evaluation_strategy::immediate);
-    reduced.reshape(shape);
-    return reduced;
-}
+// ---- accumulation ---------------------------------------------------------------------
 
 template <class T>
 void backward_context<T>::throw_undeclared_read(unsigned flag) const
 {
-    const std::string what = flag == saves_output ? "its output"
-                             : flag == saves_input0 ? "input 0"
-                             : flag == saves_input1 ? "input 1"
-                             : flag == saves_input2 ? "input 2"
-                                                    : "input 3";
+    const char* what = flag == saves_output ? "its output" : flag == saves_input0 ? "input 0"
+                       : flag == saves_input1 ? "input 1" : flag == saves_input2 ? "input 2" : "input 3";
     throw std::logic_error(std::string(node_.op) + " backward reads " + what +
                            ", which the op did not declare among its saved values when it was recorded");
 }
@@ -151,29 +98,29 @@ void backward_context<T>::accumulate(std::size_t k, array<T>&& g)
         return;
     }
     const shape_t in_shape = to_shape(in.value().shape());
+    if (!broadcasts_to(in_shape, to_shape(g.shape())))
+    {
+        throw std::logic_error(std::string(node_.op) + " backward: gradient of shape " +
+                               shape_str(to_shape(g.shape())) + " for input " + std::to_string(k) +
+                               " does not reduce to its shape " + shape_str(in_shape));
+    }
     array<T> reduced = sum_to(std::move(g), in_shape);
-    if (to_shape(reduced.shape()) != in_shape)
+    if (check_finite_)
     {
-        throw std::logic_error(std::string(node_.op) + " backward: gradient shape " +
-                               shape_str(to_shape(reduced.shape())) + " != input shape " + shape_str(in_shape));
+        detail::anomaly::check_sent(state_, index_, k, reduced);
     }
-    if (check_finite_ && !detail::anomaly::is_finite(reduced))
-    {
-        detail::anomaly::throw_backward(state_, index_, k, reduced, false);
-    }
-    if (in.has_grad)
-    {
-        const bool sum_was_finite = check_finite_ && detail::anomaly::is_finite(in.grad);
-        xt::noalias(in.grad) += reduced;  // an input used several times receives the sum (no temporary)
-        if (sum_was_finite && !detail::anomaly::is_finite(in.grad))
-        {
-            detail::anomaly::throw_backward(state_, index_, k, in.grad, true);
-        }
-    }
-    else
+    if (!in.has_grad)
     {
         in.grad = std::move(reduced);
         in.has_grad = true;
+    }
+    else if (check_finite_)
+    {
+        detail::anomaly::add_checked(state_, index_, k, in.grad, reduced);
+    }
+    else
+    {
+        xt::noalias(in.grad) += reduced;  // an input used several times receives the sum (no temporary)
     }
 }
 
@@ -365,8 +312,6 @@ void tape<T>::clear()
     ++state_->generation;
 }
 
-template class parameter<float>;
-template class parameter<double>;
 template class var<float>;
 template class var<double>;
 template class backward_context<float>;
@@ -375,8 +320,6 @@ template class tape<float>;
 template class tape<double>;
 template var<float> constant_like(const var<float>&, array<float>, std::string);
 template var<double> constant_like(const var<double>&, array<double>, std::string);
-template array<float> sum_to(array<float>&&, const shape_t&);
-template array<double> sum_to(array<double>&&, const shape_t&);
 template struct detail::tape_state<float>;
 template struct detail::tape_state<double>;
 }  // namespace xgrad

@@ -22,7 +22,9 @@
 #include <vector>
 
 #include "autodiff/anomaly.hpp"
+#include "autodiff/parameter.hpp"
 #include "autodiff/shape.hpp"
+#include "autodiff/sum_to.hpp"
 #include "autodiff/xtensor.hpp"
 
 namespace xgrad
@@ -38,53 +40,6 @@ namespace detail
 {
 template <class T>
 struct tape_state;
-}
-
-// A learnable tensor that outlives tapes (a training loop records a fresh tape each step).
-// Copies share one value and one gradient. The gradient accumulates over backward calls until zero_grad.
-// A tape reads the value in place (no copy per step): update it only after that tape's backward.
-template <class T>
-class parameter
-{
-public:
-    parameter();
-    explicit parameter(array<T> value, std::string name = "");
-
-    const array<T>& value() const { return s_->value; }
-    array<T>& value() { return s_->value; }  // for optimiser updates
-    const array<T>& grad() const { return s_->grad; }
-    array<T>& grad() { return s_->grad; }  // for gradient clipping
-    const std::string& name() const { return s_->name; }
-    void zero_grad();
-
-    struct state
-    {
-        array<T> value;
-        array<T> grad;
-        std::string name;
-    };
-
-private:
-    std::shared_ptr<state> s_;
-    friend class tape<T>;
-};
-
-// What a saved-for-backward flag refers to when an op is recorded.
-// Inputs 2 and 3 (ops such as layer_norm and attention take more than two) have flags of their own.
-enum saves : unsigned
-{
-    saves_nothing = 0,
-    saves_input0 = 1,
-    saves_input1 = 2,
-    saves_output = 4,
-    saves_input2 = 8,
-    saves_input3 = 16,
-};
-
-// The saves flag of input k (k < 4).
-constexpr unsigned saves_input(std::size_t k)
-{
-    return k == 0 ? saves_input0 : k == 1 ? saves_input1 : k == 2 ? saves_input2 : saves_input3;
 }
 
 // Most inputs a node may have.
@@ -104,7 +59,7 @@ struct node
     array<T> grad;
     bool has_grad = false;
     bool requires_grad = false;
-    unsigned saves = saves_nothing;  // what this node's rule reads (saves flags)
+    unsigned saves = 0;  // what this node's rule reads (saves flags, autodiff/record.hpp)
     bool value_saved = false;  // some live backward rule reads this value
     bool released = false;     // its rule was freed by a backward that did not retain the graph
     std::int8_t finite = -1;   // anomaly mode's memo: value all finite (1), not (0), not yet looked at (-1)
@@ -165,31 +120,7 @@ struct tape_state
     node<T>& at(std::uint32_t index, std::uint64_t generation_of_handle) const;
 };
 
-// Records one op: its inputs (1 to max_inputs, all on one tape), its value, what its rule reads, the rule.
-template <class T, class Rule>
-var<T> record(const char* op, std::initializer_list<var<T>> inputs, array<T>&& value, unsigned saved,
-              Rule&& rule, std::uint64_t multiply_adds = 0);
-template <class T, class Rule>
-var<T> record(const char* op, const std::vector<var<T>>& inputs, array<T>&& value, unsigned saved, Rule&& rule,
-              std::uint64_t multiply_adds = 0);
-
-// Flags the values n's rule reads (its `saves`) as saved for backward.
-template <class T>
-void mark_saved(tape_state<T>& state, node<T>& n)
-{
-    for (std::size_t k = 0; k < n.input_count; ++k)
-    {
-        if (n.saves & saves_input(k))
-        {
-            state.nodes[n.inputs[k]]->value_saved = true;
-        }
-    }
-    if (n.saves & saves_output)
-    {
-        n.value_saved = true;
-    }
-}
-
+// How ops record themselves (autodiff/record.hpp); declared here because var befriends it.
 template <class T, class Rule, class Inputs>
 var<T> record_range(const char* op, const Inputs& inputs, array<T>&& value, unsigned saved, Rule&& rule,
                     std::uint64_t multiply_adds);
@@ -242,47 +173,6 @@ private:
     friend var<U> detail::record_range(const char*, const Inputs&, array<U>&&, unsigned, R&&, std::uint64_t);
     template <class U>
     friend var<U> constant_like(const var<U>&, array<U>, std::string);
-};
-
-// What a backward rule sees: the incoming gradient, the saved values, and where to send gradients.
-template <class T>
-class backward_context
-{
-public:
-    backward_context(detail::tape_state<T>& s, std::uint32_t index, bool grad_is_disposable,
-                     bool check_finite = false)
-        : state_(s), node_(*s.nodes[index]), index_(index), disposable_(grad_is_disposable),
-          check_finite_(check_finite)
-    {
-    }
-    const array<T>& grad() const { return node_.grad; }
-    // The incoming gradient for a rule to consume (call it last): moved out when the walk would free it
-    // right after this rule anyway, copied when it is kept (retain_graph, or the root).
-    array<T> take_grad() { return disposable_ ? std::move(node_.grad) : array<T>(node_.grad); }
-    // The saved values. A rule reads only what it declared when it was recorded (its `saves` flags:
-    // they decide what the tape keeps and counts as saved for backward); reading more is a logic_error.
-    const array<T>& output() const { return saved(saves_output, node_).value(); }
-    const array<T>& input(std::size_t k) const { return saved(saves_input(k), input_node(k)).value(); }
-    bool needs_grad(std::size_t k) const { return input_node(k).requires_grad; }
-    // Adds g into input k's gradient, first summing away any broadcasting (sum_to).
-    void accumulate(std::size_t k, array<T>&& g);
-
-private:
-    detail::node<T>& input_node(std::size_t k) const { return *state_.nodes[node_.inputs[k]]; }
-    const detail::node<T>& saved(unsigned flag, const detail::node<T>& n) const
-    {
-        if (!(node_.saves & flag))
-        {
-            throw_undeclared_read(flag);
-        }
-        return n;
-    }
-    [[noreturn]] void throw_undeclared_read(unsigned flag) const;
-    detail::tape_state<T>& state_;
-    detail::node<T>& node_;
-    std::uint32_t index_;
-    bool disposable_;
-    bool check_finite_;  // anomaly mode, and everything this rule reads is finite
 };
 
 // One line of tape::nodes(): what the shape trace and the DOT export print.
@@ -364,79 +254,6 @@ private:
     std::shared_ptr<detail::tape_state<T>> state_;
 };
 
-// Reduces a gradient of a broadcast result back to the shape of the operand that was broadcast:
-// sums the leading axes it lacks and the axes where it has size 1. Throws if `shape` does not
-// broadcast to g's shape.
-template <class T>
-array<T> sum_to(array<T>&& g, const shape_t& shape);
-
-// ---- inline definitions the ops need -------------------------------------------------------------
-
-namespace detail
-{
-template <class T, class Rule, class Inputs>
-var<T> record_range(const char* op, const Inputs& inputs, array<T>&& value, unsigned saved, Rule&& rule,
-                    std::uint64_t multiply_adds)
-{
-    if (inputs.size() == 0 || inputs.size() > max_inputs)
-    {
-        fail(op, "an op takes 1 to " + std::to_string(max_inputs) + " inputs, got " + std::to_string(inputs.size()));
-    }
-    const auto& state = inputs.begin()->state_;
-    bool wants_grad = false;
-    for (const var<T>& in : inputs)
-    {
-        if (in.state_ != state)
-        {
-            fail(op, "inputs were recorded on different tapes");
-        }
-        wants_grad = wants_grad || in.node().requires_grad;  // node() also rejects stale handles
-    }
-    wants_grad = wants_grad && state->no_grad_depth == 0;
-
-    node_ptr<T> n = wants_grad ? state->template make_node<rule_node<T, std::decay_t<Rule>>>(std::forward<Rule>(rule))
-                               : state->template make_node<node<T>>();
-    n->op = op;
-    n->owned = std::move(value);
-    n->requires_grad = wants_grad;
-    n->multiply_adds = multiply_adds;
-    std::uint8_t k = 0;
-    for (const var<T>& in : inputs)
-    {
-        n->inputs[k++] = in.index_;
-    }
-    n->input_count = k;
-    if (wants_grad)
-    {
-        n->saves = saved;
-        mark_saved(*state, *n);
-    }
-    const auto index = static_cast<std::uint32_t>(state->nodes.size());
-    state->nodes.push_back(std::move(n));
-    if (state->detect_anomaly)
-    {
-        if (state->unchecked != tape_state<T>::no_node)
-        {
-            anomaly::check_forward(*state);  // the op before this one, which nothing named or read
-        }
-        state->unchecked = index;
-    }
-    return var<T>(state, index, state->generation);
-}
-template <class T, class Rule>
-var<T> record(const char* op, std::initializer_list<var<T>> inputs, array<T>&& value, unsigned saved,
-              Rule&& rule, std::uint64_t multiply_adds)
-{
-    return record_range<T>(op, inputs, std::move(value), saved, std::forward<Rule>(rule), multiply_adds);
-}
-
-template <class T, class Rule>
-var<T> record(const char* op, const std::vector<var<T>>& inputs, array<T>&& value, unsigned saved, Rule&& rule,
-              std::uint64_t multiply_adds)
-{
-    return record_range<T>(op, inputs, std::move(value), saved, std::forward<Rule>(rule), multiply_adds);
-}
-}  // namespace detail
 
 template <class T>
 detail::node<T>& var<T>::node() const
@@ -452,55 +269,4 @@ extern template class tape<float>;
 extern template class tape<double>;
 extern template class var<float>;
 extern template class var<double>;
-extern template class parameter<float>;
-extern template class parameter<double>;
-extern template class backward_context<float>;
-extern template class backward_context<double>;
-// Scalar arithmetic on vars, recorded as ops::scale and ops::add_scalar (ops/elementwise.cpp):
-// x * 2, 2 * x, x / 2, x + 1, 1 + x, x - 1, 2 - x; -x is ops::neg (ops/ops.hpp).
-namespace ops
-{
-template <class T> var<T> scale(const var<T>& x, T factor);
-template <class T> var<T> add_scalar(const var<T>& x, T c);
-template <class T> var<T> neg(const var<T>& x);
-}  // namespace ops
-
-template <class S>
-using if_scalar = std::enable_if_t<std::is_arithmetic<S>::value, int>;
-
-template <class T, class S, if_scalar<S> = 0>
-var<T> operator*(const var<T>& x, S s)
-{
-    return ops::scale(x, static_cast<T>(s));
-}
-template <class T, class S, if_scalar<S> = 0>
-var<T> operator*(S s, const var<T>& x)
-{
-    return ops::scale(x, static_cast<T>(s));
-}
-template <class T, class S, if_scalar<S> = 0>
-var<T> operator/(const var<T>& x, S s)
-{
-    return ops::scale(x, T(1) / static_cast<T>(s));
-}
-template <class T, class S, if_scalar<S> = 0>
-var<T> operator+(const var<T>& x, S s)
-{
-    return ops::add_scalar(x, static_cast<T>(s));
-}
-template <class T, class S, if_scalar<S> = 0>
-var<T> operator+(S s, const var<T>& x)
-{
-    return ops::add_scalar(x, static_cast<T>(s));
-}
-template <class T, class S, if_scalar<S> = 0>
-var<T> operator-(const var<T>& x, S s)
-{
-    return ops::add_scalar(x, -static_cast<T>(s));
-}
-template <class T, class S, if_scalar<S> = 0>
-var<T> operator-(S s, const var<T>& x)
-{
-    return ops::add_scalar(ops::neg(x), static_cast<T>(s));
-}
 }  // namespace xgrad

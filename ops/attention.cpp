@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "autodiff/instantiate.hpp"
+#include "autodiff/record.hpp"
 #include "kernels/attention.hpp"
 #include "ops/ops.hpp"
 

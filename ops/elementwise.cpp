@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "autodiff/instantiate.hpp"
+#include "autodiff/record.hpp"
 #include "kernels/map.hpp"
 #include "ops/ops.hpp"
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "autodiff/instantiate.hpp"
+#include "autodiff/record.hpp"
 #include "ops/ops.hpp"
 
 namespace xgrad::ops

@@ -1,5 +1,6 @@
 // matmul: the differentiable batched matrix product over kernels::matmul_into (kernels/matmul.cpp).
 #include "autodiff/instantiate.hpp"
+#include "autodiff/record.hpp"
 #include "kernels/kernels.hpp"
 #include "ops/ops.hpp"
 

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "autodiff/instantiate.hpp"
+#include "autodiff/record.hpp"
 #include "kernels/parallel.hpp"
 #include "kernels/simd.hpp"
 #include "ops/ops.hpp"

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "autodiff/tape.hpp"
+#include "ops/scalar_operators.hpp"
 
 namespace xgrad
 {

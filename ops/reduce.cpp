@@ -5,6 +5,7 @@
 #include <xtensor/xreducer.hpp>
 
 #include "autodiff/instantiate.hpp"
+#include "autodiff/record.hpp"
 #include "ops/ops.hpp"
 
 namespace xgrad::ops

@@ -3,6 +3,7 @@
 #include <numeric>
 
 #include "autodiff/instantiate.hpp"
+#include "autodiff/record.hpp"
 #include "kernels/kernels.hpp"
 #include "ops/ops.hpp"
 

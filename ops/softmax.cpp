@@ -1,6 +1,7 @@
 // masked_softmax: softmax(scale * x) over the last axis among the entries a boolean mask keeps.
 // Scale and mask live inside the op (one pass over the scores); the mask gets no gradient.
 #include "autodiff/instantiate.hpp"
+#include "autodiff/record.hpp"
 #include "kernels/kernels.hpp"
 #include "ops/ops.hpp"
 

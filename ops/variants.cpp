@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "autodiff/instantiate.hpp"
+#include "autodiff/record.hpp"
 #include "kernels/parallel.hpp"
 #include "kernels/map.hpp"
 #include "ops/ops.hpp"

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "autodiff/compare.hpp"
+#include "autodiff/record.hpp"
 #include "test_util.hpp"
 
 using namespace xgrad;

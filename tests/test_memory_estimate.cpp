@@ -194,17 +194,17 @@ TEST_CASE("xgrad-train refuses a run that needs more memory than is available, s
     CHECK(message.find("activations ") != std::string::npos);
     CHECK(message.find("B = 16 windows of T = 64 tokens, 1 thread") != std::string::npos);
     CHECK(message.find("available (") != std::string::npos);
-    CHECK(message.find("--max-memory BYTES to insist") != std::string::npos);
+    CHECK(message.find("or max_memory BYTES to insist") != std::string::npos);
     CHECK_FALSE(std::filesystem::exists(dir / "run/model.safetensors"));
 
-    // A small run refused by a small budget, the flag named as the budget's source.
+    // A small run refused by a small budget, the option named as the budget's source.
     o = run_of(dir, 1, 16, 2, 16, 4);
     o.max_memory = "1M";
     const std::string small = refusal(o);
     INFO(small);
-    CHECK(small.find("more than the 1.0 MiB available (--max-memory)") != std::string::npos);
+    CHECK(small.find("more than the 1.0 MiB available (max_memory)") != std::string::npos);
     o.max_memory = "lots";
-    CHECK(refusal(o).find("--max-memory must be 'auto'") != std::string::npos);
+    CHECK(refusal(o).find("max_memory must be 'auto'") != std::string::npos);
     o.max_memory = "64G";  // more than it needs: trains
     CHECK(refusal(o).empty());
     CHECK(std::filesystem::exists(dir / "run/model.safetensors"));

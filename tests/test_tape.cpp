@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 
+#include "autodiff/record.hpp"
 #include "test_util.hpp"
 
 using namespace xgrad;

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "test_util.hpp"
+#include "train/option_error.hpp"
 #include "train/text_data.hpp"
 #include "train/tokenizer.hpp"
 
@@ -48,7 +49,7 @@ std::shared_ptr<const sentencepiece_tokenizer> trained(const std::string& spec, 
 }
 } // namespace
 
-TEST_CASE("--tokenizer takes bytes, bpe:N and unigram:N")
+TEST_CASE("the tokenizer option takes bytes, bpe:N and unigram:N")
 {
     CHECK(tokenizer_spec::parse("bytes").type == tokenizer_spec::kind::bytes);
     const auto bpe = tokenizer_spec::parse("bpe:512");
@@ -71,7 +72,7 @@ TEST_CASE("--tokenizer takes bytes, bpe:N and unigram:N")
     {
         CAPTURE(bad);
         CHECK_THROWS_WITH_AS(
-          tokenizer_spec::parse(bad), doctest::Contains("--tokenizer"), std::invalid_argument);
+          tokenizer_spec::parse(bad), doctest::Contains("tokenizer: '"), std::invalid_argument);
     }
 }
 
@@ -229,7 +230,7 @@ TEST_CASE("a tokenizer that cannot be trained is one clear error")
     CHECK_THROWS_WITH_AS(
       text_corpus::of_text("\n\n\n\n\n\n\n\n\n\n\n\n", 2, "blank", tokenizer_spec::parse("bpe:64")),
       doctest::Contains("no text to train on"),
-      std::runtime_error);
+      train::option_error);
 }
 
 TEST_CASE("a text without newlines trains: lines longer than SentencePiece's sentence limit are cut before a space")

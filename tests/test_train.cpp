@@ -223,7 +223,7 @@ TEST_CASE("bad options and bad data are refused with one clear message")
     };
     auto o = tiny_run(data, dir / "run", 3);
     o.steps = 0;
-    expect(o, "--steps");
+    expect(o, "steps must be at least 1");
     o = tiny_run(data, dir / "run", 3);
     o.model.heads = 3;
     expect(o, "not divisible");
@@ -238,7 +238,7 @@ TEST_CASE("bad options and bad data are refused with one clear message")
     o = tiny_run(data, dir / "run", 4);
     o.resume = true;
     o.model.layers = 3;
-    expect(o, "--layers 2");
+    expect(o, "was trained with model.layers 2, not 3");
 }
 
 TEST_CASE("durations print as m:ss or h:mm:ss")
@@ -354,7 +354,7 @@ TEST_CASE("dropout is seeded: the same seed gives the same losses, and it change
 
     auto bad = tiny_run(data, dir / "d", 2);
     bad.dropout = 1;
-    CHECK(test::contains(error_of(bad), "--dropout must be in [0, 1)"));
+    CHECK(test::contains(error_of(bad), "dropout must be in [0, 1)"));
 }
 
 TEST_CASE("--resume refuses a checkpoint whose variant disagrees with the flags, naming the key")
@@ -365,13 +365,13 @@ TEST_CASE("--resume refuses a checkpoint whose variant disagrees with the flags,
     const std::string log_before = test::read_bytes(dir / "run/log.csv");
     const std::string ck_before = test::read_bytes(dir / "run/model.safetensors");
     const std::pair<const char*, void (*)(models::gpt_config&)> changes[] = {
-        {"norm = rmsnorm but the flags ask for norm = layernorm", [](models::gpt_config& c) { c.norm = models::norm_kind::layernorm; }},
-        {"position = rope but the flags ask for position = none", [](models::gpt_config& c) { c.position = models::position_kind::none; }},
-        {"rope_base = 10000 but the flags ask for rope_base = 500", [](models::gpt_config& c) { c.rope_base = 500; }},
-        {"mlp = swiglu but the flags ask for mlp = gelu", [](models::gpt_config& c) { c.mlp = models::mlp_kind::gelu; }},
-        {"mlp_hidden = 64 but the flags ask for mlp_hidden = 24", [](models::gpt_config& c) { c.mlp_hidden = 24; }},
-        {"bias = none but the flags ask for bias = all", [](models::gpt_config& c) { c.bias = models::bias_kind::all; }},
-        {"tied_head = true but the flags ask for tied_head = false", [](models::gpt_config& c) { c.tied_head = false; }},
+        {"was trained with model.norm rmsnorm, not layernorm", [](models::gpt_config& c) { c.norm = models::norm_kind::layernorm; }},
+        {"was trained with model.position rope, not none", [](models::gpt_config& c) { c.position = models::position_kind::none; }},
+        {"was trained with model.rope_base 10000, not 500", [](models::gpt_config& c) { c.rope_base = 500; }},
+        {"was trained with model.mlp swiglu, not gelu", [](models::gpt_config& c) { c.mlp = models::mlp_kind::gelu; }},
+        {"was trained with model.mlp_hidden 64, not 24", [](models::gpt_config& c) { c.mlp_hidden = 24; }},
+        {"was trained with model.bias none, not all", [](models::gpt_config& c) { c.bias = models::bias_kind::all; }},
+        {"was trained with a tied head, not an untied head (model.tied_head)", [](models::gpt_config& c) { c.tied_head = false; }},
     };
     for (const auto& [words, change] : changes)
     {

@@ -11,6 +11,7 @@
 
 #include "io/safetensors.hpp"
 #include "test_util.hpp"
+#include "train/option_error.hpp"
 #include "train/text_data.hpp"
 #include "train/tokenizer.hpp"
 #include "train/trainer.hpp"
@@ -130,7 +131,7 @@ TEST_CASE("--tokenizer bpe:N trains on the training split, stores the model, and
     train_options other = small_run(data, dir / "a", "unigram:48");
     other.steps = 12;
     other.resume = true;
-    CHECK_THROWS_WITH_AS(run_training(other), doctest::Contains("another tokenizer"), std::runtime_error);
+    CHECK_THROWS_WITH_AS(run_training(other), doctest::Contains("another tokenizer"), train::option_error);
     other.tokenizer = "bpe:48";
     CHECK(run_training(other).last_step == 12);
 }
@@ -164,8 +165,8 @@ TEST_CASE("--time ends the run at the step that passes it, with validation and a
     CHECK_FALSE(rows[1][2].empty());
     CHECK(io::read_safetensors(dir / "run/model.safetensors").metadata.at("step") == "1");
     o.time_limit_s = -1;
-    CHECK_THROWS_WITH_AS(run_training(o), doctest::Contains("--time"), std::invalid_argument);
+    CHECK_THROWS_WITH_AS(run_training(o), doctest::Contains("time_limit_s must be"), std::invalid_argument);
     o.time_limit_s = 0;
     o.tokenizer = "bpe:x";
-    CHECK_THROWS_WITH_AS(run_training(o), doctest::Contains("--tokenizer"), std::invalid_argument);
+    CHECK_THROWS_WITH_AS(run_training(o), doctest::Contains("tokenizer: 'bpe:x'"), std::invalid_argument);
 }

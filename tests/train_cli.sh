@@ -42,11 +42,11 @@ llama=(--norm rmsnorm --position rope --mlp swiglu --bias none --kv-heads 1 --dr
 "$train" "${common[@]}" --out "$dir/llama" --steps 3 "${llama[@]}"
 cp "$dir/llama/model.safetensors" "$dir/model.before"
 cp "$dir/llama/log.csv" "$dir/log.before"
-expect_refusal "resume, other norm" "has norm = rmsnorm but the flags ask for norm = layernorm" \
+expect_refusal "resume, other norm" "was trained with --norm rmsnorm, not layernorm" \
     "${common[@]}" --out "$dir/llama" --steps 5 --resume --position rope --mlp swiglu --bias none --kv-heads 1
-expect_refusal "resume, tied head" "has tied_head = true but the flags ask for tied_head = false" \
+expect_refusal "resume, tied head" "was trained with a tied head, not an untied head (--untied-head)" \
     "${common[@]}" --out "$dir/llama" --steps 5 --resume "${llama[@]}" --untied-head
-expect_refusal "resume, rope base" "has rope_base = 10000 but the flags ask for rope_base = 500" \
+expect_refusal "resume, rope base" "was trained with --rope-base 10000, not 500" \
     "${common[@]}" --out "$dir/llama" --steps 5 --resume "${llama[@]}" --rope-base 500
 cmp -s "$dir/llama/model.safetensors" "$dir/model.before" || fail "a refused --resume changed the checkpoint"
 cmp -s "$dir/llama/log.csv" "$dir/log.before" || fail "a refused --resume changed log.csv"

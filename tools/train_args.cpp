@@ -62,6 +62,22 @@ void add_train_flags(CLI::App& app, train::train_options& o, std::int64_t& warmu
         ->capture_default_str();
 }
 
+// The train_options field each flag of add_train_flags sets (tests/test_train_args.cpp checks that every
+// flag is here).
+constexpr std::pair<const char*, const char*> flag_fields[] = {
+    {"--data", "data"}, {"--out", "out"}, {"--steps", "steps"}, {"--layers", "model.layers"},
+    {"--d-model", "model.d_model"}, {"--heads", "model.heads"}, {"--kv-heads", "model.kv_heads"},
+    {"--block", "model.block_size"}, {"--batch", "batch"}, {"--lr", "lr"}, {"--warmup", "warmup"},
+    {"--decay-steps", "decay_steps"}, {"--seed", "seed"}, {"--threads", "threads"}, {"--resume", "resume"},
+    {"--tokenizer", "tokenizer"}, {"--time", "time_limit_s"}, {"--weight-decay", "weight_decay"},
+    {"--clip", "clip"}, {"--eval-every", "eval_every"}, {"--eval-windows", "eval_windows"},
+    {"--save-every", "save_every"}, {"--sample-tokens", "sample_tokens"}, {"--no-plots", "plots"},
+    {"--max-memory", "max_memory"}, {"--detect-anomaly", "detect_anomaly"}, {"--norm", "model.norm"},
+    {"--position", "model.position"}, {"--rope-base", "model.rope_base"}, {"--mlp", "model.mlp"},
+    {"--mlp-hidden", "model.mlp_hidden"}, {"--bias", "model.bias"}, {"--untied-head", "model.tied_head"},
+    {"--dropout", "dropout"},
+};
+
 // The variant flags in the config; a bad value is an input_error naming the flag and the values allowed.
 void apply_variant(const variant_flags& v, models::gpt_config& c)
 {
@@ -112,6 +128,37 @@ bool parse(CLI::App& app, const std::vector<std::string>& args)
     }
 }
 }  // namespace
+
+std::string flag_of_field(const std::string& field)
+{
+    for (const auto& [flag, f] : flag_fields)
+    {
+        if (field == f)
+        {
+            return flag;
+        }
+    }
+    return field;
+}
+
+std::vector<std::string> train_flags()
+{
+    CLI::App app;
+    train::train_options o;
+    std::int64_t warmup = -1, decay = -1;
+    bool quiet = false;
+    variant_flags v;
+    add_train_flags(app, o, warmup, decay, quiet, v);
+    std::vector<std::string> names;
+    for (const CLI::Option* option : app.get_options())
+    {
+        if (!option->get_lnames().empty() && option->get_lnames()[0] != "help" && option->get_lnames()[0] != "quiet")
+        {
+            names.push_back("--" + option->get_lnames()[0]);
+        }
+    }
+    return names;
+}
 
 train_command parse_train_arguments(const std::vector<std::string>& args)
 {

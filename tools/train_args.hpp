@@ -35,6 +35,13 @@ struct sample_command
     models::sampling_options run;
 };
 
+// The xgrad-train flag that sets a train_options field ("steps" -> "--steps", "model.block_size" ->
+// "--block"): how the library's option_errors (train/option_error.hpp) are said on the command line.
+// A field without a flag comes back as it is.
+std::string flag_of_field(const std::string& field);
+// The flags that set train_options fields (every flag of xgrad-train but --help, --quiet, --precision).
+std::vector<std::string> train_flags();
+
 // The arguments after the program name. Throw input_error with a one-line message for an unknown,
 // malformed or missing option or a stray argument.
 train_command parse_train_arguments(const std::vector<std::string>& args);

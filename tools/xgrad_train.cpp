@@ -16,6 +16,7 @@
 #include "io/safetensors.hpp"  // io::format_error
 #include "kernels/precision.hpp"
 #include "tools/train_args.hpp"
+#include "train/option_error.hpp"
 #include "train/communicator.hpp"
 #include "train/trainer.hpp"
 
@@ -132,6 +133,11 @@ int main(int argc, char** argv)
             std::printf("--- sample ---\n%s\n--------------\n", s.sample.c_str());
         }
         return 0;
+    }
+    catch (const train::option_error& e)  // the library names option fields; say them as flags
+    {
+        return fail_with(e.message(tools::train_cli::flag_of_field),
+                         e.problem == train::option_problem::bad_value ? 2 : 1);
     }
     catch (const std::invalid_argument& e)
     {

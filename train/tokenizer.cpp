@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "train/option_error.hpp"
+
 namespace sentencepiece::logging
 {
 void SetMinLogLevel(int level); // in libsentencepiece, not declared by its public headers
@@ -168,15 +170,14 @@ void byte_vocabulary::to_metadata(metadata_map& metadata) const
     metadata["vocab"] = to_json();
 }
 
-// ---- --tokenizer ----------------------------------------------------------------------------------
+// ---- the tokenizer option ----------------------------------------------------------------------------------
 
 tokenizer_spec tokenizer_spec::parse(const std::string& text)
 {
     const auto bad = [&]
     {
-        return std::invalid_argument(
-          "--tokenizer: '" + text +
-          "' is not one of bytes, bpe:N, unigram:N (N a vocabulary size, 8 to 65536)");
+        return option_error("{}: '" + option_error::literal(text) + "' is not one of bytes, bpe:N, unigram:N (N a vocabulary size, 8 to 65536)",
+                            {"tokenizer"});
     };
     if (text == "bytes")
     {
@@ -319,7 +320,7 @@ std::shared_ptr<const sentencepiece_tokenizer> sentencepiece_tokenizer::train(
 {
     if (spec.type == tokenizer_spec::kind::bytes)
     {
-        throw std::invalid_argument("sentencepiece_tokenizer::train: --tokenizer bytes needs no training");
+        throw std::invalid_argument("sentencepiece_tokenizer::train: the bytes tokenizer needs no training");
     }
     const std::unordered_map<std::string, std::string> settings = {
         { "model_type", spec.type == tokenizer_spec::kind::bpe ? "bpe" : "unigram" },
@@ -340,16 +341,17 @@ std::shared_ptr<const sentencepiece_tokenizer> sentencepiece_tokenizer::train(
     line_iterator lines(training_text);
     if (lines.done())
     {
-        throw std::runtime_error("--tokenizer " + spec.to_string() +
-                                 ": the training split has no text to train on");
+        throw option_error("{} " + option_error::literal(spec.to_string()) + ": the training split has no text to train on", {"tokenizer"},
+                           option_problem::disagrees_with_files);
     }
     std::string serialized;
     const auto status = sentencepiece::SentencePieceTrainer::Train(settings, &lines, &serialized);
     if (!status.ok())
     {
-        throw std::runtime_error("--tokenizer " + spec.to_string() +
-                                 ": SentencePiece cannot train on the training split (" + status.ToString() +
-                                 ")");
+        throw option_error("{} " + option_error::literal(spec.to_string()) +
+                               ": SentencePiece cannot train on the training split (" +
+                               option_error::literal(status.ToString()) + ")", {"tokenizer"},
+                           option_problem::disagrees_with_files);
     }
     return from_serialized(serialized);
 }

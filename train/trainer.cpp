@@ -6,6 +6,7 @@
 #include <cctype>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <stdexcept>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "train/plots.hpp"
 #include "train/progress.hpp"
 #include "train/text_data.hpp"
+#include "train/option_error.hpp"
 #include "train/memory_estimate.hpp"  // refuse a run the machine cannot hold, before allocating
 
 namespace xgrad::train
@@ -27,38 +29,37 @@ namespace detail
 {
 void check_loop_options(const train_options& o)
 {
-    auto bad = [](const std::string& what) { throw std::invalid_argument(what); };
     if (o.data.empty() || o.out.empty())
     {
-        bad("--data and --out are required");
+        throw option_error("{} and {} are required", {"data", "out"});
     }
     if (o.steps < 1)
     {
-        bad("--steps must be at least 1, got " + std::to_string(o.steps));
+        throw option_error("{} must be at least 1, got " + std::to_string(o.steps), {"steps"});
     }
     if (o.batch < 1 || o.model.block_size < 1 || o.model.layers < 1)
     {
-        bad("--batch, --block and --layers must be at least 1");
+        throw option_error("{}, {} and {} must be at least 1", {"batch", "model.block_size", "model.layers"});
     }
     if (!(o.lr > 0) || !std::isfinite(o.lr))
     {
-        bad("--lr must be a positive number");
+        throw option_error("{} must be a positive number", {"lr"});
     }
     if ((o.warmup && *o.warmup < 0) || (o.decay_steps && *o.decay_steps < 1))
     {
-        bad("--warmup must be >= 0 and --decay-steps >= 1");
+        throw option_error("{} must be >= 0 and {} >= 1", {"warmup", "decay_steps"});
     }
     if (o.threads < 1)
     {
-        bad("--threads must be at least 1, got " + std::to_string(o.threads));
+        throw option_error("{} must be at least 1, got " + std::to_string(o.threads), {"threads"});
     }
     if (!(o.dropout >= 0 && o.dropout < 1))
     {
-        bad("--dropout must be in [0, 1), got " + std::to_string(o.dropout));
+        throw option_error("{} must be in [0, 1), got " + std::to_string(o.dropout), {"dropout"});
     }
     if (!(o.time_limit_s >= 0) || !std::isfinite(o.time_limit_s))
     {
-        bad("--time must be a number of seconds >= 0 (0: no limit)");
+        throw option_error("{} must be a number of seconds >= 0 (0: no limit)", {"time_limit_s"});
     }
     tokenizer_spec::parse(o.tokenizer);  // names --tokenizer and the forms allowed
 }
@@ -90,8 +91,9 @@ void check_vocabulary(const std::map<std::string, std::string>& metadata, const 
         const auto it = metadata.find(key);
         if (it == metadata.end() || it->second != value)
         {
-            throw std::runtime_error("--resume: " + path + " was trained with another tokenizer or vocabulary than "
-                                     "--data and --tokenizer give (metadata \"" + key + "\")");
+            throw option_error("{}: " + option_error::literal(path) + " was trained with another tokenizer or vocabulary than {} and {} give "
+                               "(metadata \"" + option_error::literal(key) + "\")",
+                               {"resume", "data", "tokenizer"}, option_problem::disagrees_with_files);
         }
     }
 }
@@ -102,7 +104,8 @@ std::int64_t checkpoint_step(const std::map<std::string, std::string>& metadata,
     if (it == metadata.end() || it->second.empty() ||
         it->second.find_first_not_of("0123456789") != std::string::npos || it->second.size() > 12)
     {
-        throw std::runtime_error("--resume: " + path + " has no valid \"step\" metadata");
+        throw option_error("{}: " + option_error::literal(path) + " has no valid \"step\" metadata", {"resume"},
+                           option_problem::disagrees_with_files);
     }
     return std::stoll(it->second);
 }
@@ -237,25 +240,32 @@ struct gpt_module
 
     static void check_same_model(const models::gpt_config& have, const models::gpt_config& want, const std::string& path)
     {
-        auto differs = [&](const char* flag, std::size_t a, std::size_t b) {
+        auto differs = [&](const char* field, std::size_t a, std::size_t b) {
             if (a != b)
             {
-                throw std::invalid_argument("--resume: " + path + " has " + flag + " " + std::to_string(a) +
-                                         " but the flags ask for " + std::to_string(b));
+                throw option_error("{}: " + option_error::literal(path) + " was trained with {} " + std::to_string(a) +
+                                   ", not " + std::to_string(b), {"resume", field});
             }
         };
-        differs("--layers", have.layers, want.layers);
-        differs("--d-model", have.d_model, want.d_model);
-        differs("--heads", have.heads, want.heads);
-        differs("--kv-heads", have.kv_head_count(), want.kv_head_count());
-        differs("--block", have.block_size, want.block_size);
+        differs("model.layers", have.layers, want.layers);
+        differs("model.d_model", have.d_model, want.d_model);
+        differs("model.heads", have.heads, want.heads);
+        differs("model.kv_heads", have.kv_head_count(), want.kv_head_count());
+        differs("model.block_size", have.block_size, want.block_size);
+        if (have.tied_head != want.tied_head)
+        {
+            const auto kind = [](bool tied) { return tied ? std::string("a tied head") : std::string("an untied head"); };
+            throw option_error("{}: " + option_error::literal(path) + " was trained with " + kind(have.tied_head) +
+                               ", not " + kind(want.tied_head) + " ({})", {"resume", "model.tied_head"});
+        }
         const auto a = models::variant_metadata(have), b = models::variant_metadata(want);
         for (const char* key : models::variant_keys)
         {
             if (a.at(key) != b.at(key))
             {
-                throw std::invalid_argument("--resume: " + path + " has " + key + " = " + a.at(key) +
-                                         " but the flags ask for " + key + " = " + b.at(key));
+                throw option_error("{}: " + option_error::literal(path) + " was trained with {} " +
+                                       option_error::literal(a.at(key)) + ", not " + option_error::literal(b.at(key)),
+                                   {"resume", std::string("model.") + key});
             }
         }
     }
@@ -310,19 +320,53 @@ std::string sample_text(const models::gpt_parameters<float>& params, const text_
 }
 }  // namespace
 
+namespace
+{
+// The memory check of run_training, its messages naming the max_memory option wherever they say "{}".
+void require_memory_option(const memory_estimate& need, const std::string& max_memory)
+{
+    const auto naming_max_memory = [](const std::string& format) {
+        std::vector<std::string> fields;
+        for (std::size_t at = format.find("{}"); at != std::string::npos; at = format.find("{}", at + 2))
+        {
+            fields.push_back("max_memory");
+        }
+        return option_error(format, fields);
+    };
+    memory_budget budget;
+    try
+    {
+        budget = parse_memory_budget(max_memory, "max_memory");
+    }
+    catch (const std::invalid_argument& e)
+    {
+        throw naming_max_memory("{}" + option_error::literal(std::string(e.what()).substr(std::strlen("max_memory"))));
+    }
+    if (budget.source == "max_memory")
+    {
+        budget.source = "{}";
+    }
+    const std::string refusal =
+        memory_shortfall(need, budget, "this run", "use a smaller model or batch, or {} BYTES to insist");
+    if (!refusal.empty())
+    {
+        throw naming_max_memory(refusal);
+    }
+}
+}  // namespace
+
 train_summary run_training(const train_options& o, std::FILE* progress, bool terminal, communicator& comm)
 {
     detail::check_loop_options(o);
     models::gpt_config probe = o.model;
     probe.vocab_size = 1;
-    probe.validate("xgrad-train");  // d % H, H % G, zero sizes, dh odd with RoPE
+    probe.validate("train_options.model");  // d % H, H % G, zero sizes, dh odd with RoPE
     set_num_threads(o.threads);
     const text_corpus data = text_corpus::load(o.data, o.model.block_size, tokenizer_spec::parse(o.tokenizer));
     models::gpt_config config = o.model;
     config.vocab_size = data.tokens->size();
-    require_memory(estimate_training(sizes_of(config), o.batch, static_cast<std::uint64_t>(o.threads)),
-                   parse_memory_budget(o.max_memory, "--max-memory"), "this run",
-                   "use a smaller model or batch, or --max-memory BYTES to insist");
+    require_memory_option(estimate_training(sizes_of(config), o.batch, static_cast<std::uint64_t>(o.threads)),
+                          o.max_memory);
 
     gpt_module model;
     model.params = o.resume ? models::gpt_parameters<float>::declare(config)

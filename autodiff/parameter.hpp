@@ -1,0 +1,46 @@
+// A learnable tensor that outlives tapes: what tape::param binds, what optimisers update and what
+// checkpoints save.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "autodiff/xtensor.hpp"
+
+namespace xgrad
+{
+template <class T>
+class tape;
+
+// A learnable tensor that outlives tapes (a training loop records a fresh tape each step).
+// Copies share one value and one gradient. The gradient accumulates over backward calls until zero_grad.
+// A tape reads the value in place (no copy per step): update it only after that tape's backward.
+template <class T>
+class parameter
+{
+public:
+    parameter();
+    explicit parameter(array<T> value, std::string name = "");
+
+    const array<T>& value() const { return s_->value; }
+    array<T>& value() { return s_->value; }  // for optimiser updates
+    const array<T>& grad() const { return s_->grad; }
+    array<T>& grad() { return s_->grad; }  // for gradient clipping
+    const std::string& name() const { return s_->name; }
+    void zero_grad();
+
+    struct state
+    {
+        array<T> value;
+        array<T> grad;
+        std::string name;
+    };
+
+private:
+    std::shared_ptr<state> s_;
+    friend class tape<T>;
+};
+
+extern template class parameter<float>;
+extern template class parameter<double>;
+}  // namespace xgrad

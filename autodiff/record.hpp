@@ -1,0 +1,163 @@
+// What an op author uses to record an op on the tape: the saves flags, record(), and the
+// backward_context a rule receives. ops/softmax.cpp shows the pattern: check the arguments, run the
+// kernel, record the value with a rule that reads only what it declared.
+#pragma once
+
+#include <initializer_list>
+#include <utility>
+#include <vector>
+
+#include "autodiff/tape.hpp"
+
+namespace xgrad
+{
+// What a saved-for-backward flag refers to when an op is recorded.
+// Inputs 2 and 3 (ops such as layer_norm and attention take more than two) have flags of their own.
+enum saves : unsigned
+{
+    saves_nothing = 0,
+    saves_input0 = 1,
+    saves_input1 = 2,
+    saves_output = 4,
+    saves_input2 = 8,
+    saves_input3 = 16,
+};
+
+// The saves flag of input k (k < 4).
+constexpr unsigned saves_input(std::size_t k)
+{
+    return k == 0 ? saves_input0 : k == 1 ? saves_input1 : k == 2 ? saves_input2 : saves_input3;
+}
+
+namespace detail
+{
+// Flags the values n's rule reads (its `saves`) as saved for backward.
+template <class T>
+void mark_saved(tape_state<T>& state, node<T>& n)
+{
+    for (std::size_t k = 0; k < n.input_count; ++k)
+    {
+        if (n.saves & saves_input(k))
+        {
+            state.nodes[n.inputs[k]]->value_saved = true;
+        }
+    }
+    if (n.saves & saves_output)
+    {
+        n.value_saved = true;
+    }
+}
+}  // namespace detail
+
+// What a backward rule sees: the incoming gradient, the saved values, and where to send gradients.
+template <class T>
+class backward_context
+{
+public:
+    backward_context(detail::tape_state<T>& s, std::uint32_t index, bool grad_is_disposable,
+                     bool check_finite = false)
+        : state_(s), node_(*s.nodes[index]), index_(index), disposable_(grad_is_disposable),
+          check_finite_(check_finite)
+    {
+    }
+    const array<T>& grad() const { return node_.grad; }
+    // The incoming gradient for a rule to consume (call it last): moved out when the walk would free it
+    // right after this rule anyway, copied when it is kept (retain_graph, or the root).
+    array<T> take_grad() { return disposable_ ? std::move(node_.grad) : array<T>(node_.grad); }
+    // The saved values. A rule reads only what it declared when it was recorded (its `saves` flags:
+    // they decide what the tape keeps and counts as saved for backward); reading more is a logic_error.
+    const array<T>& output() const { return saved(saves_output, node_).value(); }
+    const array<T>& input(std::size_t k) const { return saved(saves_input(k), input_node(k)).value(); }
+    bool needs_grad(std::size_t k) const { return input_node(k).requires_grad; }
+    // Adds g into input k's gradient, first summing away any broadcasting (sum_to).
+    void accumulate(std::size_t k, array<T>&& g);
+
+private:
+    detail::node<T>& input_node(std::size_t k) const { return *state_.nodes[node_.inputs[k]]; }
+    const detail::node<T>& saved(unsigned flag, const detail::node<T>& n) const
+    {
+        if (!(node_.saves & flag))
+        {
+            throw_undeclared_read(flag);
+        }
+        return n;
+    }
+    [[noreturn]] void throw_undeclared_read(unsigned flag) const;
+    detail::tape_state<T>& state_;
+    detail::node<T>& node_;
+    std::uint32_t index_;
+    bool disposable_;
+    bool check_finite_;  // anomaly mode, and everything this rule reads is finite
+};
+
+namespace detail
+{
+template <class T, class Rule, class Inputs>
+var<T> record_range(const char* op, const Inputs& inputs, array<T>&& value, unsigned saved, Rule&& rule,
+                    std::uint64_t multiply_adds)
+{
+    if (inputs.size() == 0 || inputs.size() > max_inputs)
+    {
+        fail(op, "an op takes 1 to " + std::to_string(max_inputs) + " inputs, got " + std::to_string(inputs.size()));
+    }
+    const auto& state = inputs.begin()->state_;
+    bool wants_grad = false;
+    for (const var<T>& in : inputs)
+    {
+        if (in.state_ != state)
+        {
+            fail(op, "inputs were recorded on different tapes");
+        }
+        wants_grad = wants_grad || in.node().requires_grad;  // node() also rejects stale handles
+    }
+    wants_grad = wants_grad && state->no_grad_depth == 0;
+
+    node_ptr<T> n = wants_grad ? state->template make_node<rule_node<T, std::decay_t<Rule>>>(std::forward<Rule>(rule))
+                               : state->template make_node<node<T>>();
+    n->op = op;
+    n->owned = std::move(value);
+    n->requires_grad = wants_grad;
+    n->multiply_adds = multiply_adds;
+    std::uint8_t k = 0;
+    for (const var<T>& in : inputs)
+    {
+        n->inputs[k++] = in.index_;
+    }
+    n->input_count = k;
+    if (wants_grad)
+    {
+        n->saves = saved;
+        mark_saved(*state, *n);
+    }
+    const auto index = static_cast<std::uint32_t>(state->nodes.size());
+    state->nodes.push_back(std::move(n));
+    if (state->detect_anomaly)
+    {
+        if (state->unchecked != tape_state<T>::no_node)
+        {
+            anomaly::check_forward(*state);  // the op before this one, which nothing named or read
+        }
+        state->unchecked = index;
+    }
+    return var<T>(state, index, state->generation);
+}
+// Records one op: its inputs (1 to max_inputs, all on one tape), its value, what its rule reads (saves
+// flags), the rule, and the multiply-adds it did (for the tape's counting).
+template <class T, class Rule>
+var<T> record(const char* op, std::initializer_list<var<T>> inputs, array<T>&& value, unsigned saved,
+              Rule&& rule, std::uint64_t multiply_adds = 0)
+{
+    return record_range<T>(op, inputs, std::move(value), saved, std::forward<Rule>(rule), multiply_adds);
+}
+
+template <class T, class Rule>
+var<T> record(const char* op, const std::vector<var<T>>& inputs, array<T>&& value, unsigned saved, Rule&& rule,
+              std::uint64_t multiply_adds = 0)
+{
+    return record_range<T>(op, inputs, std::move(value), saved, std::forward<Rule>(rule), multiply_adds);
+}
+}  // namespace detail
+
+extern template class backward_context<float>;
+extern template class backward_context<double>;
+}  // namespace xgrad
