@@ -396,8 +396,10 @@ def test_training_errors(tmp_path):
     (tmp_path / "ok.txt").write_text("abcdefgh" * 100)
     with pytest.raises(ValueError):
         xgrad.train.run(tmp_path / "ok.txt", tmp_path / "out", steps=2, d_model=10, heads=4, progress=False)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^steps must be at least 1, got -2$"):
         xgrad.train.run(tmp_path / "ok.txt", tmp_path / "out", steps=-2, progress=False)
+    with pytest.raises(ValueError, match=r"^dropout must be in \[0, 1\)"):
+        xgrad.train.run(tmp_path / "ok.txt", tmp_path / "out", steps=2, dropout=1.5, progress=False)
 
 
 def test_negative_sizes_are_value_errors():
