@@ -3,10 +3,7 @@
 // (docs/spec.md, "xgrad-gpt-npy"). Everything is computed in memory first; the outputs are then
 // written to a temporary directory and renamed into place, so a run leaves either every output or none.
 #include <signal.h>
-#include <stdlib.h>
 
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <iostream>
@@ -20,6 +17,7 @@
 #include "io/checkpoint.hpp"
 #include "io/escape.hpp"
 #include "io/npy.hpp"
+#include "tools/output_folder.hpp"
 #include "io/safetensors.hpp"
 #include "models/gpt.hpp"
 #include "models/gpt_manual.hpp"
@@ -29,25 +27,13 @@
 namespace fs = std::filesystem;
 using namespace xgrad;
 using namespace xgrad::tools::gpt_npy;
+using xgrad::tools::entry_exists;
 
 namespace
 {
 const char* const program = "xgrad-gpt-npy";
 
-// The outputs could not be written: exit status 1.
-struct output_error : std::runtime_error
-{
-    using std::runtime_error::runtime_error;
-};
-
 // ---- inputs -----------------------------------------------------------------------------------------
-
-// True when there is a directory entry (even a broken link: loading it then reports the problem).
-bool entry_exists(const fs::path& p)
-{
-    std::error_code ec;
-    return fs::symlink_status(p, ec).type() != fs::file_type::not_found && !ec;
-}
 
 template <class T>
 struct problem
@@ -191,12 +177,10 @@ results<T> run_manual(const problem<T>& p)
 // ---- outputs ----------------------------------------------------------------------------------------
 
 // One output file: its name in --out and how to write it to a given path.
-using output_file = std::pair<std::string, std::function<void(const std::string&)>>;
-
 template <class T>
-std::vector<output_file> output_files(const results<T>& r, const std::map<std::string, std::string>& metadata)
+std::vector<tools::output_file> output_files(const results<T>& r, const std::map<std::string, std::string>& metadata)
 {
-    std::vector<output_file> files{{"logits.npy", [&](const std::string& f) { npy::save(f, r.logits); }}};
+    std::vector<tools::output_file> files{{"logits.npy", [&](const std::string& f) { npy::save(f, r.logits); }}};
     if (r.loss)
     {
         files.emplace_back("loss.npy", [&](const std::string& f) { npy::save(f, *r.loss); });
@@ -218,101 +202,6 @@ std::vector<output_file> output_files(const results<T>& r, const std::map<std::s
     return files;
 }
 
-// The directories that creating `dir` would add, outermost first.
-std::vector<fs::path> missing_directories(const fs::path& dir)
-{
-    std::vector<fs::path> missing;
-    fs::path p = fs::absolute(dir).lexically_normal();
-    if (!p.has_filename())
-    {
-        p = p.parent_path();  // "out/" names the directory "out"
-    }
-    for (; !p.empty() && !entry_exists(p); p = p.parent_path())
-    {
-        missing.insert(missing.begin(), p);
-        if (p == p.parent_path())
-        {
-            break;
-        }
-    }
-    return missing;
-}
-
-void check_output_directory(const fs::path& out)
-{
-    std::error_code ec;
-    if (entry_exists(out) && !fs::is_directory(out, ec))
-    {
-        throw input_error("--out " + out.string() + ": exists and is not a directory");
-    }
-}
-
-// Writes every file into a temporary directory in `out`, then renames them into place; on any failure
-// leaves no file and no directory it made.
-void write_all(const fs::path& out, const std::vector<output_file>& files)
-{
-    const std::vector<fs::path> created = missing_directories(out);
-    std::string temp;
-    std::vector<fs::path> placed;
-    try
-    {
-        for (const fs::path& dir : created)
-        {
-            std::error_code ec;
-            if (!fs::create_directory(dir, ec) && ec)
-            {
-                throw output_error("--out " + out.string() + ": cannot create " + dir.string() + " (" +
-                                   ec.message() + ")");
-            }
-        }
-        temp = (out / ".xgrad-gpt-npy.tmp-XXXXXX").string();
-        if (!mkdtemp(temp.data()))
-        {
-            const std::string reason = std::strerror(errno);
-            temp.clear();
-            throw output_error("--out " + out.string() + ": cannot create a temporary directory (" + reason +
-                               ")");
-        }
-        for (const auto& [name, write] : files)
-        {
-            write((fs::path(temp) / name).string());
-        }
-        for (const auto& [name, write] : files)
-        {
-            const fs::path target = out / name;
-            std::error_code ec;
-            if (fs::is_directory(target, ec))
-            {
-                throw output_error(target.string() + ": is a directory, cannot replace it with a file");
-            }
-            fs::rename(fs::path(temp) / name, target, ec);
-            if (ec)
-            {
-                throw output_error(target.string() + ": cannot write (" + ec.message() + ")");
-            }
-            placed.push_back(target);
-        }
-        fs::remove(temp);
-    }
-    catch (...)
-    {
-        std::error_code ec;
-        for (const fs::path& f : placed)
-        {
-            fs::remove(f, ec);
-        }
-        if (!temp.empty())
-        {
-            fs::remove_all(temp, ec);
-        }
-        for (auto dir = created.rbegin(); dir != created.rend(); ++dir)
-        {
-            fs::remove(*dir, ec);  // only removes it while empty
-        }
-        throw;
-    }
-}
-
 template <class T>
 std::string run(const options& o)
 {
@@ -327,26 +216,26 @@ std::string run(const options& o)
     {
         throw input_error(e.what());  // a check of the library's that the ones above did not anticipate
     }
-    const std::vector<output_file> files = output_files(r, p.model.metadata);
+    const std::vector<tools::output_file> files = output_files(r, p.model.metadata);
     try
     {
-        write_all(o.out, files);
+        tools::write_output_folder(o.out, files, "xgrad-gpt-npy");
     }
     catch (const npy::error& e)
     {
-        throw output_error(e.what());
+        throw tools::output_error(e.what());
     }
     catch (const fs::filesystem_error& e)
     {
-        throw output_error(e.what());
+        throw tools::output_error(e.what());
     }
-    catch (const output_error&)
+    catch (const tools::output_error&)
     {
         throw;
     }
     catch (const std::runtime_error& e)  // write_safetensors
     {
-        throw output_error(e.what());
+        throw tools::output_error(e.what());
     }
     const models::gpt_config& c = p.model.params.config;
     const shape_t s = to_shape(p.tokens.shape());
@@ -392,7 +281,10 @@ int main(int argc, char** argv)
             return std::cout ? 0 : 1;
         }
         const options& o = c.run;
-        check_output_directory(o.out);
+        if (const std::string why = tools::output_folder_problem(o.out); !why.empty())
+        {
+            throw input_error(why);
+        }
         const std::string summary = o.dtype == "float32" ? run<float>(o) : run<double>(o);
         std::cout << program << ": " << one_line(summary) << std::endl;
         return 0;
@@ -409,7 +301,7 @@ int main(int argc, char** argv)
     {
         return fail_with(2, e.what());
     }
-    catch (const output_error& e)
+    catch (const tools::output_error& e)
     {
         return fail_with(1, e.what());
     }

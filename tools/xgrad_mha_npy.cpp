@@ -3,12 +3,9 @@
 // memory first; the outputs are then written to a temporary directory and renamed into place, so a run
 // leaves either every output file or none.
 #include <signal.h>
-#include <stdlib.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <limits>
@@ -22,12 +19,14 @@
 #include "models/mha_manual.hpp"
 #include "io/escape.hpp"
 #include "io/npy.hpp"
+#include "tools/output_folder.hpp"
 #include "tools/mha_npy_args.hpp"
 #include "train/memory_estimate.hpp"  // inputs the machine cannot compute are refused first
 
 namespace fs = std::filesystem;
 using namespace xgrad;
 using namespace xgrad::tools::mha_npy;
+using xgrad::tools::entry_exists;
 
 namespace
 {
@@ -77,19 +76,6 @@ Exit status: 0 on success (one summary line on stdout); 2 on bad usage or bad in
 outputs cannot be written, 3 when --detect-anomaly finds an anomaly. On failure one line goes to
 stderr and no output file is left behind.
 )";
-
-// The outputs could not be written: exit status 1.
-struct output_error : std::runtime_error
-{
-    using std::runtime_error::runtime_error;
-};
-
-// True when there is a directory entry (even a broken link: loading it then reports the problem).
-bool entry_exists(const fs::path& p)
-{
-    std::error_code ec;
-    return fs::symlink_status(p, ec).type() != fs::file_type::not_found && !ec;
-}
 
 template <class T>
 struct problem
@@ -297,99 +283,16 @@ named_arrays<T> run_manual(const problem<T>& p, const models::mha_options& mo)
     return out;
 }
 
-// The directories that creating `dir` would add, outermost first.
-std::vector<fs::path> missing_directories(const fs::path& dir)
-{
-    std::vector<fs::path> missing;
-    fs::path p = fs::absolute(dir).lexically_normal();
-    if (!p.has_filename())
-    {
-        p = p.parent_path();  // "out/" names the directory "out"
-    }
-    for (; !p.empty() && !entry_exists(p); p = p.parent_path())
-    {
-        missing.insert(missing.begin(), p);
-        if (p == p.parent_path())
-        {
-            break;
-        }
-    }
-    return missing;
-}
-
-void check_output_directory(const fs::path& out)
-{
-    std::error_code ec;
-    if (entry_exists(out) && !fs::is_directory(out, ec))
-    {
-        throw input_error("--out " + out.string() + ": exists and is not a directory");
-    }
-}
-
 // Writes every array as <name>.npy in `out`, or (on any failure) leaves no file and no directory it made.
 template <class T>
 void write_all(const fs::path& out, const named_arrays<T>& arrays)
 {
-    const std::vector<fs::path> created = missing_directories(out);
-    std::string temp;
-    std::vector<fs::path> placed;
-    try
+    std::vector<tools::output_file> files;
+    for (const auto& [name, a] : arrays)
     {
-        for (const fs::path& dir : created)
-        {
-            std::error_code ec;
-            if (!fs::create_directory(dir, ec) && ec)
-            {
-                throw output_error("--out " + out.string() + ": cannot create " + dir.string() + " (" +
-                                   ec.message() + ")");
-            }
-        }
-        temp = (out / ".xgrad-mha-npy.tmp-XXXXXX").string();
-        if (!mkdtemp(temp.data()))
-        {
-            const std::string reason = std::strerror(errno);
-            temp.clear();
-            throw output_error("--out " + out.string() + ": cannot create a temporary directory (" + reason +
-                               ")");
-        }
-        for (const auto& [name, a] : arrays)
-        {
-            npy::save((fs::path(temp) / (name + ".npy")).string(), a);
-        }
-        for (const auto& [name, a] : arrays)
-        {
-            const fs::path target = out / (name + ".npy");
-            std::error_code ec;
-            if (fs::is_directory(target, ec))
-            {
-                throw output_error(target.string() + ": is a directory, cannot replace it with a file");
-            }
-            fs::rename(fs::path(temp) / (name + ".npy"), target, ec);
-            if (ec)
-            {
-                throw output_error(target.string() + ": cannot write (" + ec.message() + ")");
-            }
-            placed.push_back(target);
-        }
-        fs::remove(temp);
+        files.push_back({name + ".npy", [&a = a](const std::string& f) { npy::save(f, a); }});
     }
-    catch (...)
-    {
-        std::error_code ec;
-        for (const fs::path& f : placed)
-        {
-            fs::remove(f, ec);
-        }
-        if (!temp.empty())
-        {
-            fs::remove_all(temp, ec);
-        }
-        for (auto dir = created.rbegin(); dir != created.rend(); ++dir)
-        {
-            fs::remove(*dir, ec);  // only removes it while empty
-        }
-        throw;
-    }
+    tools::write_output_folder(out, files, "xgrad-mha-npy");
 }
 
 template <class T>
@@ -414,11 +317,11 @@ std::string run(const options& o)
     }
     catch (const npy::error& e)
     {
-        throw output_error(e.what());
+        throw tools::output_error(e.what());
     }
     catch (const fs::filesystem_error& e)
     {
-        throw output_error(e.what());
+        throw tools::output_error(e.what());
     }
     const shape_t s = to_shape(p.xq.shape());
     const std::string sizes = p.self ? "B=" + std::to_string(s[0]) + " T=" + std::to_string(s[1])
@@ -453,7 +356,10 @@ int main(int argc, char** argv)
             }
         }
         const options o = parse_arguments(args);
-        check_output_directory(o.out);
+        if (const std::string why = tools::output_folder_problem(o.out); !why.empty())
+        {
+            throw input_error(why);
+        }
         const std::string summary = o.float32 ? run<float>(o) : run<double>(o);
         std::cout << program << ": " << io::one_line(summary) << std::endl;
         return 0;
@@ -466,7 +372,7 @@ int main(int argc, char** argv)
     {
         return fail_with(2, e.what());
     }
-    catch (const output_error& e)
+    catch (const tools::output_error& e)
     {
         return fail_with(1, e.what());
     }
