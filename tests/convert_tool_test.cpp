@@ -14,7 +14,10 @@
 #include "train/tokenizer.hpp"
 
 using namespace xgrad;
+using xgrad::test::listing;
 using xgrad::test::read_bytes;
+using xgrad::test::run_tool;
+using xgrad::test::tool_run;
 using xgrad::test::temp_dir;
 using xgrad::test::write_bytes;
 namespace fs = std::filesystem;
@@ -24,43 +27,12 @@ namespace
 const std::string tool = XGRAD_CONVERT_TOOL;
 const std::string fixtures = std::string(XGRAD_SOURCE_DIR) + "/tests/data/convert_fixtures/";
 
-struct run_result
-{
-    int status = -1;
-    std::string out, err;
-};
-
-run_result run(const temp_dir& scratch, const std::string& args)
-{
-    const std::string out = scratch / "stdout.txt", err = scratch / "stderr.txt";
-    const std::string command =
-      "cd '" + scratch.path.string() + "' && '" + tool + "' " + args + " >'" + out + "' 2>'" + err + "'";
-    const int raw = std::system(command.c_str());
-    INFO(command);
-    REQUIRE(raw != -1);
-    REQUIRE_FALSE(WIFSIGNALED(raw));
-    run_result r{ WEXITSTATUS(raw), read_bytes(out), read_bytes(err) };
-    fs::remove(out);
-    fs::remove(err);
-    return r;
-}
-
-std::set<std::string> listing(const fs::path& dir)
-{
-    std::set<std::string> names;
-    for (const auto& e : fs::directory_iterator(dir))
-    {
-        names.insert(e.path().filename().string());
-    }
-    return names;
-}
-
 // Exit 2, exactly one line on stderr holding `expected`, and the folder as it was.
 void refused(const temp_dir& scratch, const std::string& args, const std::string& expected)
 {
     CAPTURE(args);
     const auto before = listing(scratch.path);
-    const run_result r = run(scratch, args);
+    const tool_run r = run_tool(tool, scratch, args);
     CAPTURE(r.err);
     CHECK(r.status == 2);
     CHECK(r.out.empty());
@@ -74,26 +46,26 @@ void refused(const temp_dir& scratch, const std::string& args, const std::string
 TEST_CASE("xgrad-convert converts between the three formats")
 {
     temp_dir s;
-    REQUIRE(run(s, "--from hf-gpt2 --to xgrad '" + fixtures + "hf_bf16' gpt2.safetensors").status == 0);
+    REQUIRE(run_tool(tool, s, "--from hf-gpt2 --to xgrad '" + fixtures + "hf_bf16' gpt2.safetensors").status == 0);
     const auto ck = io::read_safetensors(s / "gpt2.safetensors");
     CHECK(ck.metadata.at("bias") == "all");
     CHECK(ck.tensors.at("wte").dtype == "F32");
-    REQUIRE(run(s, "--from xgrad --to hf-gpt2 gpt2.safetensors hf").status == 0);
+    REQUIRE(run_tool(tool, s, "--from xgrad --to hf-gpt2 gpt2.safetensors hf").status == 0);
     CHECK(listing(s / "hf") == std::set<std::string>{ "config.json", "model.safetensors" });
-    REQUIRE(run(s, "--from llama2c --to xgrad '" + fixtures + "llama2c' llama.safetensors").status == 0);
+    REQUIRE(run_tool(tool, s, "--from llama2c --to xgrad '" + fixtures + "llama2c' llama.safetensors").status == 0);
     fs::create_directory(s / "empty");
-    const run_result r = run(s, "--from xgrad --to llama2c llama.safetensors empty");
+    const tool_run r = run_tool(tool, s, "--from xgrad --to llama2c llama.safetensors empty");
     CHECK(r.status == 0);
     CHECK(listing(s / "empty") == std::set<std::string>{ "model.bin", "tokenizer.bin" });
     CHECK(read_bytes(s / "empty/model.bin") == read_bytes(fixtures + "llama2c/model.bin"));
-    CHECK(run(s, "--help").status == 0);
+    CHECK(run_tool(tool, s, "--help").status == 0);
 }
 
 TEST_CASE("bad command lines and bad input: one line, exit 2, nothing written")
 {
     temp_dir s;
-    REQUIRE(run(s, "--from hf-gpt2 --to xgrad '" + fixtures + "hf_f32' gpt2.safetensors").status == 0);
-    REQUIRE(run(s, "--from llama2c --to xgrad '" + fixtures + "llama2c' llama.safetensors").status == 0);
+    REQUIRE(run_tool(tool, s, "--from hf-gpt2 --to xgrad '" + fixtures + "hf_f32' gpt2.safetensors").status == 0);
+    REQUIRE(run_tool(tool, s, "--from llama2c --to xgrad '" + fixtures + "llama2c' llama.safetensors").status == 0);
     refused(s, "", "--from is required");
     refused(s, "--from gguf --to xgrad a b", "gguf not in");
     refused(s, "--from xgrad --to hf-gpt2 gpt2.safetensors", "OUT is required");
@@ -122,7 +94,7 @@ TEST_CASE("bad command lines and bad input: one line, exit 2, nothing written")
 TEST_CASE("a tokenizer in the metadata that does not parse or disagrees with the checkpoint is refused")
 {
     temp_dir s;
-    REQUIRE(run(s, "--from llama2c --to xgrad '" + fixtures + "llama2c' llama.safetensors").status == 0);
+    REQUIRE(run_tool(tool, s, "--from llama2c --to xgrad '" + fixtures + "llama2c' llama.safetensors").status == 0);
     io::safetensors_file f = io::read_safetensors(s / "llama.safetensors");
     const auto with_metadata = [&](const train::metadata_map& extra, const std::string& expected)
     {

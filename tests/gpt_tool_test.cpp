@@ -27,9 +27,13 @@
 #include "models/gpt.hpp"
 
 using namespace xgrad;
+using xgrad::test::listing;
 using xgrad::test::max_relative_difference;
+using xgrad::test::quote;
 using xgrad::test::read_bytes;
+using xgrad::test::run_tool;
 using xgrad::test::temp_dir;
+using xgrad::test::tool_run;
 using xgrad::test::gpt_reference::ref_logits;
 using xgrad::test::gpt_reference::ref_loss;
 namespace fs = std::filesystem;
@@ -37,45 +41,6 @@ namespace fs = std::filesystem;
 namespace
 {
 const std::string tool = XGRAD_GPT_TOOL;
-
-struct run_result
-{
-    int status = -1;
-    std::string out, err;
-};
-
-// Runs the tool with `args` (already shell-quoted where needed), capturing stdout and stderr.
-run_result run_tool(const temp_dir& scratch, const std::string& args)
-{
-    const fs::path out = scratch.path / "stdout.txt", err = scratch.path / "stderr.txt";
-    const std::string command =
-      "'" + tool + "' " + args + " >'" + out.string() + "' 2>'" + err.string() + "'";
-    const int raw = std::system(command.c_str());
-    INFO(command);
-    REQUIRE(raw != -1);
-    REQUIRE_FALSE(WIFSIGNALED(raw));
-    run_result r;
-    r.status = WEXITSTATUS(raw);
-    CHECK(r.status < 128);  // the shell reports a child killed by a signal as 128 + signal
-    r.out = read_bytes(out);
-    r.err = read_bytes(err);
-    return r;
-}
-
-std::string quote(const fs::path& p)
-{
-    return "'" + p.string() + "'";
-}
-
-std::set<std::string> listing(const fs::path& dir)
-{
-    std::set<std::string> names;
-    for (const auto& e : fs::directory_iterator(dir))
-    {
-        names.insert(e.path().filename().string());
-    }
-    return names;
-}
 
 // ---- cases --------------------------------------------------------------------------------------
 
@@ -131,7 +96,7 @@ struct outputs
 outputs run_good(const temp_dir& scratch, const gpt_case& g, const fs::path& in, const fs::path& out,
                  const std::string& flags, bool with_targets, const std::string& dtype)
 {
-    const run_result r = run_tool(scratch, "--checkpoint " + quote(g.checkpoint) + " --in " + quote(in) +
+    const tool_run r = run_tool(tool, scratch, "--checkpoint " + quote(g.checkpoint) + " --in " + quote(in) +
                                              " --out " + quote(out) + " --dtype " + dtype + " " + flags);
     INFO(flags, " ", dtype, ": ", r.err);
     CHECK(r.status == 0);
@@ -224,7 +189,7 @@ void check_gradients_numerically(const io::safetensors_file& grads, const gpt_ca
 TEST_CASE("xgrad-gpt-npy --help")
 {
     temp_dir scratch;
-    const run_result r = run_tool(scratch, "--help");
+    const tool_run r = run_tool(tool, scratch, "--help");
     CHECK(r.status == 0);
     CHECK(r.err.empty());
     CHECK(r.out.find("usage: xgrad-gpt-npy --checkpoint FILE --in DIR --out DIR") == 0);
@@ -471,7 +436,7 @@ TEST_CASE("xgrad-gpt-npy bad input: non-zero status, one line on stderr, no outp
             {
                 fs::create_directory(out);
             }
-            const run_result r = run_tool(scratch, "--checkpoint " + quote(model) + " --in " + quote(in) +
+            const tool_run r = run_tool(tool, scratch, "--checkpoint " + quote(model) + " --in " + quote(in) +
                                                      " --out " + quote(out) + " " + c.flags);
             CAPTURE(r.err);
             CHECK(r.status == 2);
@@ -500,23 +465,23 @@ TEST_CASE("xgrad-gpt-npy usage and output failures")
 
     SUBCASE("no arguments")
     {
-        const run_result r = run_tool(scratch, "");
+        const tool_run r = run_tool(tool, scratch, "");
         CHECK(r.status == 2);
         CHECK(r.err == "xgrad-gpt-npy: missing required option --checkpoint (see --help)\n");
     }
     SUBCASE("an unknown flag is named even when required options are missing")
     {
-        const run_result r = run_tool(scratch, "--in x --chekpoint m.safetensors");
+        const tool_run r = run_tool(tool, scratch, "--in x --chekpoint m.safetensors");
         CHECK(r.status == 2);
         CHECK(r.err == "xgrad-gpt-npy: unknown option '--chekpoint' (see --help)\n");
-        const run_result attached = run_tool(scratch, "--chekpoint=m.safetensors");
+        const tool_run attached = run_tool(tool, scratch, "--chekpoint=m.safetensors");
         CHECK(attached.err == "xgrad-gpt-npy: unknown option '--chekpoint' (see --help)\n");
     }
     SUBCASE("--out is a file")
     {
         const fs::path out = scratch.path / "a_file";
         std::ofstream(out) << "keep me";
-        const run_result r = run_tool(scratch, inputs + " --out " + quote(out));
+        const tool_run r = run_tool(tool, scratch, inputs + " --out " + quote(out));
         CHECK(r.status == 2);
         CHECK(r.err.find("exists and is not a directory") != std::string::npos);
         CHECK(read_bytes(out) == "keep me");
@@ -525,7 +490,7 @@ TEST_CASE("xgrad-gpt-npy usage and output failures")
     {
         const fs::path blocker = scratch.path / "blocker";
         std::ofstream(blocker) << "x";
-        const run_result r = run_tool(scratch, inputs + " --out " + quote(blocker / "sub" / "dir"));
+        const tool_run r = run_tool(tool, scratch, inputs + " --out " + quote(blocker / "sub" / "dir"));
         CHECK(r.status == 1);
         CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
         CHECK(r.err.find("cannot create") != std::string::npos);
@@ -535,7 +500,7 @@ TEST_CASE("xgrad-gpt-npy usage and output failures")
     {
         const fs::path out = scratch.path / "nested" / "out";
         fs::create_directories(out / "grads.safetensors");  // a directory where the last output goes
-        const run_result r = run_tool(scratch, inputs + " --out " + quote(out));
+        const tool_run r = run_tool(tool, scratch, inputs + " --out " + quote(out));
         CHECK(r.status == 1);
         CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
         CHECK(r.err.find("grads.safetensors: is a directory") != std::string::npos);
@@ -544,12 +509,11 @@ TEST_CASE("xgrad-gpt-npy usage and output failures")
     SUBCASE("missing parent directories of --out are created, and not on failure")
     {
         const fs::path out = scratch.path / "p1" / "p2" / "out";
-        const run_result ok = run_tool(scratch, inputs + " --out " + quote(out));
+        const tool_run ok = run_tool(tool, scratch, inputs + " --out " + quote(out));
         CHECK(ok.status == 0);
         CHECK(ok.out.find("xgrad-gpt-npy: B=2 T=3 V=7 L=1 d=4 H=2 G=2, float64, tape backward, loss ") == 0);
         CHECK(listing(out) == std::set<std::string>{"logits.npy", "loss.npy", "grads.safetensors"});
-        const run_result bad = run_tool(
-          scratch, inputs + " --out " + quote(scratch.path / "q1" / "q2" / "out") + " --dtype float16");
+        const tool_run bad = run_tool(tool, scratch, inputs + " --out " + quote(scratch.path / "q1" / "q2" / "out") + " --dtype float16");
         CHECK(bad.status == 2);
         CHECK_FALSE(fs::exists(scratch.path / "q1"));
     }
@@ -581,7 +545,7 @@ TEST_CASE("xgrad-gpt-npy --detect-anomaly: the same files when nothing is anomal
     const fs::path model = scratch.path / "overflowing.safetensors";
     io::write_safetensors(model.string(), f);
     const fs::path out = scratch.path / "overflow";
-    const run_result r = run_tool(scratch, "--checkpoint " + quote(model) + " --in " + quote(in) + " --out " +
+    const tool_run r = run_tool(tool, scratch, "--checkpoint " + quote(model) + " --in " + quote(in) + " --out " +
                                              quote(out) + " --detect-anomaly");
     CAPTURE(r.err);
     CHECK(r.status == 3);

@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <stdlib.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <cmath>
@@ -17,6 +18,7 @@
 #include <iterator>
 #include <limits>
 #include <random>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -64,6 +66,49 @@ inline void write_bytes(const std::string& path, const std::string& bytes)
 {
     std::ofstream f(path, std::ios::binary);
     f << bytes;
+}
+
+// The names of the entries of a folder.
+inline std::set<std::string> listing(const std::filesystem::path& dir)
+{
+    std::set<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(dir))
+    {
+        names.insert(e.path().filename().string());
+    }
+    return names;
+}
+
+// ---- running a tool ------------------------------------------------------------------------------
+
+// What one run of a command-line tool returned and printed.
+struct tool_run
+{
+    int status = -1;
+    std::string out, err;
+};
+
+inline std::string quote(const std::filesystem::path& p)
+{
+    return "'" + p.string() + "'";
+}
+
+// Runs `tool` with `args` (already shell-quoted where needed) inside the folder `scratch`, capturing
+// stdout and stderr; a tool killed by a signal fails the test.
+inline tool_run run_tool(const std::string& tool, const temp_dir& scratch, const std::string& args)
+{
+    const std::string out = scratch / ".stdout.txt", err = scratch / ".stderr.txt";
+    const std::string command =
+        "cd " + quote(scratch.path) + " && " + quote(tool) + " " + args + " >" + quote(out) + " 2>" + quote(err);
+    const int raw = std::system(command.c_str());
+    INFO(command);
+    REQUIRE(raw != -1);
+    REQUIRE_FALSE(WIFSIGNALED(raw));
+    tool_run r{WEXITSTATUS(raw), read_bytes(out), read_bytes(err)};
+    CHECK(r.status < 128);  // the shell reports a child killed by a signal as 128 + signal
+    std::filesystem::remove(out);
+    std::filesystem::remove(err);
+    return r;
 }
 
 // ---- seeded data ---------------------------------------------------------------------------------

@@ -26,48 +26,17 @@
 #include "io/npy.hpp"
 
 using namespace xgrad;
+using xgrad::test::quote;
+using xgrad::test::read_bytes;
+using xgrad::test::run_tool;
 using xgrad::test::temp_dir;
+using xgrad::test::tool_run;
 namespace fs = std::filesystem;
 
 namespace
 {
 const std::string tool = XGRAD_TOOL;
 const std::string reference_case = std::string(XGRAD_SOURCE_DIR) + "/tests/data/npy/mha_cross";
-
-std::string read_text(const fs::path& p)
-{
-    std::ifstream f(p, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
-struct run_result
-{
-    int status = -1;
-    std::string out, err;
-};
-
-// Runs the tool with `args` (already shell-quoted where needed), capturing stdout and stderr.
-run_result run_tool(const temp_dir& scratch, const std::string& args)
-{
-    const fs::path out = scratch.path / "stdout.txt", err = scratch.path / "stderr.txt";
-    const std::string command =
-        "'" + tool + "' " + args + " >'" + out.string() + "' 2>'" + err.string() + "'";
-    const int raw = std::system(command.c_str());
-    INFO(command);
-    REQUIRE(raw != -1);
-    REQUIRE_FALSE(WIFSIGNALED(raw));
-    run_result r;
-    r.status = WEXITSTATUS(raw);
-    CHECK(r.status < 128);  // the shell reports a child killed by a signal as 128 + signal
-    r.out = read_text(out);
-    r.err = read_text(err);
-    return r;
-}
-
-std::string quote(const fs::path& p)
-{
-    return "'" + p.string() + "'";
-}
 
 // Writes X.npy (B, Tq, d) for self-attention, or Xq, Xk, Xv.npy, and the four weights.
 void write_case(const fs::path& dir, bool self, std::size_t batch, std::size_t tq, std::size_t tk,
@@ -96,7 +65,7 @@ void write_case(const fs::path& dir, bool self, std::size_t batch, std::size_t t
 // The header's dtype string of a .npy file, e.g. "<f8".
 std::string descr_of(const fs::path& p)
 {
-    const std::string text = read_text(p);
+    const std::string text = read_bytes(p);
     const std::size_t at = text.find("'descr': '");
     return at == std::string::npos ? "" : text.substr(at + 10, 3);
 }
@@ -138,8 +107,8 @@ std::map<std::string, array<double>> run_good(const temp_dir& scratch, const fs:
                                               const fs::path& out, const std::string& flags,
                                               const shapes& want, const char* dtype)
 {
-    const run_result r =
-        run_tool(scratch, "--in " + quote(in) + " --out " + quote(out) + " " + flags + " --dtype " + dtype);
+    const tool_run r =
+        run_tool(tool, scratch, "--in " + quote(in) + " --out " + quote(out) + " " + flags + " --dtype " + dtype);
     INFO(flags, " ", dtype, ": ", r.err);
     CHECK(r.status == 0);
     CHECK(r.err.empty());
@@ -223,7 +192,7 @@ bool printable_line(const std::string& line)
 TEST_CASE("xgrad-mha-npy --help")
 {
     temp_dir scratch;
-    const run_result r = run_tool(scratch, "--help");
+    const tool_run r = run_tool(tool, scratch, "--help");
     CHECK(r.status == 0);
     CHECK(r.err.empty());
     CHECK(r.out.find("usage: xgrad-mha-npy --in DIR --out DIR --heads H") == 0);
@@ -501,8 +470,8 @@ TEST_CASE("xgrad-mha-npy bad input: non-zero status, one line on stderr, no outp
             {
                 fs::create_directory(out);
             }
-            const run_result r =
-                run_tool(scratch, "--in " + quote(in) + " --out " + quote(out) + " " + c.flags);
+            const tool_run r =
+                run_tool(tool, scratch, "--in " + quote(in) + " --out " + quote(out) + " " + c.flags);
             CAPTURE(r.err);
             CHECK(r.status == c.status);
             CHECK(r.out.empty());
@@ -528,7 +497,7 @@ TEST_CASE("xgrad-mha-npy usage and output-directory failures")
 
     SUBCASE("no arguments")
     {
-        const run_result r = run_tool(scratch, "");
+        const tool_run r = run_tool(tool, scratch, "");
         CHECK(r.status == 2);
         CHECK(r.err == "xgrad-mha-npy: missing required option --in (see --help)\n");
     }
@@ -536,31 +505,31 @@ TEST_CASE("xgrad-mha-npy usage and output-directory failures")
     {
         const fs::path out = scratch.path / "a_file";
         std::ofstream(out) << "keep me";
-        const run_result r =
-            run_tool(scratch, "--in " + quote(good_in) + " --out " + quote(out) + " --heads 2");
+        const tool_run r =
+            run_tool(tool, scratch, "--in " + quote(good_in) + " --out " + quote(out) + " --heads 2");
         CHECK(r.status == 2);
         CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
         CHECK(r.err.find("exists and is not a directory") != std::string::npos);
-        CHECK(read_text(out) == "keep me");
+        CHECK(read_bytes(out) == "keep me");
     }
     SUBCASE("--out cannot be created: status 1, nothing created")
     {
         const fs::path blocker = scratch.path / "blocker";
         std::ofstream(blocker) << "x";
         const fs::path out = blocker / "sub" / "dir";
-        const run_result r =
-            run_tool(scratch, "--in " + quote(good_in) + " --out " + quote(out) + " --heads 2");
+        const tool_run r =
+            run_tool(tool, scratch, "--in " + quote(good_in) + " --out " + quote(out) + " --heads 2");
         CHECK(r.status == 1);
         CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
         CHECK(r.err.find("cannot create") != std::string::npos);
-        CHECK(read_text(blocker) == "x");
+        CHECK(read_bytes(blocker) == "x");
     }
     SUBCASE("a failure while renaming the outputs into place removes those already placed")
     {
         const fs::path out = scratch.path / "nested" / "out";
         fs::create_directories(out / "grad_X.npy");  // a directory where the last output goes
-        const run_result r =
-            run_tool(scratch, "--in " + quote(good_in) + " --out " + quote(out) + " --heads 2");
+        const tool_run r =
+            run_tool(tool, scratch, "--in " + quote(good_in) + " --out " + quote(out) + " --heads 2");
         CHECK(r.status == 1);
         CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
         CHECK(r.err.find("grad_X.npy: is a directory") != std::string::npos);
@@ -569,13 +538,13 @@ TEST_CASE("xgrad-mha-npy usage and output-directory failures")
     SUBCASE("missing parent directories of --out are created, and not on failure")
     {
         const fs::path out = scratch.path / "p1" / "p2" / "out";
-        const run_result ok =
-            run_tool(scratch, "--in " + quote(good_in) + " --out " + quote(out) + " --heads 2");
+        const tool_run ok =
+            run_tool(tool, scratch, "--in " + quote(good_in) + " --out " + quote(out) + " --heads 2");
         CHECK(ok.status == 0);
         CHECK(fs::exists(out / "grad_X.npy"));
         const fs::path bad_out = scratch.path / "q1" / "q2" / "out";
-        const run_result bad =
-            run_tool(scratch, "--in " + quote(good_in) + " --out " + quote(bad_out) + " --heads 3");
+        const tool_run bad =
+            run_tool(tool, scratch, "--in " + quote(good_in) + " --out " + quote(bad_out) + " --heads 3");
         CHECK(bad.status == 2);
         CHECK_FALSE(fs::exists(scratch.path / "q1"));
     }
@@ -595,8 +564,8 @@ TEST_CASE("xgrad-mha-npy --detect-anomaly: the same files when nothing is anomal
     for (const auto& [name, a] : plain)
     {
         CAPTURE(name);
-        CHECK(read_text(scratch.path / "plain" / (name + ".npy")) ==
-              read_text(scratch.path / "watched" / (name + ".npy")));  // byte for byte
+        CHECK(read_bytes(scratch.path / "plain" / (name + ".npy")) ==
+              read_bytes(scratch.path / "watched" / (name + ".npy")));  // byte for byte
     }
 
     // A NaN in X is not an anomaly: it propagates into the outputs and the run succeeds.
@@ -611,8 +580,8 @@ TEST_CASE("xgrad-mha-npy --detect-anomaly: the same files when nothing is anomal
     npy::save((in / "X.npy").string(), test::filled<double>({B, T, d}, 1e300));
     npy::save((in / "W_Q.npy").string(), test::filled<double>({d, d}, 1e10));
     const fs::path out = scratch.path / "overflow";
-    const run_result r =
-        run_tool(scratch, "--in " + quote(in) + " --out " + quote(out) + " --heads 2 --detect-anomaly");
+    const tool_run r =
+        run_tool(tool, scratch, "--in " + quote(in) + " --out " + quote(out) + " --heads 2 --detect-anomaly");
     CAPTURE(r.err);
     CHECK(r.status == 3);
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
