@@ -11,6 +11,8 @@
 //               [--budget SECONDS] [--min-reps N] [--max-reps N] [--no-bf16]
 #include <time.h>
 
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -169,6 +171,44 @@ double thread_ms(F&& f)
     const double start = now();
     f();
     return now() - start;
+}
+
+// One round: every implementation's step once, starting with impls[first] (the first one rotates, so no
+// implementation always runs on caches the previous one warmed); its wall and thread CPU times are kept
+// when `keep`. Returns the round's wall time in ms.
+template <class Impl>
+double interleaved_round(std::vector<Impl>& impls, std::size_t first, bool keep)
+{
+    double total = 0;
+    for (std::size_t k = 0; k < impls.size(); ++k)
+    {
+        auto& im = impls[(first + k) % impls.size()];
+        bench::blas_threads(im.blas);
+        double cpu = 0;
+        const double ms = time_ms([&] { cpu = thread_ms([&] { im.c->step(); }); });
+        total += ms;
+        if (keep)
+        {
+            im.times.push_back(ms);
+            im.cpu_times.push_back(cpu);
+        }
+    }
+    bench::blas_threads(1);
+    return total;
+}
+
+// The timed rounds after a warm-up round of `warm_ms`: as many as fill the budget, at least `floor` and
+// at most --max-reps. Returns how many ran.
+template <class Impl>
+int timed_rounds(std::vector<Impl>& impls, double warm_ms, const settings& opt, int floor)
+{
+    const int reps = std::clamp(static_cast<int>(std::ceil(opt.budget_s * 1000.0 / std::max(warm_ms, 1e-3))),
+                                std::min(floor, opt.max_reps), opt.max_reps);
+    for (int r = 0; r < reps; ++r)
+    {
+        interleaved_round(impls, static_cast<std::size_t>(r), true);
+    }
+    return reps;
 }
 
 std::string read_first_line(const char* path, const std::string& prefix = "")
@@ -393,32 +433,8 @@ row mha_row(const settings& opt, const size_spec& s, const std::string& dtype, i
         }
     }
 
-    auto round = [&](std::size_t first, bool keep) {
-        double total = 0;
-        for (std::size_t k = 0; k < impls.size(); ++k)
-        {
-            auto& im = impls[(first + k) % impls.size()];
-            bench::blas_threads(im.blas);
-            double cpu = 0;
-            const double ms = time_ms([&] { cpu = thread_ms([&] { im.c->step(); }); });
-            total += ms;
-            if (keep)
-            {
-                im.times.push_back(ms);
-                im.cpu_times.push_back(cpu);
-            }
-        }
-        bench::blas_threads(1);
-        return total;
-    };
-    const double warm = round(0, false);  // warm-up round; also sizes the number of timed rounds
-    const int floor = warm > 2000.0 ? opt.min_reps_slow : opt.min_reps;
-    const int reps = std::clamp(static_cast<int>(std::ceil(opt.budget_s * 1000.0 / std::max(warm, 1e-3))),
-                                std::min(floor, opt.max_reps), opt.max_reps);
-    for (int r = 0; r < reps; ++r)
-    {
-        round(static_cast<std::size_t>(r), true);
-    }
+    const double warm = interleaved_round(impls, 0, false);  // warm-up; also sizes the number of timed rounds
+    const int reps = timed_rounds(impls, warm, opt, warm > 2000.0 ? opt.min_reps_slow : opt.min_reps);
 
     row out{};
     out.size = s.name;
@@ -551,31 +567,8 @@ gpt_row gpt_step_row(const settings& opt, const bench::gpt_spec& spec, int threa
             }
         }
     }
-    auto round = [&](std::size_t first, bool keep) {
-        double total = 0;
-        for (std::size_t k = 0; k < impls.size(); ++k)
-        {
-            auto& im = impls[(first + k) % impls.size()];
-            bench::blas_threads(im.blas);
-            double cpu = 0;
-            const double ms = time_ms([&] { cpu = thread_ms([&] { im.c->step(); }); });
-            total += ms;
-            if (keep)
-            {
-                im.times.push_back(ms);
-                im.cpu_times.push_back(cpu);
-            }
-        }
-        bench::blas_threads(1);
-        return total;
-    };
-    const double warm = round(0, false);
-    const int reps = std::clamp(static_cast<int>(std::ceil(opt.budget_s * 1000.0 / std::max(warm, 1e-3))),
-                                std::min(opt.min_reps_slow, opt.max_reps), opt.max_reps);
-    for (int r = 0; r < reps; ++r)
-    {
-        round(static_cast<std::size_t>(r), true);
-    }
+    const double warm = interleaved_round(impls, 0, false);
+    const int reps = timed_rounds(impls, warm, opt, opt.min_reps_slow);
     gpt_row row{};
     row.spec = spec;
     row.threads = threads;
@@ -1038,53 +1031,76 @@ std::vector<std::string> split(const std::string& s)
     return out;
 }
 
+std::string join(const std::vector<std::string>& items)
+{
+    std::string out;
+    for (const std::string& item : items)
+    {
+        out += (out.empty() ? "" : ",") + item;
+    }
+    return out;
+}
+
+// A comma-separated list; "none" is the empty list.
+std::vector<std::string> list_or_none(const std::string& s)
+{
+    return s == "none" ? std::vector<std::string>{} : split(s);
+}
+
 settings parse(int argc, char** argv)
 {
     settings opt;
-    for (int i = 1; i < argc; ++i)
+    CLI::App app{"xgrad vs LibTorch: MHA and GPT steps, the GEMM backends and the FMA peak, in one run "
+                 "(docs/performance.md)", "xgrad_bench"};
+    std::string sizes = join(opt.sizes), dtypes = join(opt.dtypes), threads = "1,2", gpt = join(opt.gpt_configs);
+    int min_reps = opt.min_reps;
+    bool quick = false, no_bf16 = false;
+    app.add_option("--json", opt.json_path, "where the rows go as JSON")->capture_default_str();
+    app.add_option("--sizes", sizes, "MHA sizes: tiny,small,medium,large,xl or none")->capture_default_str();
+    app.add_option("--dtypes", dtypes, "f32,f64")->capture_default_str();
+    app.add_option("--threads", threads, "thread counts, e.g. 1,2")->capture_default_str();
+    app.add_option("--gpt", gpt, "GPT configs: nano,char,shake or none")->capture_default_str();
+    app.add_option("--budget", opt.budget_s, "seconds of timed rounds per row, before the clamps")
+        ->capture_default_str();
+    app.add_option("--min-reps", min_reps, "at least this many rounds per row")->capture_default_str();
+    app.add_option("--max-reps", opt.max_reps, "at most this many rounds per row")->capture_default_str();
+    app.add_flag("--no-bf16", no_bf16, "no bfloat16 columns");
+    app.add_flag("--quick", quick, "a smoke run of a few seconds");
+    try
     {
-        const std::string a = argv[i];
-        auto next = [&]() -> std::string {
-            if (i + 1 >= argc)
-            {
-                die("missing value after " + a);
-            }
-            return argv[++i];
-        };
-        if (a == "--json")
-            opt.json_path = next();
-        else if (a == "--sizes")
-            opt.sizes = split(next());
-        else if (a == "--dtypes")
-            opt.dtypes = split(next());
-        else if (a == "--threads")
+        app.parse(argc, argv);
+    }
+    catch (const CLI::CallForHelp&)
+    {
+        std::fputs(app.help().c_str(), stdout);
+        std::exit(0);
+    }
+    catch (const CLI::ParseError& e)
+    {
+        const std::string what = e.what();
+        die(what.substr(0, what.find('\n')) + " (see --help)");
+    }
+    opt.sizes = list_or_none(sizes);
+    opt.dtypes = split(dtypes);
+    opt.gpt_configs = list_or_none(gpt);
+    opt.threads.clear();
+    for (const std::string& t : split(threads))
+    {
+        if (t.empty() || t.find_first_not_of("0123456789") != std::string::npos || t.size() > 3 || std::stoi(t) < 1)
         {
-            opt.threads.clear();
-            for (const auto& t : split(next()))
-                opt.threads.push_back(std::stoi(t));
+            die("--threads: '" + t + "' is not a thread count (see --help)");
         }
-        else if (a == "--gpt")
-            opt.gpt_configs = next() == "none" ? std::vector<std::string>{} : split(argv[i]);
-        else if (a == "--budget")
-            opt.budget_s = std::stod(next());
-        else if (a == "--min-reps")
-            opt.min_reps = opt.min_reps_slow = std::stoi(next());
-        else if (a == "--max-reps")
-            opt.max_reps = std::stoi(next());
-        else if (a == "--no-bf16")
-            opt.bf16 = false;
-        else if (a == "--quick")
-        {
-            opt.budget_s = 0.2;
-            opt.min_reps = opt.min_reps_slow = 1;
-            opt.max_reps = 5;
-            opt.chain_reps = 5;
-            opt.gemm_reps = 3;
-        }
-        else
-            die("unknown argument " + a +
-                " (use --json PATH --sizes a,b --dtypes f32,f64 --threads 1,2 --gpt nano,char,shake|none --budget S --min-reps N "
-                "--max-reps N --no-bf16 --quick)");
+        opt.threads.push_back(std::stoi(t));
+    }
+    opt.min_reps = opt.min_reps_slow = min_reps;
+    opt.bf16 = !no_bf16;
+    if (quick)
+    {
+        opt.budget_s = 0.2;
+        opt.min_reps = opt.min_reps_slow = 1;
+        opt.max_reps = 5;
+        opt.chain_reps = 5;
+        opt.gemm_reps = 3;
     }
     return opt;
 }
