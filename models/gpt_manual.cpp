@@ -16,14 +16,6 @@ namespace xgrad::models::manual
 {
 namespace
 {
-constexpr double layernorm_eps = 1e-5;
-
-template <class T>
-std::string shape_of(const array<T>& a)
-{
-    return shape_str(to_shape(a.shape()));
-}
-
 // x's shape with its last axis replaced by `last`.
 template <class T>
 shape_t with_width(const array<T>& x, std::size_t last)
@@ -31,15 +23,6 @@ shape_t with_width(const array<T>& x, std::size_t last)
     shape_t s = to_shape(x.shape());
     s.back() = last;
     return s;
-}
-
-template <class T>
-void require_shape(const char* op, const char* name, const array<T>& a, const shape_t& expected)
-{
-    if (to_shape(a.shape()) != expected)
-    {
-        fail(op, std::string(name) + " must be " + shape_str(expected) + ", got " + shape_of(a));
-    }
 }
 
 // x is (B, T, C) for some B and T, with C = `row_width`.
@@ -168,7 +151,7 @@ array<T> layernorm_forward(const array<T>& x, const array<T>& weight, const arra
             var += (xr[i] - mean) * (xr[i] - mean);
         }
         var /= static_cast<T>(c);  // var = sum_i (x_i - mean)^2 / C   (biased)
-        const T rstd = T(1) / std::sqrt(var + static_cast<T>(layernorm_eps));  // rstd = 1 / sqrt(var + eps)
+        const T rstd = T(1) / std::sqrt(var + static_cast<T>(norm_eps));  // rstd = 1 / sqrt(var + eps)
         for (std::size_t i = 0; i < c; ++i)
         {
             x_hat[i] = (xr[i] - mean) * rstd;              // x_hat = (x - mean) rstd

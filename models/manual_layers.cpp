@@ -13,23 +13,6 @@ namespace xgrad::models::manual
 {
 namespace
 {
-constexpr double norm_eps = 1e-5;
-
-template <class T>
-std::string shape_of(const array<T>& a)
-{
-    return shape_str(to_shape(a.shape()));
-}
-
-template <class T>
-void require_shape(const char* op, const char* name, const array<T>& a, const shape_t& expected)
-{
-    if (to_shape(a.shape()) != expected)
-    {
-        fail(op, std::string(name) + " must be " + shape_str(expected) + ", got " + shape_of(a));
-    }
-}
-
 template <class T>
 void require_same_shape(const char* op, const char* a_name, const array<T>& a, const char* b_name, const array<T>& b)
 {

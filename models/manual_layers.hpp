@@ -25,6 +25,25 @@ std::size_t rows(const array<T>& x)  // B T: how many rows of C
     return width(x) == 0 ? 0 : x.size() / width(x);
 }
 
+// The eps of LayerNorm and RMSNorm (docs/spec.md, "The small GPT"; "Architecture variants").
+constexpr double norm_eps = 1e-5;
+
+template <class T>
+std::string shape_of(const array<T>& a)
+{
+    return shape_str(to_shape(a.shape()));
+}
+
+// std::invalid_argument "<op>: <name> must be <expected>, got <shape>" unless a has that shape.
+template <class T>
+void require_shape(const char* op, const char* name, const array<T>& a, const shape_t& expected)
+{
+    if (to_shape(a.shape()) != expected)
+    {
+        fail(op, std::string(name) + " must be " + shape_str(expected) + ", got " + shape_of(a));
+    }
+}
+
 // Activations are (B, T, C): every row of C numbers is one position of one sequence.
 
 // ---- RMSNorm: y = x / sqrt(mean(x^2) + 1e-5) * weight over the last axis --------------------------------
