@@ -17,8 +17,10 @@
 namespace xgrad::kernels::bf16
 {
 // Multiply-adds from which one GEMM call runs oneDNN's bf16 matmul; fewer, and the door rounds into
-// float32 buffers and runs its float32 rule (the bench's GEMM table, "door bf16" column).
-constexpr std::uint64_t library_work = std::uint64_t(1) << 21;
+// float32 buffers and runs its float32 rule. Measured on one core (AMX): at 2^18 (64 x 64 x 64) the two
+// are even (oneDNN 91 vs 97 GFLOP/s for A B, 92 vs 67 for A B^T), from 2^19 oneDNN wins (128 x 64 x 64:
+// 139 vs 103; 128 x 128 x 64: 249 vs 117), below 2^18 its per-call cost loses (64 x 32 x 64: 61 vs 85).
+constexpr std::uint64_t library_work = std::uint64_t(1) << 18;
 
 // out[i] = x[i] rounded to the nearest bfloat16 (its upper 16 bits), for i < n.
 void round_to_bf16(const float* x, std::size_t n, std::uint16_t* out);

@@ -129,6 +129,10 @@ void round_rows(const float* x, int rows, int cols, int ld, std::vector<float>& 
 {
     const auto width = static_cast<std::size_t>(cols);
     out.resize(static_cast<std::size_t>(rows) * width);
+    if (ld == cols)
+    {
+        return bf16::round_to_bf16_values(x, out.size(), out.data());
+    }
     for (std::size_t r = 0; r < static_cast<std::size_t>(rows); ++r)
     {
         bf16::round_to_bf16_values(x + r * static_cast<std::size_t>(ld), width, out.data() + r * width);

@@ -35,14 +35,19 @@ std::size_t matrix_offset(std::size_t flat, const shape_t& batch, const std::vec
 // Waking a thread costs microseconds: below this many multiply-adds a product stays on one thread.
 constexpr std::uint64_t parallel_threshold = 1 << 21;
 
+// The threads parallel_blocks splits `extent` over.
+std::size_t block_threads(std::size_t extent, std::uint64_t work)
+{
+    return work < parallel_threshold ? 1
+                                     : std::min<std::size_t>(num_threads(), std::max<std::size_t>(1, extent / 64));
+}
+
 // Splits [0, extent) into one contiguous block per thread (a single block with one thread or little
 // work), keeping block edges on multiples of 16 so that every GEMM call gets well-shaped panels.
 void parallel_blocks(std::size_t extent, std::uint64_t work,
                      const std::function<void(std::size_t, std::size_t)>& block)
 {
-    const std::size_t threads = work < parallel_threshold
-                                    ? 1
-                                    : std::min<std::size_t>(num_threads(), std::max<std::size_t>(1, extent / 64));
+    const std::size_t threads = block_threads(extent, work);
     if (threads <= 1)
     {
         block(0, extent);
@@ -102,8 +107,15 @@ struct product_plan
 
     std::uint64_t work() const { return matmul_multiply_adds(batch, m, n, k); }
 
-    // The multiply-adds of the largest single GEMM call before any split across threads.
-    std::uint64_t call_work() const { return rows_folded || columns_folded ? work() : std::uint64_t(m) * n * k; }
+    // The multiply-adds of one GEMM call (about: a folded product's blocks end on multiples of 16 rows).
+    std::uint64_t call_work() const
+    {
+        if (rows_folded)
+        {
+            return work() / block_threads(count * m, work());
+        }
+        return columns_folded ? work() / block_threads(n, work()) : std::uint64_t(m) * n * k;
+    }
 };
 
 // Runs the product through `run(gemm_call)`, split into calls as the file's header says. C is already
@@ -188,9 +200,7 @@ bool matmul_takes_rounded(const array<float>& a, bool ta, const array<float>& b,
     shape_t sc = broadcast_shapes("matmul", batch_of(sa), batch_of(sb));
     sc.push_back(ta ? sa.back() : sa[sa.size() - 2]);
     sc.push_back(tb ? sb[sb.size() - 2] : sb.back());
-    const product_plan q(sa, ta, sb, tb, sc);
-    // Split across threads, each call still has at least half the work (parallel_blocks' 64-row floor).
-    return q.call_work() / std::max<std::size_t>(1, num_threads()) >= library_work;
+    return product_plan(sa, ta, sb, tb, sc).call_work() >= library_work;
 }
 
 void matmul_into(const array<float>& a, const bf16_copy& a16, bool ta, const array<float>& b, const bf16_copy& b16,
