@@ -17,10 +17,11 @@
 namespace xgrad::kernels::bf16
 {
 // Multiply-adds from which one GEMM call runs oneDNN's bf16 matmul; fewer, and the door rounds into
-// float32 buffers and runs its float32 rule. Measured on one core (AMX): at 2^18 (64 x 64 x 64) the two
-// are even (oneDNN 91 vs 97 GFLOP/s for A B, 92 vs 67 for A B^T), from 2^19 oneDNN wins (128 x 64 x 64:
-// 139 vs 103; 128 x 128 x 64: 249 vs 117), below 2^18 its per-call cost loses (64 x 32 x 64: 61 vs 85).
-constexpr std::uint64_t library_work = std::uint64_t(1) << 18;
+// float32 buffers and runs its float32 rule. Alone, on one core (AMX), oneDNN is even at 2^18 (64 x 64 x 64)
+// and ahead from 2^19 (128 x 128 x 64: 249 vs 117 GFLOP/s); inside the GPT step, where the fused
+// attention's tiles come in many shapes, 2^18 made the bf16 step slower (shake 992-1001 vs 854-930 ms,
+// char 132 vs 120 ms, the two builds side by side), so the threshold stays at 2^21.
+constexpr std::uint64_t library_work = std::uint64_t(1) << 21;
 
 // out[i] = x[i] rounded to the nearest bfloat16 (its upper 16 bits), for i < n.
 void round_to_bf16(const float* x, std::size_t n, std::uint16_t* out);

@@ -11,7 +11,7 @@
 //   float64   every side <= 256: one LIBXSMM kernel
 //             otherwise: LIBXSMM kernels over packed blocks (oneDNN has no double GEMM)
 //   float32 at bf16 matmul precision (kernels/precision.hpp): A and B rounded to bfloat16, then
-//             at least 2^18 multiply-adds: oneDNN's matmul primitive on bfloat16 operands (AMX or
+//             at least 2^21 multiply-adds: oneDNN's matmul primitive on bfloat16 operands (AMX or
 //             AVX512_BF16), float32 result; fewer: the float32 rule above on the rounded values
 //
 // The rule follows the bench's GEMM backend table (docs/performance.md), which times every backend on the

@@ -134,10 +134,10 @@ TEST_CASE("bf16 matmul with rounded-once operands equals the door's per-call rou
         bool ta, tb;
     };
     const product_case cases[] = {
-        {{4, 32, 64}, {64, 96}, false, false},   // folded rows (X W), dW folded columns
-        {{4, 32, 96}, {64, 96}, false, true},    // X W^T (a tied head)
-        {{3, 64, 128}, {3, 128, 64}, false, false},  // one GEMM per batch entry
-        {{2, 96, 64}, {96, 80}, true, false},    // op(A) = A^T
+        {{8, 64, 128}, {128, 96}, false, false},     // folded rows (X W), dW folded columns
+        {{8, 64, 96}, {128, 96}, false, true},       // X W^T (a tied head)
+        {{3, 128, 128}, {3, 128, 128}, false, false},  // one GEMM per batch entry
+        {{2, 128, 128}, {128, 160}, true, false},     // op(A) = A^T
     };
     for (int threads : {1, 2})
     {
@@ -179,9 +179,9 @@ TEST_CASE("a parameter updated between two tapes is multiplied at its new value,
     {
         return;
     }
-    const array<float> x = random_float({2, 64, 64}, 4);
+    const array<float> x = random_float({4, 128, 64}, 4);
     parameter<float> w(random_float({64, 64}, 5));
-    const array<float> g = random_float({2, 64, 64}, 6);
+    const array<float> g = random_float({4, 128, 64}, 6);
     const precision_scope bf16(matmul_precision::bf16);
     REQUIRE(kernels::bf16::matmul_takes_rounded(x, false, w.value(), false));
     const forward_and_gradients first = run_matmul(x, false, w, false, g);
@@ -191,12 +191,12 @@ TEST_CASE("a parameter updated between two tapes is multiplied at its new value,
     CHECK(test::closeness(second.y, scaled(first.y, -0.5f), 0, 0) == 0);
     CHECK(test::closeness(second.dx, scaled(first.dx, -0.5f), 0, 0) == 0);
     CHECK(test::closeness(second.dw, first.dw, 0, 0) == 0);  // dW = X^T G does not read W
-    CHECK(test::closeness(second.y, door_product(x, false, w.value(), false, {2, 64, 64}), 1e-6, 1e-6) == 0);
+    CHECK(test::closeness(second.y, door_product(x, false, w.value(), false, {4, 128, 64}), 1e-6, 1e-6) == 0);
 }
 
 TEST_CASE("matmul_takes_rounded: only at bf16 precision, only for products oneDNN takes")
 {
-    const array<float> big = random_float({4, 64, 64}, 7), w = random_float({64, 64}, 8);
+    const array<float> big = random_float({4, 128, 64}, 7), w = random_float({64, 64}, 8);
     const array<float> small = random_float({1, 8, 8}, 9), w_small = random_float({8, 8}, 10);
     CHECK_FALSE(kernels::bf16::matmul_takes_rounded(big, false, w, false));  // fp32
     const precision_scope bf16(matmul_precision::bf16);
