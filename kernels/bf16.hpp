@@ -10,8 +10,8 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
+#include "autodiff/memory.hpp"
 #include "autodiff/xtensor.hpp"
 
 namespace xgrad::kernels::bf16
@@ -32,7 +32,8 @@ void round_to_bf16_values(const float* x, std::size_t n, float* out);
 // The bfloat16 value of bits, as a float32.
 float widen(std::uint16_t bits);
 
-using bf16_copy = std::vector<std::uint16_t>;
+// Pooled like the arrays' buffers (autodiff/memory.hpp) and not zero-filled before the rounding writes it.
+using bf16_copy = xt::uvector<std::uint16_t, pool_allocator<std::uint16_t>>;
 bf16_copy rounded_copy(const array<float>& x);
 
 // Whether matmul_into(a, ta, b, tb, ...) at bf16 precision would send every one of its GEMM calls to
