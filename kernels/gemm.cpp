@@ -28,6 +28,7 @@
 #include <string>
 #include <type_traits>
 
+#include "kernels/bf16.hpp"
 #include "kernels/gemm_backends.hpp"
 #include "kernels/precision.hpp"
 
@@ -88,16 +89,12 @@ gemm_backend backend_for(bool tb, std::size_t m, std::size_t n, std::size_t k)
     }
 }
 
-// Multiply-adds from which oneDNN's bf16 matmul beats rounding the operands and running the float32
-// rule (its per-call cost is a few microseconds; the bench's GEMM table, "door bf16" column).
-constexpr std::uint64_t bf16_library_work = std::uint64_t(1) << 21;
-
 // The bf16 rule: operands rounded to bfloat16 either way, so the two paths give the same products
 // (exact in float32) up to the order of the float32 sums.
 void gemm_bf16(const backends::product& p, const float* a, const float* b, float beta, float* c)
 {
     const auto work = static_cast<std::uint64_t>(p.m) * static_cast<std::uint64_t>(p.n) * static_cast<std::uint64_t>(p.k);
-    if (work >= bf16_library_work)
+    if (work >= bf16::library_work)
     {
         return backends::onednn_bf16(p, a, b, beta, c);
     }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace xgrad::kernels::backends
 {
@@ -26,6 +27,8 @@ void onednn(const product& p, const float* a, const float* b, float beta, float*
 // operands rounded to bfloat16 (CPUs with AVX512_BF16 or AMX-BF16 only); float32 result either way.
 void onednn_matmul(const product& p, const float* a, const float* b, float beta, float* c);
 void onednn_bf16(const product& p, const float* a, const float* b, float beta, float* c);
+// The same on operands already rounded to bfloat16 (their bits; p's leading dimensions).
+void onednn_bf16_rounded(const product& p, const std::uint16_t* a, const std::uint16_t* b, float beta, float* c);
 // A and B rounded to bfloat16 values held as float32, packed, in buffers of the calling thread (valid
 // until its next call): for small products, where a float32 kernel on them beats oneDNN's call cost.
 struct rounded_operands

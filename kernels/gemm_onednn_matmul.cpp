@@ -20,6 +20,7 @@
 #include <tuple>
 #include <vector>
 
+#include "kernels/bf16.hpp"
 #include "kernels/gemm_backends.hpp"
 
 namespace xgrad::kernels::backends
@@ -108,53 +109,33 @@ void execute(const dnnl::matmul& matmul, const product& p, dt type, int lda, int
     stream.wait();
 }
 
-// x rounded to the nearest bfloat16, ties to even; NaN stays a (quiet) NaN.
-std::uint16_t to_bf16(float x)
+// The rows x cols block at `x` (leading dimension ld) as bfloat16 bits in `out`, packed (ld = cols).
+void round_rows(const float* x, int rows, int cols, int ld, std::vector<std::uint16_t>& out)
 {
-    std::uint32_t bits;
-    std::memcpy(&bits, &x, sizeof bits);
-    if ((bits & 0x7fffffffu) > 0x7f800000u)
+    const auto width = static_cast<std::size_t>(cols);
+    out.resize(static_cast<std::size_t>(rows) * width);
+    if (ld == cols)
     {
-        return static_cast<std::uint16_t>((bits >> 16) | 0x40u);
+        return bf16::round_to_bf16(x, out.size(), out.data());
     }
-    bits += 0x7fffu + ((bits >> 16) & 1u);
-    return static_cast<std::uint16_t>(bits >> 16);
-}
-
-// bfloat16 bits as the float32 of the same value.
-float widened(std::uint16_t bits)
-{
-    const std::uint32_t wide = static_cast<std::uint32_t>(bits) << 16;
-    float x;
-    std::memcpy(&x, &wide, sizeof x);
-    return x;
-}
-
-std::uint16_t as_bf16(float x)
-{
-    return to_bf16(x);
-}
-
-float as_rounded_float(float x)
-{
-    return widened(to_bf16(x));
-}
-
-// The rows x cols block at `x` (leading dimension ld) rounded to bfloat16 into `out`, packed (ld = cols),
-// each element stored by `store` (as bfloat16 bits, or as the float32 of the rounded value).
-template <class U, class Store>
-void round_block(const float* x, int rows, int cols, int ld, std::vector<U>& out, Store store)
-{
-    out.resize(static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols));
-    U* o = out.data();
-    for (int r = 0; r < rows; ++r)
+    for (std::size_t r = 0; r < static_cast<std::size_t>(rows); ++r)
     {
-        const float* row = x + static_cast<std::size_t>(r) * static_cast<std::size_t>(ld);
-        for (int j = 0; j < cols; ++j)
-        {
-            o[j] = store(row[j]);
-        }
-        o += cols;
+        bf16::round_to_bf16(x + r * static_cast<std::size_t>(ld), width, out.data() + r * width);
+    }
+}
+
+// The same block rounded to bfloat16 values held as float32.
+void round_rows(const float* x, int rows, int cols, int ld, std::vector<float>& out)
+{
+    const auto width = static_cast<std::size_t>(cols);
+    out.resize(static_cast<std::size_t>(rows) * width);
+    if (ld == cols)
+    {
+        return bf16::round_to_bf16_values(x, out.size(), out.data());
+    }
+    for (std::size_t r = 0; r < static_cast<std::size_t>(rows); ++r)
+    {
+        bf16::round_to_bf16_values(x + r * static_cast<std::size_t>(ld), width, out.data() + r * width);
     }
 }
 
@@ -194,13 +175,21 @@ void onednn_bf16(const product& p, const float* a, const float* b, float beta, f
 {
     thread_local std::vector<std::uint16_t> a16, b16;
     const stored s(p);
-    round_block(a, s.a_rows, s.a_cols, p.lda, a16, as_bf16);
-    round_block(b, s.b_rows, s.b_cols, p.ldb, b16, as_bf16);
+    round_rows(a, s.a_rows, s.a_cols, p.lda, a16);
+    round_rows(b, s.b_rows, s.b_cols, p.ldb, b16);
+    product packed = p;
+    packed.lda = s.a_cols;
+    packed.ldb = s.b_cols;
+    onednn_bf16_rounded(packed, a16.data(), b16.data(), beta, c);
+}
+
+void onednn_bf16_rounded(const product& p, const std::uint16_t* a, const std::uint16_t* b, float beta, float* c)
+{
     const one_openmp_thread one;
     try
     {
-        const dnnl::matmul& matmul = primitive_for(p, dt::bf16, s.a_cols, s.b_cols, beta);
-        execute(matmul, p, dt::bf16, s.a_cols, s.b_cols, a16.data(), b16.data(), c);
+        const dnnl::matmul& matmul = primitive_for(p, dt::bf16, p.lda, p.ldb, beta);
+        execute(matmul, p, dt::bf16, p.lda, p.ldb, a, b, c);
     }
     catch (const dnnl::error& e)
     {
@@ -212,8 +201,8 @@ rounded_operands round_operands_to_bf16(const product& p, const float* a, const 
 {
     thread_local std::vector<float> a_rounded, b_rounded;
     const stored s(p);
-    round_block(a, s.a_rows, s.a_cols, p.lda, a_rounded, as_rounded_float);
-    round_block(b, s.b_rows, s.b_cols, p.ldb, b_rounded, as_rounded_float);
+    round_rows(a, s.a_rows, s.a_cols, p.lda, a_rounded);
+    round_rows(b, s.b_rows, s.b_cols, p.ldb, b_rounded);
     product packed = p;
     packed.lda = s.a_cols;
     packed.ldb = s.b_cols;
