@@ -225,7 +225,10 @@ const char* name(gemm_backend backend)
     return "?";
 }
 
-bool gemm_backend_supports(gemm_backend backend, bool double_precision, std::size_t m, std::size_t n, std::size_t k)
+// The sizes and dtype matter only to backends a build may lack.
+bool gemm_backend_supports(gemm_backend backend, [[maybe_unused]] bool double_precision,
+                           [[maybe_unused]] std::size_t m, [[maybe_unused]] std::size_t n,
+                           [[maybe_unused]] std::size_t k)
 {
     switch (backend)
     {
