@@ -60,6 +60,10 @@ void xgrad_threads(int n);                                                      
 template <class T>
 void xgrad_gemm(std::size_t n, const T* a, const T* b, T* c);
 std::string openblas_core();
+// The GEMM backends this build of xgrad has, and the one its rule uses per shape class
+// (kernels::gemm_backends_built, kernels::gemm_rule_in_use).
+std::string xgrad_gemm_backends();
+std::string xgrad_gemm_rule();
 
 // One product shape of the GEMM backend table, timed through every backend that can run it and through
 // xgrad's door (thread CPU time, median of `reps` runs).

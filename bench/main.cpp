@@ -770,7 +770,18 @@ void print_gemm_tables(std::ostream& out, const std::vector<bench::gemm_row>& ro
         << "door = xgrad::kernels::gemm, through the backend its rule picks for the product (kernels/gemm.cpp)\n";
     out << "door bf16 = the door at bf16 matmul precision (operands rounded to bfloat16 in the call, oneDNN's bf16 "
            "matmul primitive; % of the float32 FMA peak)\n";
-    const std::vector<std::string> names = {"openblas", "onednn", "onednn_matmul", "libxsmm", "libxsmm_tiled"};
+    // The columns: every backend this build has, in the order its rows list them (kernels/gemm.hpp).
+    std::vector<std::string> names;
+    for (const auto& r : rows)
+    {
+        for (const auto& backend : r.backends)
+        {
+            if (std::find(names.begin(), names.end(), backend.first) == names.end())
+            {
+                names.push_back(backend.first);
+            }
+        }
+    }
     out << pad("dtype", 7, true) << " | " << pad("product", 18, true) << " | " << pad("op", 7, true) << " | "
         << pad("m x n x k", 16) << " | " << pad("door uses", 13, true) << " | " << pad("door", 6) << " | "
         << pad("% FMA", 5) << " | " << pad("door bf16", 15);
@@ -1131,11 +1142,14 @@ int main(int argc, char** argv)
         {"malloc_mmap_threshold_env", mmap_threshold ? mmap_threshold : "(unset)"},
         {"malloc_trim_threshold_env", trim_threshold ? trim_threshold : "(unset)"},
         {"bf16_products", bench::xgrad_bf16_supported() ? "yes" : "no (bf16 columns run float32)"},
+        {"xgrad_gemm_backends", bench::xgrad_gemm_backends()},
+        {"xgrad_gemm_rule", bench::xgrad_gemm_rule()},
     };
     std::cout << "xgrad vs LibTorch: MHA self-attention forward+backward (bench/)\n"
               << "CPU: " << machine[0].second << "\n"
               << "OpenBLAS core in use (LibTorch's GEMMs run on it): " << machine[1].second
               << "; OPENBLAS_CORETYPE=" << machine[2].second << "\n"
+              << "xgrad GEMM backends built: " << machine[11].second << "; door rule: " << machine[12].second << "\n"
               << "LibTorch " << machine[3].second << ": " << machine[4].second
               << "; OMP_WAIT_POLICY=" << machine[6].second << "\n"
               << "load average at start: " << machine[5].second << "; cores busy with other work: "

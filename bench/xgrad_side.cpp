@@ -254,6 +254,16 @@ std::string openblas_core()
     return xgrad::kernels::openblas_core();
 }
 
+std::string xgrad_gemm_backends()
+{
+    return xgrad::kernels::gemm_backends_built();
+}
+
+std::string xgrad_gemm_rule()
+{
+    return xgrad::kernels::gemm_rule_in_use();
+}
+
 namespace
 {
 double thread_seconds()

@@ -14,6 +14,11 @@
 //             at least 2^21 multiply-adds: oneDNN's matmul primitive on bfloat16 operands (AMX or
 //             AVX512_BF16), float32 result; fewer: the float32 rule above on the rounded values
 //
+// OpenBLAS is the one backend every build has (CMakeLists.txt: XGRAD_WITH_ONEDNN, XGRAD_WITH_LIBXSMM).
+// A product the rule sends to a backend this build lacks runs on OpenBLAS instead; without oneDNN there
+// is no bf16 precision (xgrad::bf16_supported() is false) and bf16 scopes run float32. When the door runs
+// OpenBLAS on older kernels than the CPU's flags allow, it says so once on stderr.
+//
 // The rule follows the bench's GEMM backend table (docs/performance.md), which times every backend on the
 // products of an MHA step in every run. It is fixed, not measured per process: a first version timed each
 // shape class on first use and kept the winner, and on a shared machine two processes then chose
@@ -54,6 +59,7 @@ void run(gemm_backend backend, const backends::product& p, const T* a, const T* 
     {
     case gemm_backend::openblas:
         return backends::openblas(p, a, b, beta, c);
+#if XGRAD_HAVE_ONEDNN
     case gemm_backend::onednn:
         if constexpr (std::is_same_v<T, float>)
         {
@@ -66,29 +72,44 @@ void run(gemm_backend backend, const backends::product& p, const T* a, const T* 
             return backends::onednn_matmul(p, a, b, beta, c);
         }
         break;
+#endif
+#if XGRAD_HAVE_LIBXSMM
     case gemm_backend::libxsmm:
         return backends::libxsmm_whole(p, a, b, beta, c);
     case gemm_backend::libxsmm_tiled:
         return backends::libxsmm_tiled(p, a, b, beta, c);
+#endif
     }
     throw std::logic_error("gemm: backend " + std::string(name(backend)) + " cannot run this product");
 }
 
-// The fixed rule above.
+// The fixed rule above, on the backends this build has.
+#if XGRAD_HAVE_LIBXSMM
+constexpr gemm_backend small_products = gemm_backend::libxsmm, large_double = gemm_backend::libxsmm_tiled;
+#else
+constexpr gemm_backend small_products = gemm_backend::openblas, large_double = gemm_backend::openblas;
+#endif
+#if XGRAD_HAVE_ONEDNN
+constexpr gemm_backend large_float = gemm_backend::onednn;
+#else
+constexpr gemm_backend large_float = gemm_backend::openblas;
+#endif
+
 template <class T>
 gemm_backend backend_for(bool tb, std::size_t m, std::size_t n, std::size_t k)
 {
     const std::size_t largest = std::max({m, n, k});
     if constexpr (std::is_same_v<T, float>)
     {
-        return largest <= 128 || (largest <= 256 && !tb) ? gemm_backend::libxsmm : gemm_backend::onednn;
+        return largest <= 128 || (largest <= 256 && !tb) ? small_products : large_float;
     }
     else
     {
-        return largest <= 256 ? gemm_backend::libxsmm : gemm_backend::libxsmm_tiled;
+        return largest <= 256 ? small_products : large_double;
     }
 }
 
+#if XGRAD_HAVE_ONEDNN
 // The bf16 rule: operands rounded to bfloat16 either way, so the two paths give the same products
 // (exact in float32) up to the order of the float32 sums.
 void gemm_bf16(const backends::product& p, const float* a, const float* b, float beta, float* c)
@@ -103,6 +124,7 @@ void gemm_bf16(const backends::product& p, const float* a, const float* b, float
                            static_cast<std::size_t>(p.k)),
         r.p, r.a, r.b, beta, c);
 }
+#endif
 
 // What every entry point shares: empty products, k = 0, any beta, the int limits. Then `body` runs the
 // product with beta 0 or 1.
@@ -145,6 +167,7 @@ void gemm_any(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, con
               const T* b, std::size_t ldb, T beta, T* c, std::size_t ldc)
 {
     with_checked_product(ta, tb, m, n, k, lda, ldb, beta, c, ldc, [&](const backends::product& p, T b01) {
+#if XGRAD_HAVE_ONEDNN
         if constexpr (std::is_same_v<T, float>)
         {
             if (current_matmul_precision() == matmul_precision::bf16)
@@ -152,7 +175,13 @@ void gemm_any(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, con
                 return gemm_bf16(p, a, b, b01, c);
             }
         }
-        run(backend_for<T>(tb, m, n, k), p, a, b, b01, c);
+#endif
+        const gemm_backend backend = backend_for<T>(tb, m, n, k);
+        if (backend == gemm_backend::openblas)
+        {
+            backends::say_once_if_openblas_kernels_are_old();
+        }
+        run(backend, p, a, b, b01, c);
     });
 }
 
@@ -177,30 +206,41 @@ const char* name(gemm_backend backend)
     {
     case gemm_backend::openblas:
         return "openblas";
+#if XGRAD_HAVE_ONEDNN
     case gemm_backend::onednn:
         return "onednn";
     case gemm_backend::onednn_matmul:
         return "onednn_matmul";
+#endif
+#if XGRAD_HAVE_LIBXSMM
     case gemm_backend::libxsmm:
         return "libxsmm";
     case gemm_backend::libxsmm_tiled:
         return "libxsmm_tiled";
+#endif
     }
     return "?";
 }
 
-bool gemm_backend_supports(gemm_backend backend, bool double_precision, std::size_t m, std::size_t n, std::size_t k)
+// The sizes and dtype matter only to backends a build may lack.
+bool gemm_backend_supports(gemm_backend backend, [[maybe_unused]] bool double_precision,
+                           [[maybe_unused]] std::size_t m, [[maybe_unused]] std::size_t n,
+                           [[maybe_unused]] std::size_t k)
 {
     switch (backend)
     {
+#if XGRAD_HAVE_ONEDNN
     case gemm_backend::onednn:
     case gemm_backend::onednn_matmul:
         return !double_precision;
+#endif
+#if XGRAD_HAVE_LIBXSMM
     case gemm_backend::libxsmm:
     {
         const auto side = static_cast<std::size_t>(backends::libxsmm_whole_side);
         return m <= side && n <= side && k <= side;
     }
+#endif
     default:
         return true;
     }
@@ -233,6 +273,23 @@ void gemm_with(gemm_backend backend, bool ta, bool tb, std::size_t m, std::size_
 gemm_backend gemm_choice(bool double_precision, bool, bool tb, std::size_t m, std::size_t n, std::size_t k)
 {
     return double_precision ? backend_for<double>(tb, m, n, k) : backend_for<float>(tb, m, n, k);
+}
+
+const char* gemm_backends_built()
+{
+    return XGRAD_HAVE_ONEDNN && XGRAD_HAVE_LIBXSMM ? "OpenBLAS, oneDNN, LIBXSMM"
+           : XGRAD_HAVE_ONEDNN                     ? "OpenBLAS, oneDNN"
+           : XGRAD_HAVE_LIBXSMM                    ? "OpenBLAS, LIBXSMM"
+                                                   : "OpenBLAS";
+}
+
+const char* gemm_rule_in_use()
+{
+    static const std::string rule = std::string("float32 small: ") + name(small_products) +
+                                    ", float32 large: " + name(large_float) + ", float64 small: " +
+                                    name(small_products) + ", float64 large: " + name(large_double) +
+                                    (XGRAD_HAVE_ONEDNN ? ", bf16 large: onednn_matmul" : ", bf16: not built");
+    return rule.c_str();
 }
 
 const char* openblas_core()

@@ -15,13 +15,19 @@ struct product
     int m, n, k, lda, ldb, ldc;
 };
 
-// OpenBLAS's CBLAS, single-threaded (kernels/gemm_openblas.cpp).
+// OpenBLAS's CBLAS, single-threaded (kernels/gemm_openblas.cpp); every build has it.
 void openblas(const product& p, const float* a, const float* b, float beta, float* c);
 void openblas(const product& p, const double* a, const double* b, double beta, double* c);
 const char* openblas_core();
+// The first call, when OpenBLAS runs kernels for an older vector ISA than the CPU's flags offer, writes
+// one line on stderr naming its core and what would run faster; later calls do nothing.
+void say_once_if_openblas_kernels_are_old();
 
-// oneDNN's dnnl_sgemm, on one thread (kernels/gemm_onednn.cpp). Float only.
+// oneDNN's dnnl_sgemm, on one thread (kernels/gemm_onednn.cpp). Float only. The oneDNN declarations
+// below are defined only in builds with oneDNN (XGRAD_HAVE_ONEDNN), the LIBXSMM ones only with LIBXSMM.
 void onednn(const product& p, const float* a, const float* b, float beta, float* c);
+// Whether oneDNN finds bfloat16 dot products on this CPU (AVX512_BF16 or AMX-BF16).
+bool onednn_has_bf16();
 
 // oneDNN's matmul primitive (kernels/gemm_onednn_matmul.cpp), on one thread: float32 operands, or
 // operands rounded to bfloat16 (CPUs with AVX512_BF16 or AMX-BF16 only); float32 result either way.

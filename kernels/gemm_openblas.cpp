@@ -2,7 +2,13 @@
 // matrices and blocks itself (kernels/matmul.cpp). OpenBLAS picks its kernels from the CPU it detects;
 // on a CPU newer than the library it falls back to old ones (Debian's 0.3.21 runs "Prescott", SSE3
 // kernels, on a 2023 Xeon), which is why kernels/gemm.cpp measures it against the other backends.
+// OpenBLAS reads OPENBLAS_CORETYPE once, when the library loads, and offers no call to change its core
+// after that; so when the door runs OpenBLAS on kernels older than the CPU's flags allow, it says so.
 #include <cblas.h>
+
+#include <cstdio>
+#include <cstring>
+#include <mutex>
 
 #include "kernels/gemm_backends.hpp"
 
@@ -24,6 +30,57 @@ CBLAS_TRANSPOSE flag(bool t)
 {
     return t ? CblasTrans : CblasNoTrans;
 }
+
+// x86-64 vector ISA levels: 0 SSE, 1 AVX, 2 AVX2 with FMA, 3 AVX-512 (F, BW, VL, DQ).
+constexpr const char* best_core_at_level[] = {"Prescott", "Sandybridge", "Haswell", "SkylakeX"};
+constexpr const char* level_name[] = {"SSE3", "AVX", "AVX2", "AVX-512"};
+
+// The level of one of OpenBLAS's x86-64 core names (its DYNAMIC_ARCH list; other names count as SSE).
+int level_of_core(const char* core)
+{
+    for (const char* name : {"SkylakeX", "Cooperlake", "SapphireRapids"})
+    {
+        if (std::strcmp(core, name) == 0)
+        {
+            return 3;
+        }
+    }
+    for (const char* name : {"Haswell", "Zen", "Excavator"})
+    {
+        if (std::strcmp(core, name) == 0)
+        {
+            return 2;
+        }
+    }
+    for (const char* name : {"Sandybridge", "Bulldozer", "Piledriver", "Steamroller"})
+    {
+        if (std::strcmp(core, name) == 0)
+        {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+// The level the CPU's flags allow.
+int level_of_cpu()
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+    {
+        return 3;
+    }
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    {
+        return 2;
+    }
+    return __builtin_cpu_supports("avx") ? 1 : 0;
+#else
+    return 0;  // not x86-64: OpenBLAS's core names mean nothing to this check
+#endif
+}
 }  // namespace
 
 void openblas(const product& p, const float* a, const float* b, float beta, float* c)
@@ -42,5 +99,21 @@ const char* openblas_core()
 {
     single_threaded();
     return openblas_get_corename();
+}
+
+void say_once_if_openblas_kernels_are_old()
+{
+    static std::once_flag said;
+    std::call_once(said, [] {
+        const char* core = openblas_core();
+        const int cpu = level_of_cpu();
+        if (level_of_core(core) < cpu)
+        {
+            std::fprintf(stderr,
+                         "xgrad: OpenBLAS runs its %s kernels on this CPU, which has %s: slow matrix products "
+                         "(start with OPENBLAS_CORETYPE=%s, or build with libdnnl-dev and libxsmm-dev)\n",
+                         core, level_name[cpu], best_core_at_level[cpu]);
+        }
+    });
 }
 }  // namespace xgrad::kernels::backends

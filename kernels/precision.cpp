@@ -1,13 +1,13 @@
 // The calling thread's matmul precision (kernels/precision.hpp) and the CPU check behind it.
 #include "kernels/precision.hpp"
 
-#include <oneapi/dnnl/dnnl.h>
-
 #include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
 #include <string>
+
+#include "kernels/gemm_backends.hpp"
 
 namespace xgrad
 {
@@ -19,21 +19,25 @@ void say_once_that_bf16_is_missing()
 {
     static std::once_flag said;
     std::call_once(said, [] {
+#if XGRAD_HAVE_ONEDNN
         std::fprintf(stderr, "xgrad: this CPU has no bfloat16 dot products (AVX512_BF16 or AMX-BF16); "
                              "matrix products run in float32\n");
+#else
+        std::fprintf(stderr, "xgrad: built without oneDNN, which runs the bfloat16 products; "
+                             "matrix products run in float32\n");
+#endif
     });
 }
 }  // namespace
 
 bool bf16_supported()
 {
-    // oneDNN's ISA values are nested bit sets: every ISA from avx512_core_bf16 up contains its bits.
-    static const bool supported = [] {
-        const unsigned isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
-        const unsigned bf16 = static_cast<unsigned>(dnnl_cpu_isa_avx512_core_bf16);
-        return (isa & bf16) == bf16;
-    }();
+#if XGRAD_HAVE_ONEDNN
+    static const bool supported = kernels::backends::onednn_has_bf16();
     return supported;
+#else
+    return false;  // bf16 products run on oneDNN's matmul primitive alone (kernels/gemm.cpp)
+#endif
 }
 
 matmul_precision current_matmul_precision()

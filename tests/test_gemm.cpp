@@ -1,9 +1,11 @@
 // kernels::gemm and each of its backends against a plain triple loop: transposed operands, beta = 0, 1
 // and other values, odd sizes, k = 1, empty products, leading dimensions wider than the row, float and
 // double, and sizes on both sides of the door's 128 and 256 boundaries and of the tiled backend's blocks.
+// Only the backends this build has exist (kernels/gemm.hpp); cases about a missing one say so and skip.
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <stdexcept>
 #include <random>
@@ -144,9 +146,23 @@ const std::vector<problem>& problems()
     return list;
 }
 
+// Says once per test case which backends this build lacks, so that a skipped case is never silent.
+void note_missing_backends()
+{
+    if (!XGRAD_HAVE_ONEDNN)
+    {
+        MESSAGE("built without oneDNN (XGRAD_WITH_ONEDNN off or libdnnl-dev missing): its cases are skipped");
+    }
+    if (!XGRAD_HAVE_LIBXSMM)
+    {
+        MESSAGE("built without LIBXSMM (XGRAD_WITH_LIBXSMM off or libxsmm-dev missing): its cases are skipped");
+    }
+}
+
 template <class T>
 void check_every_backend()
 {
+    note_missing_backends();
     unsigned seed = 1;
     for (const problem& p : problems())
     {
@@ -179,37 +195,76 @@ TEST_CASE("gemm: every backend agrees with the triple loop, float64")
     check_every_backend<double>();
 }
 
+TEST_CASE("gemm: the build lists its backends, OpenBLAS always")
+{
+    const std::string built = xgrad::kernels::gemm_backends_built();
+    CHECK(built.rfind("OpenBLAS", 0) == 0);
+    CHECK((built.find("oneDNN") != std::string::npos) == bool(XGRAD_HAVE_ONEDNN));
+    CHECK((built.find("LIBXSMM") != std::string::npos) == bool(XGRAD_HAVE_LIBXSMM));
+    CHECK(std::size(xgrad::kernels::all_gemm_backends) == 1u + 2u * XGRAD_HAVE_ONEDNN + 2u * XGRAD_HAVE_LIBXSMM);
+    CHECK(xgrad::kernels::all_gemm_backends[0] == gemm_backend::openblas);
+    for (gemm_backend backend : xgrad::kernels::all_gemm_backends)
+    {
+        CHECK(std::string(xgrad::kernels::name(backend)) != "?");
+    }
+    MESSAGE("GEMM backends: " << built << "; rule: " << std::string(xgrad::kernels::gemm_rule_in_use()));
+}
+
 TEST_CASE("gemm: backends that cannot run a product refuse it by name")
 {
+    note_missing_backends();
+#if XGRAD_HAVE_ONEDNN
     const double a = 1, b = 1;
     double c = 0;
     CHECK_FALSE(xgrad::kernels::gemm_backend_supports(gemm_backend::onednn, true, 4, 4, 4));
     CHECK_THROWS_WITH_AS(xgrad::kernels::gemm_with(gemm_backend::onednn, false, false, 1, 1, 1, &a, 1, &b, 1, 0.0, &c, 1),
                          doctest::Contains("onednn"), std::invalid_argument);
+#endif
+#if XGRAD_HAVE_LIBXSMM
     std::vector<float> big(300 * 300, 1.0f), out(300 * 300);
     CHECK_FALSE(xgrad::kernels::gemm_backend_supports(gemm_backend::libxsmm, false, 300, 300, 300));
     CHECK_THROWS_AS(xgrad::kernels::gemm_with(gemm_backend::libxsmm, false, false, 300, 300, 300, big.data(), 300,
                                               big.data(), 300, 0.0f, out.data(), 300),
                     std::invalid_argument);
+#endif
+    // OpenBLAS runs every size and dtype.
+    for (bool dbl : {false, true})
+    {
+        CHECK(xgrad::kernels::gemm_backend_supports(gemm_backend::openblas, dbl, 3000, 3000, 3000));
+    }
 }
 
-TEST_CASE("gemm: the door's rule sends every product to oneDNN or LIBXSMM, the same every time")
+TEST_CASE("gemm: the door's rule sends each product to the fastest backend built, the same every time")
 {
     using xgrad::kernels::gemm_choice;
-    // float32: per-head sizes to one LIBXSMM kernel, up to 256 too unless B is transposed; larger to oneDNN
-    CHECK(gemm_choice(false, false, true, 64, 64, 64) == gemm_backend::libxsmm);
-    CHECK(gemm_choice(false, true, false, 256, 64, 256) == gemm_backend::libxsmm);
-    CHECK(gemm_choice(false, false, true, 256, 256, 64) == gemm_backend::onednn);
-    CHECK(gemm_choice(false, false, false, 2048, 512, 512) == gemm_backend::onednn);
-    CHECK(gemm_choice(false, true, false, 512, 512, 2048) == gemm_backend::onednn);
-    // float64: oneDNN has no double GEMM; one LIBXSMM kernel up to 256, packed LIBXSMM blocks above
-    CHECK(gemm_choice(true, false, true, 256, 256, 64) == gemm_backend::libxsmm);
-    CHECK(gemm_choice(true, false, false, 2048, 512, 512) == gemm_backend::libxsmm_tiled);
+    note_missing_backends();
+    // Per-head sizes (every side <= 128, or <= 256 with B not transposed) and float64: LIBXSMM when built.
+#if XGRAD_HAVE_LIBXSMM
+    const gemm_backend small = gemm_backend::libxsmm, large_double = gemm_backend::libxsmm_tiled;
+#else
+    const gemm_backend small = gemm_backend::openblas, large_double = gemm_backend::openblas;
+#endif
+    // Larger float32 products: oneDNN's dnnl_sgemm when built.
+#if XGRAD_HAVE_ONEDNN
+    const gemm_backend large_float = gemm_backend::onednn;
+#else
+    const gemm_backend large_float = gemm_backend::openblas;
+#endif
+    CHECK(gemm_choice(false, false, true, 64, 64, 64) == small);
+    CHECK(gemm_choice(false, true, false, 256, 64, 256) == small);
+    CHECK(gemm_choice(false, false, true, 256, 256, 64) == large_float);
+    CHECK(gemm_choice(false, false, false, 2048, 512, 512) == large_float);
+    CHECK(gemm_choice(false, true, false, 512, 512, 2048) == large_float);
+    CHECK(gemm_choice(true, false, true, 256, 256, 64) == small);
+    CHECK(gemm_choice(true, false, false, 2048, 512, 512) == large_double);
     for (bool dbl : {false, true})
     {
         for (std::size_t side : {1u, 16u, 129u, 257u, 3000u})
         {
-            CHECK(gemm_choice(dbl, false, false, side, side, side) != gemm_backend::openblas);
+            if (XGRAD_HAVE_ONEDNN && XGRAD_HAVE_LIBXSMM)
+            {
+                CHECK(gemm_choice(dbl, false, false, side, side, side) != gemm_backend::openblas);
+            }
             CHECK(xgrad::kernels::gemm_backend_supports(gemm_choice(dbl, false, true, side, 7, side), dbl, side, 7, side));
         }
     }

@@ -131,7 +131,8 @@ TEST_CASE("bf16 products: operands rounded to bfloat16 (ties to even), accumulat
 {
     if (!xgrad::bf16_supported())
     {
-        MESSAGE("this CPU has no bfloat16 dot products: only the float32 fallback is checked");
+        MESSAGE("no bf16 products (a CPU without AVX512_BF16 or AMX-BF16, or a build without oneDNN): "
+                "only the float32 fallback is checked");
         return;
     }
     const precision_scope bf16(matmul_precision::bf16);
@@ -150,6 +151,8 @@ TEST_CASE("bf16 products of every shape class and transpose flag stay within bfl
 {
     if (!xgrad::bf16_supported())
     {
+        MESSAGE("no bf16 products (a CPU without AVX512_BF16 or AMX-BF16, or a build without oneDNN): "
+                "the bounds are not checked");
         return;
     }
     const precision_scope bf16(matmul_precision::bf16);
