@@ -80,6 +80,7 @@ bool has_avx512bw()
     return has;
 }
 
+#if XGRAD_HAVE_ONEDNN
 int checked(std::size_t n)
 {
     if (n > static_cast<std::size_t>(std::numeric_limits<int>::max()))
@@ -88,6 +89,7 @@ int checked(std::size_t n)
     }
     return static_cast<int>(n);
 }
+#endif
 }  // namespace
 
 void round_to_bf16(const float* x, std::size_t n, std::uint16_t* out)
