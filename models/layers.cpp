@@ -113,9 +113,20 @@ std::pair<var<T>, var<T>> causal_attention(const var<T>& x, const attention_weig
     const mha_config mc = c.attention();
     check_mha_shapes("gpt_block", mc, x.shape(), x.shape(), x.shape(), w.W_Q.shape(), w.W_K.shape(),
                      w.W_V.shape(), w.W_O.shape());
-    var<T> q = split_heads(linear(x, w.W_Q, w.b_Q).named("Q_linear"), mc.heads).named("Q");
-    var<T> k = split_heads(linear(x, w.W_K, w.b_K).named("K_linear"), mc.kv_head_count()).named("K");
-    var<T> v = split_heads(linear(x, w.W_V, w.b_V).named("V_linear"), mc.kv_head_count()).named("V");
+    var<T> q_linear = linear(x, w.W_Q, w.b_Q).named("Q_linear");
+    var<T> k_linear = linear(x, w.W_K, w.b_K).named("K_linear");
+    var<T> v_linear = linear(x, w.W_V, w.b_V).named("V_linear");
+    if (o.fused && !o.attention_weights && !cache && c.position != position_kind::rope)
+    {
+        // The projections' (B, T, H dh) rows are read in place: no split into heads, no join after.
+        var<T> joined = ops::attention_token_major(q_linear, k_linear, v_linear, mc.heads, mc.kv_head_count(),
+                                                   nullptr, /*causal=*/true)
+                            .named("joined");
+        return {linear(joined, w.W_O, w.b_O).named("output"), var<T>()};
+    }
+    var<T> q = split_heads(q_linear, mc.heads).named("Q");
+    var<T> k = split_heads(k_linear, mc.kv_head_count()).named("K");
+    var<T> v = split_heads(v_linear, mc.kv_head_count()).named("V");
     if (c.position == position_kind::rope)
     {
         q = rope(q, c.rope_base, o.position_offset, o.fused).named("Q_rope");

@@ -72,6 +72,12 @@ template <class T> var<T> softmax(const var<T>& x, T scale = T(1));
 // gradient. Returns (B, H, Tq, dh). The mask gets no gradient and is copied into the op.
 template <class T>
 var<T> attention(const var<T>& q, const var<T>& k, const var<T>& v, const mask_t* mask = nullptr, bool causal = false);
+// The same op on the projections' token-major layout, with no split into heads or join after: q
+// (B, Tq, H dh), k and v (B, Tk, G dh), returns (B, Tq, H dh), equal to
+// combine_heads(attention(split_heads(q, H), split_heads(k, G), split_heads(v, G), mask, causal)).
+template <class T>
+var<T> attention_token_major(const var<T>& q, const var<T>& k, const var<T>& v, std::size_t heads,
+                             std::size_t kv_heads, const mask_t* mask = nullptr, bool causal = false);
 
 // Neural-network ops, fused, each with a hand-derived rule (ops/nn.cpp).
 // log softmax over the last axis.
