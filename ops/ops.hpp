@@ -87,6 +87,8 @@ template <class T> var<T> log_softmax(const var<T>& x);
 template <class T> var<T> cross_entropy(const var<T>& logits, const ids_t& targets);
 // (x - mean) / sqrt(var + eps) * weight + bias over the last axis (var biased); weight, bias (d,).
 template <class T> var<T> layer_norm(const var<T>& x, const var<T>& weight, const var<T>& bias, T eps = T(1e-5));
+// y = x W + b in one node, x (..., d), W (d, n), b (n): equal to add(matmul(x, W), b), without the second array.
+template <class T> var<T> linear(const var<T>& x, const var<T>& weight, const var<T>& bias);
 // Inverted dropout: zeroes each entry with probability p and scales the rest by 1 / (1 - p). The identity
 // (the same node, nothing recorded) when p == 0 or !training. p in [0, 1) else std::invalid_argument.
 template <class T>
