@@ -36,7 +36,7 @@ struct adam_scalars
 };
 
 // With Scaled, each gradient is first multiplied by grad_scale in place: g = grad_scale g, as clipping
-// leaves it (optimiser::step(grad_scale)); the update then reads that g.
+// leaves it (optimiser::scaled_step(grad_scale)); the update then reads that g.
 template <bool Scaled, class T>
 T scaled_gradient(T* g, std::size_t k, T grad_scale)
 {

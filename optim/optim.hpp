@@ -9,7 +9,7 @@
 //       ... record a fresh tape, backward ...
 //       const double norm = optim::grad_norm(params);   // = optim::clip_grad_norm(params, 1.0) then
 //       opt.set_lr(schedule.at(s));                      //   opt.step(), one pass over the gradients fewer
-//       opt.step(optim::clip_factor(norm, 1.0));
+//       opt.scaled_step(optim::clip_factor(norm, 1.0));
 //       opt.zero_grad();
 //   }
 //
@@ -69,7 +69,7 @@ public:
     // rounded to T, in place (as clipping leaves it), inside the update's own pass where the optimiser
     // can (Adam, AdamW) and in a pass before it otherwise; grad_scale = 1 is step(). With
     // grad_scale = clip_factor(grad_norm(params), max_norm) the result is clip_grad_norm's, bit for bit.
-    void step(double grad_scale);
+    void scaled_step(double grad_scale);
     void zero_grad();
 
     double lr() const { return lr_; }
@@ -177,8 +177,9 @@ private:
 template <class T>
 double clip_grad_norm(std::vector<parameter<T>> params, double max_norm);
 
-// clip_grad_norm in two halves, for optimiser::step(grad_scale): the global 2-norm (gradients unchanged),
-// and the factor clipping multiplies by, max_norm / (norm + 1e-6) when that is < 1, else 1 (NaN too).
+// clip_grad_norm in two halves, for optimiser::scaled_step(grad_scale): the global 2-norm (gradients
+// unchanged), and the factor clipping multiplies by, max_norm / (norm + 1e-6) when that is < 1, else 1
+// (NaN too).
 template <class T>
 double grad_norm(const std::vector<parameter<T>>& params);
 double clip_factor(double norm, double max_norm);

@@ -77,11 +77,11 @@ void optimiser<T>::add_state(const std::string& kind)
 template <class T>
 void optimiser<T>::step()
 {
-    step(1.0);
+    scaled_step(1.0);
 }
 
 template <class T>
-void optimiser<T>::step(double grad_scale)
+void optimiser<T>::scaled_step(double grad_scale)
 {
     for (std::size_t i = 0; i < params_.size(); ++i)
     {

@@ -1,5 +1,5 @@
-// optimiser::step(grad_scale) with grad_norm and clip_factor against clip_grad_norm then step(), the
-// semantics of torch's clip_grad_norm_ then step: parameters, optimiser state and the (scaled)
+// optimiser::scaled_step(grad_scale) with grad_norm and clip_factor against clip_grad_norm then step(),
+// the semantics of torch's clip_grad_norm_ then step: parameters, optimiser state and the (scaled)
 // gradients equal bit for bit, over several steps, for AdamW, Adam with L2 decay and SGD (which
 // scales in a pass of its own), clipping on and off, a NaN gradient, float32 and float64.
 #include <doctest/doctest.h>
@@ -63,7 +63,7 @@ void check_same(const make_optimiser<T>& make, double magnitude, double max_norm
         const double norm_separate = optim::clip_grad_norm(separate, max_norm);
         opt_separate->step();
         const double norm_fused = optim::grad_norm(fused);
-        opt_fused->step(optim::clip_factor(norm_fused, max_norm));
+        opt_fused->scaled_step(optim::clip_factor(norm_fused, max_norm));
         CHECK((norm_separate == norm_fused || (std::isnan(norm_separate) && std::isnan(norm_fused))));
         for (std::size_t i = 0; i < separate.size(); ++i)
         {
@@ -108,7 +108,7 @@ void check_all_optimisers()
 }
 }  // namespace
 
-TEST_CASE("step(clip_factor(grad_norm)) = clip_grad_norm then step(), bit for bit: AdamW, Adam, SGD")
+TEST_CASE("scaled_step(clip_factor(grad_norm)) = clip_grad_norm then step(), bit for bit: AdamW, Adam, SGD")
 {
     check_all_optimisers<float>();
     check_all_optimisers<double>();

@@ -166,7 +166,7 @@ train_summary train_module(Model& model, const text_corpus& data, const train_op
         rec.grad_norm = optim::grad_norm(named);  // clip_grad_norm, its scaling done inside the update's pass
         rec.lr = schedule.at(s);
         opt.set_lr(rec.lr);
-        opt.step(optim::clip_factor(rec.grad_norm, o.clip));
+        opt.scaled_step(optim::clip_factor(rec.grad_norm, o.clip));
         opt.zero_grad();
         if (!std::isfinite(loss))
         {
