@@ -36,16 +36,25 @@ constexpr std::size_t tile_q = 64, tile_k = 64;
 // Below this many multiply-adds, waking threads costs more than it saves.
 constexpr std::uint64_t parallel_threshold = 1 << 21;
 
-// Which keys each query may see: the causal limit and the (broadcast) mask.
+// Which keys each query may see (the causal limit and the (broadcast) mask), and where the rows of q, k,
+// v and the output live: heads-major (B, H, T, dh), row stride dh, or token-major (B, T, H dh), the
+// projections' own layout, row stride H dh (G dh for k and v).
 struct visibility
 {
     std::size_t B, H, G, Tq, Tk, dh;
     bool causal;
+    bool token_major = false;
     const bool* mask = nullptr;
     std::size_t stride_b = 0, stride_h = 0, stride_i = 0, stride_j = 0;  // 0 where the mask broadcasts
 
     visibility(const shape_t& qs, const shape_t& ks, const mask_t* m, bool c)
-        : B(qs[0]), H(qs[1]), G(ks[1]), Tq(qs[2]), Tk(ks[2]), dh(qs[3]), causal(c)
+        : visibility(qs[0], qs[1], ks[1], qs[2], ks[2], qs[3], m, c)
+    {
+    }
+
+    visibility(std::size_t b, std::size_t h, std::size_t g, std::size_t tq, std::size_t tk, std::size_t width,
+               const mask_t* m, bool c)
+        : B(b), H(h), G(g), Tq(tq), Tk(tk), dh(width), causal(c)
     {
         if (m)
         {
@@ -95,6 +104,18 @@ struct visibility
         return any;
     }
 
+    // Offset of query row i of head h (the output's rows alike), and of key/value row j of head g.
+    std::size_t q_offset(std::size_t b, std::size_t h, std::size_t i) const
+    {
+        return (token_major ? (b * Tq + i) * H + h : (b * H + h) * Tq + i) * dh;
+    }
+    std::size_t kv_offset(std::size_t b, std::size_t g, std::size_t j) const
+    {
+        return (token_major ? (b * Tk + j) * G + g : (b * G + g) * Tk + j) * dh;
+    }
+    std::size_t q_stride() const { return token_major ? H * dh : dh; }
+    std::size_t kv_stride() const { return token_major ? G * dh : dh; }
+
     std::size_t query_tiles() const { return (Tq + tile_q - 1) / tile_q; }
     // Keys a query tile starting at i0 with `rows` rows visits: [0, tile_key_end).
     std::size_t tile_key_end(std::size_t i0, std::size_t rows) const { return key_end(i0 + rows - 1); }
@@ -118,10 +139,11 @@ void forward_tile(const visibility& vis, const T* q, const T* k, const T* v, T* 
     const std::size_t b = bh / vis.H, h = bh % vis.H, g = h / (vis.H / vis.G), dh = vis.dh;
     const std::size_t rows = std::min(tile_q, vis.Tq - i0);
     const T scale = T(1) / std::sqrt(static_cast<T>(dh));
-    const T* q_tile = q + (bh * vis.Tq + i0) * dh;
-    const T* k_head = k + (b * vis.G + g) * vis.Tk * dh;
-    const T* v_head = v + (b * vis.G + g) * vis.Tk * dh;
-    T* o_tile = out + (bh * vis.Tq + i0) * dh;
+    const std::size_t qs = vis.q_stride(), ks = vis.kv_stride();
+    const T* q_tile = q + vis.q_offset(b, h, i0);
+    const T* k_head = k + vis.kv_offset(b, g, 0);
+    const T* v_head = v + vis.kv_offset(b, g, 0);
+    T* o_tile = out + vis.q_offset(b, h, i0);
 
     thread_local std::vector<T> s_buffer, stats;
     thread_local std::vector<char> seen_buffer;
@@ -132,13 +154,16 @@ void forward_tile(const visibility& vis, const T* q, const T* k, const T* v, T* 
     std::fill(m, m + rows, -std::numeric_limits<T>::infinity());
     std::fill(l, l + rows, T(0));
     std::fill(seen, seen + rows, char(0));
-    std::fill(o_tile, o_tile + rows * dh, T(0));
+    for (std::size_t r = 0; r < rows; ++r)
+    {
+        std::fill(o_tile + r * qs, o_tile + r * qs + dh, T(0));
+    }
 
     const std::size_t key_end = vis.tile_key_end(i0, rows);
     for (std::size_t j0 = 0; j0 < key_end; j0 += tile_k)
     {
         const std::size_t cols = std::min(tile_k, key_end - j0);
-        gemm(false, true, rows, cols, dh, q_tile, dh, k_head + j0 * dh, dh, T(0), s, tile_k);  // S = Q K^T
+        gemm(false, true, rows, cols, dh, q_tile, qs, k_head + j0 * ks, ks, T(0), s, tile_k);  // S = Q K^T
         for (std::size_t r = 0; r < rows; ++r)
         {
             T* row = s + r * tile_k;
@@ -156,21 +181,21 @@ void forward_tile(const visibility& vis, const T* q, const T* k, const T* v, T* 
             m[r] = new_max;
             if (shrink != T(1))
             {
-                simd::scale_in_place(o_tile + r * dh, dh, shrink);
+                simd::scale_in_place(o_tile + r * qs, dh, shrink);
             }
         }
-        gemm(false, false, rows, dh, cols, s, tile_k, v_head + j0 * dh, dh, T(1), o_tile, dh);  // O += P V
+        gemm(false, false, rows, dh, cols, s, tile_k, v_head + j0 * ks, ks, T(1), o_tile, qs);  // O += P V
     }
     for (std::size_t r = 0; r < rows; ++r)
     {
         T& row_lse = lse[bh * vis.Tq + i0 + r];
         if (!seen[r])
         {
-            std::fill(o_tile + r * dh, o_tile + (r + 1) * dh, T(0));
+            std::fill(o_tile + r * qs, o_tile + r * qs + dh, T(0));
             row_lse = -std::numeric_limits<T>::infinity();
             continue;
         }
-        simd::scale_in_place(o_tile + r * dh, dh, T(1) / l[r]);
+        simd::scale_in_place(o_tile + r * qs, dh, T(1) / l[r]);
         row_lse = m[r] + std::log(l[r]);
     }
 }
@@ -182,10 +207,11 @@ void backward_group(const visibility& vis, const T* q, const T* k, const T* v, c
 {
     const std::size_t b = item / vis.G, g = item % vis.G, dh = vis.dh, per_group = vis.H / vis.G;
     const T scale = T(1) / std::sqrt(static_cast<T>(dh));
-    const T* k_head = k + item * vis.Tk * dh;
-    const T* v_head = v + item * vis.Tk * dh;
-    T* dk_head = dk + item * vis.Tk * dh;
-    T* dv_head = dv + item * vis.Tk * dh;
+    const std::size_t qs = vis.q_stride(), ks = vis.kv_stride();
+    const T* k_head = k + vis.kv_offset(b, g, 0);
+    const T* v_head = v + vis.kv_offset(b, g, 0);
+    T* dk_head = dk + vis.kv_offset(b, g, 0);
+    T* dv_head = dv + vis.kv_offset(b, g, 0);
 
     thread_local std::vector<T> p_buffer, dp_buffer, d_buffer;
     T* p = grown(p_buffer, tile_q * tile_k);
@@ -197,20 +223,20 @@ void backward_group(const visibility& vis, const T* q, const T* k, const T* v, c
         for (std::size_t i0 = 0; i0 < vis.Tq; i0 += tile_q)
         {
             const std::size_t rows = std::min(tile_q, vis.Tq - i0);
-            const std::size_t offset = (bh * vis.Tq + i0) * dh;
+            const std::size_t offset = vis.q_offset(b, h, i0);
             const T* q_tile = q + offset;
             const T* do_tile = grad_out + offset;
             T* dq_tile = dq + offset;
             for (std::size_t r = 0; r < rows; ++r)
             {
-                d[r] = simd::dot(do_tile + r * dh, out + offset + r * dh, dh);  // D_i = dO_i . O_i
+                d[r] = simd::dot(do_tile + r * qs, out + offset + r * qs, dh);  // D_i = dO_i . O_i
             }
             const std::size_t key_end = vis.tile_key_end(i0, rows);
             for (std::size_t j0 = 0; j0 < key_end; j0 += tile_k)
             {
                 const std::size_t cols = std::min(tile_k, key_end - j0);
-                gemm(false, true, rows, cols, dh, q_tile, dh, k_head + j0 * dh, dh, T(0), p, tile_k);  // S = Q K^T
-                gemm(false, true, rows, cols, dh, do_tile, dh, v_head + j0 * dh, dh, T(0), dp, tile_k);  // dP = dO V^T
+                gemm(false, true, rows, cols, dh, q_tile, qs, k_head + j0 * ks, ks, T(0), p, tile_k);  // S = Q K^T
+                gemm(false, true, rows, cols, dh, do_tile, qs, v_head + j0 * ks, ks, T(0), dp, tile_k);  // dP = dO V^T
                 for (std::size_t r = 0; r < rows; ++r)
                 {
                     T* p_row = p + r * tile_k;
@@ -228,9 +254,9 @@ void backward_group(const visibility& vis, const T* q, const T* k, const T* v, c
                         ds_row[c] = scale * p_row[c] * (ds_row[c] - d[r]);  // dS = scale P (dP - D)
                     }
                 }
-                gemm(true, false, cols, dh, rows, p, tile_k, do_tile, dh, T(1), dv_head + j0 * dh, dh);  // dV += P^T dO
-                gemm(false, false, rows, dh, cols, dp, tile_k, k_head + j0 * dh, dh, T(1), dq_tile, dh);  // dQ += dS K
-                gemm(true, false, cols, dh, rows, dp, tile_k, q_tile, dh, T(1), dk_head + j0 * dh, dh);  // dK += dS^T Q
+                gemm(true, false, cols, dh, rows, p, tile_k, do_tile, qs, T(1), dv_head + j0 * ks, ks);  // dV += P^T dO
+                gemm(false, false, rows, dh, cols, dp, tile_k, k_head + j0 * ks, ks, T(1), dq_tile, qs);  // dQ += dS K
+                gemm(true, false, cols, dh, rows, dp, tile_k, q_tile, qs, T(1), dk_head + j0 * ks, ks);  // dK += dS^T Q
             }
         }
     }
@@ -261,14 +287,14 @@ void run_items(std::size_t count, std::uint64_t work, const std::function<void(s
 }
 }  // namespace
 
-template <class T>
-attention_forward_result<T> attention_forward(const array<T>& q, const array<T>& k, const array<T>& v,
-                                              const mask_t* mask, bool causal)
+namespace
 {
-    const shape_t qs = to_shape(q.shape()), ks = to_shape(k.shape());
-    const visibility vis(qs, ks, mask, causal);
+template <class T>
+attention_forward_result<T> forward_with(const visibility& vis, const array<T>& q, const array<T>& k,
+                                         const array<T>& v)
+{
     attention_forward_result<T> result;
-    result.output = array<T>::from_shape(qs);
+    result.output = array<T>::from_shape(to_shape(q.shape()));
     result.log_sum_exp = array<T>::from_shape({vis.B, vis.H, vis.Tq});
     result.multiply_adds = visited_multiply_adds(vis);
     T* out = result.output.data();
@@ -280,16 +306,14 @@ attention_forward_result<T> attention_forward(const array<T>& q, const array<T>&
 }
 
 template <class T>
-attention_gradients<T> attention_backward(const array<T>& q, const array<T>& k, const array<T>& v,
-                                          const array<T>& output, const array<T>& log_sum_exp,
-                                          const array<T>& grad_output, const mask_t* mask, bool causal)
+attention_gradients<T> backward_with(const visibility& vis, const array<T>& q, const array<T>& k, const array<T>& v,
+                                     const array<T>& output, const array<T>& log_sum_exp,
+                                     const array<T>& grad_output)
 {
-    const shape_t qs = to_shape(q.shape()), ks = to_shape(k.shape());
-    const visibility vis(qs, ks, mask, causal);
     attention_gradients<T> grads;
-    grads.q = xt::zeros<T>(qs);
-    grads.k = xt::zeros<T>(ks);
-    grads.v = xt::zeros<T>(ks);
+    grads.q = xt::zeros<T>(to_shape(q.shape()));
+    grads.k = xt::zeros<T>(to_shape(k.shape()));
+    grads.v = xt::zeros<T>(to_shape(k.shape()));
     run_items(vis.B * vis.G, 2 * visited_multiply_adds(vis), [&](std::size_t item) {
         backward_group(vis, q.data(), k.data(), v.data(), output.data(), log_sum_exp.data(), grad_output.data(),
                        grads.q.data(), grads.k.data(), grads.v.data(), item);
@@ -297,11 +321,61 @@ attention_gradients<T> attention_backward(const array<T>& q, const array<T>& k, 
     return grads;
 }
 
+// q (B, Tq, H dh), k (B, Tk, G dh): the token-major view of H query heads and G key/value heads.
+visibility token_major_visibility(const shape_t& qs, const shape_t& ks, std::size_t heads, std::size_t kv_heads,
+                                  const mask_t* mask, bool causal)
+{
+    visibility vis(qs[0], heads, kv_heads, qs[1], ks[1], qs[2] / heads, mask, causal);
+    vis.token_major = true;
+    return vis;
+}
+}  // namespace
+
+template <class T>
+attention_forward_result<T> attention_forward(const array<T>& q, const array<T>& k, const array<T>& v,
+                                              const mask_t* mask, bool causal)
+{
+    return forward_with(visibility(to_shape(q.shape()), to_shape(k.shape()), mask, causal), q, k, v);
+}
+
+template <class T>
+attention_gradients<T> attention_backward(const array<T>& q, const array<T>& k, const array<T>& v,
+                                          const array<T>& output, const array<T>& log_sum_exp,
+                                          const array<T>& grad_output, const mask_t* mask, bool causal)
+{
+    const visibility vis(to_shape(q.shape()), to_shape(k.shape()), mask, causal);
+    return backward_with(vis, q, k, v, output, log_sum_exp, grad_output);
+}
+
+template <class T>
+attention_forward_result<T> attention_forward_token_major(const array<T>& q, const array<T>& k, const array<T>& v,
+                                                          std::size_t heads, std::size_t kv_heads,
+                                                          const mask_t* mask, bool causal)
+{
+    const auto vis = token_major_visibility(to_shape(q.shape()), to_shape(k.shape()), heads, kv_heads, mask, causal);
+    return forward_with(vis, q, k, v);
+}
+
+template <class T>
+attention_gradients<T> attention_backward_token_major(const array<T>& q, const array<T>& k, const array<T>& v,
+                                                      const array<T>& output, const array<T>& log_sum_exp,
+                                                      const array<T>& grad_output, std::size_t heads,
+                                                      std::size_t kv_heads, const mask_t* mask, bool causal)
+{
+    const auto vis = token_major_visibility(to_shape(q.shape()), to_shape(k.shape()), heads, kv_heads, mask, causal);
+    return backward_with(vis, q, k, v, output, log_sum_exp, grad_output);
+}
+
 #define XGRAD_ATTENTION_KERNELS(T)                                                                            \
     template attention_forward_result<T> attention_forward(const array<T>&, const array<T>&, const array<T>&, \
                                                            const mask_t*, bool);                              \
     template attention_gradients<T> attention_backward(const array<T>&, const array<T>&, const array<T>&,     \
                                                        const array<T>&, const array<T>&, const array<T>&,     \
-                                                       const mask_t*, bool);
+                                                       const mask_t*, bool);                              \
+    template attention_forward_result<T> attention_forward_token_major(                                       \
+        const array<T>&, const array<T>&, const array<T>&, std::size_t, std::size_t, const mask_t*, bool);    \
+    template attention_gradients<T> attention_backward_token_major(                                           \
+        const array<T>&, const array<T>&, const array<T>&, const array<T>&, const array<T>&, const array<T>&, \
+        std::size_t, std::size_t, const mask_t*, bool);
 XGRAD_INSTANTIATE_FOR_FLOAT_TYPES(XGRAD_ATTENTION_KERNELS)
 }  // namespace xgrad::kernels

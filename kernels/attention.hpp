@@ -39,4 +39,18 @@ template <class T>
 attention_gradients<T> attention_backward(const array<T>& q, const array<T>& k, const array<T>& v,
                                           const array<T>& output, const array<T>& log_sum_exp,
                                           const array<T>& grad_output, const mask_t* mask, bool causal);
+
+// The same on the projections' token-major layout, with no split into heads: q (B, Tq, H dh), k and v
+// (B, Tk, G dh), the output (B, Tq, H dh) and its gradient likewise; log_sum_exp stays (B, H, Tq), and the
+// mask broadcasts to (B, H, Tq, Tk) as above. The caller checks that H dh and G dh divide exactly.
+template <class T>
+attention_forward_result<T> attention_forward_token_major(const array<T>& q, const array<T>& k, const array<T>& v,
+                                                          std::size_t heads, std::size_t kv_heads,
+                                                          const mask_t* mask, bool causal);
+
+template <class T>
+attention_gradients<T> attention_backward_token_major(const array<T>& q, const array<T>& k, const array<T>& v,
+                                                      const array<T>& output, const array<T>& log_sum_exp,
+                                                      const array<T>& grad_output, std::size_t heads,
+                                                      std::size_t kv_heads, const mask_t* mask, bool causal);
 }  // namespace xgrad::kernels

@@ -17,10 +17,13 @@ var<T> linear(const var<T>& x, const var<T>& weight)
 
 // x W + b
 template <class T>
-var<T> linear(const var<T>& x, const var<T>& weight, const var<T>& bias)
+var<T> linear(const var<T>& x, const var<T>& weight, const var<T>& bias, bool fused)
 {
-    var<T> y = ops::matmul(x, weight);
-    return bias.valid() ? ops::add(y, bias) : y;
+    if (!bias.valid())
+    {
+        return ops::matmul(x, weight);
+    }
+    return fused ? ops::linear(x, weight, bias) : ops::composed::linear(x, weight, bias);
 }
 
 // (x - mean) / sqrt(var + 1e-5) * weight + bias
@@ -85,15 +88,15 @@ mlp_result<T> mlp(const var<T>& x, const mlp_weights<T>& w, mlp_kind kind, bool 
     mlp_result<T> r;
     if (kind == mlp_kind::swiglu)
     {
-        r.hidden = linear(x, w.W_gate, w.b_gate);
-        r.up = linear(x, w.W_up, w.b_up);
+        r.hidden = linear(x, w.W_gate, w.b_gate, fused);
+        r.up = linear(x, w.W_up, w.b_up, fused);
         r.activated = swiglu(r.hidden, r.up, fused);
-        r.output = linear(r.activated, w.W_down, w.b_down);
+        r.output = linear(r.activated, w.W_down, w.b_down, fused);
         return r;
     }
-    r.hidden = linear(x, w.W_fc, w.b_fc);
+    r.hidden = linear(x, w.W_fc, w.b_fc, fused);
     r.activated = kind == mlp_kind::gelu ? gelu_exact(r.hidden, fused) : gelu(r.hidden, fused);
-    r.output = linear(r.activated, w.W_proj, w.b_proj);
+    r.output = linear(r.activated, w.W_proj, w.b_proj, fused);
     return r;
 }
 
@@ -113,9 +116,20 @@ std::pair<var<T>, var<T>> causal_attention(const var<T>& x, const attention_weig
     const mha_config mc = c.attention();
     check_mha_shapes("gpt_block", mc, x.shape(), x.shape(), x.shape(), w.W_Q.shape(), w.W_K.shape(),
                      w.W_V.shape(), w.W_O.shape());
-    var<T> q = split_heads(linear(x, w.W_Q, w.b_Q).named("Q_linear"), mc.heads).named("Q");
-    var<T> k = split_heads(linear(x, w.W_K, w.b_K).named("K_linear"), mc.kv_head_count()).named("K");
-    var<T> v = split_heads(linear(x, w.W_V, w.b_V).named("V_linear"), mc.kv_head_count()).named("V");
+    var<T> q_linear = linear(x, w.W_Q, w.b_Q, o.fused).named("Q_linear");
+    var<T> k_linear = linear(x, w.W_K, w.b_K, o.fused).named("K_linear");
+    var<T> v_linear = linear(x, w.W_V, w.b_V, o.fused).named("V_linear");
+    if (o.fused && !o.attention_weights && !cache && c.position != position_kind::rope)
+    {
+        // The projections' (B, T, H dh) rows are read in place: no split into heads, no join after.
+        var<T> joined = ops::attention_token_major(q_linear, k_linear, v_linear, mc.heads, mc.kv_head_count(),
+                                                   nullptr, /*causal=*/true)
+                            .named("joined");
+        return {linear(joined, w.W_O, w.b_O, o.fused).named("output"), var<T>()};
+    }
+    var<T> q = split_heads(q_linear, mc.heads).named("Q");
+    var<T> k = split_heads(k_linear, mc.kv_head_count()).named("K");
+    var<T> v = split_heads(v_linear, mc.kv_head_count()).named("V");
     if (c.position == position_kind::rope)
     {
         q = rope(q, c.rope_base, o.position_offset, o.fused).named("Q_rope");
@@ -142,7 +156,7 @@ std::pair<var<T>, var<T>> causal_attention(const var<T>& x, const attention_weig
         std::tie(heads, weights) = attention(q, k, v, &causal);
     }
     var<T> joined = combine_heads(heads).named("joined");
-    return {linear(joined, w.W_O, w.b_O).named("output"), weights};
+    return {linear(joined, w.W_O, w.b_O, o.fused).named("output"), weights};
 }
 }  // namespace
 
@@ -190,7 +204,7 @@ block_weights<T> bind(tape<T>& t, const gpt_block_parameters<T>& b, const gpt_co
 
 #define XGRAD_LAYERS(T)                                                                                    \
     template var<T> linear(const var<T>&, const var<T>&);                                                  \
-    template var<T> linear(const var<T>&, const var<T>&, const var<T>&);                                   \
+    template var<T> linear(const var<T>&, const var<T>&, const var<T>&, bool);                             \
     template var<T> layer_norm(const var<T>&, const var<T>&, const var<T>&, bool);                         \
     template var<T> rms_norm(const var<T>&, const var<T>&, bool);                                          \
     template var<T> gelu(const var<T>&, bool);                                                             \

@@ -18,9 +18,10 @@ namespace xgrad::models
 template <class T>
 var<T> linear(const var<T>& x, const var<T>& weight);
 
-// y = x W + b with b (d_out,) broadcast over every row; x W when b is empty.
+// y = x W + b with b (d_out,) broadcast over every row; x W when b is empty. fused: one node
+// (ops::linear), else matmul then add.
 template <class T>
-var<T> linear(const var<T>& x, const var<T>& weight, const var<T>& bias);
+var<T> linear(const var<T>& x, const var<T>& weight, const var<T>& bias, bool fused = false);
 
 // LN(x) = (x - mean) / sqrt(var + 1e-5) * weight + bias over the last axis (var biased); no bias when
 // `bias` is empty.

@@ -177,16 +177,18 @@ mha_result<T> multi_head_attention(const var<T>& xq, const var<T>& xk, const var
     var<T> q_linear = ops::matmul(xq, w.W_Q).named("Q_linear");
     var<T> k_linear = ops::matmul(xk, w.W_K).named("K_linear");
     var<T> v_linear = ops::matmul(xv, w.W_V).named("V_linear");
+    if (options.fused)
+    {
+        // The fused op reads the projections' (B, T, H dh) rows in place: no split into heads, no join.
+        var<T> joined = ops::attention_token_major(q_linear, k_linear, v_linear, config.heads,
+                                                   config.kv_head_count(), options.mask, options.causal)
+                            .named("joined");
+        return {ops::matmul(joined, w.W_O).named("output"), var<T>()};
+    }
     // Listing 20.1: heads are a reshape and a permute
     var<T> q = split_heads(q_linear, config.heads).named("Q");
     var<T> k = split_heads(k_linear, config.kv_head_count()).named("K");
     var<T> v = split_heads(v_linear, config.kv_head_count()).named("V");
-    if (options.fused)
-    {
-        var<T> heads = ops::attention(q, k, v, options.mask, options.causal).named("head_output");
-        var<T> joined = combine_heads(heads).named("joined");
-        return {ops::matmul(joined, w.W_O).named("output"), var<T>()};
-    }
     // Chapter 19 per head, all heads in one batched product
     auto [heads, weights] = attention(q, k, v, mask ? &*mask : nullptr);
     var<T> joined = combine_heads(heads).named("joined");

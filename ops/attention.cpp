@@ -1,4 +1,5 @@
-// attention: the fused, memory-efficient scaled dot-product attention op over kernels/attention.cpp.
+// attention: the fused, memory-efficient scaled dot-product attention op over kernels/attention.cpp, on
+// heads split out (B, H, T, dh) or on the projections' token-major layout (B, T, H dh).
 //
 // The op records two nodes. "attention_lse" holds the per-row log-sum-exp lse_i = log sum_j exp(s_ij)
 // (B, H, Tq), so that the tape counts it among the bytes saved for backward; no gradient ever reaches
@@ -50,29 +51,45 @@ void check_attention_shapes(const shape_t& qs, const shape_t& ks, const shape_t&
                      " does not broadcast to the attention scores (B, H, Tq, Tk) = " + shape_str(scores));
     }
 }
-}  // namespace
 
-// O = softmax(S) V with S = scale Q K^T (masked entries excluded), P = softmax(S):
-//   dV = P^T dO                                   (summed over the H / G query heads sharing a kv head)
-//   dP = dO V^T,  dS_ij = P_ij (dP_ij - D_i),  D_i = sum_j P_ij dP_ij = sum_c dO_ic O_ic
-//   dQ = scale dS K,  dK = scale dS^T Q            (dK summed over the heads sharing it, like dV)
-// P is recomputed tile by tile from the saved log-sum-exp: P_ij = exp(S_ij - lse_i). Rows with no
-// visible key have P = 0, so they send nothing to any gradient.
-template <class T>
-var<T> attention(const var<T>& q, const var<T>& k, const var<T>& v, const mask_t* mask, bool causal)
+// Shapes of the token-major form: q (B, Tq, H dh), k = v (B, Tk, G dh), the same dh, H % G == 0.
+void check_token_major_shapes(const shape_t& qs, const shape_t& ks, const shape_t& vs, std::size_t heads,
+                              std::size_t kv_heads, const mask_t* mask)
 {
-    check_attention_shapes(q.shape(), k.shape(), v.shape(), mask);
-    auto forward = kernels::attention_forward(q.value(), k.value(), v.value(), mask, causal);
-    // The rule outlives the caller's mask: keep a copy (shared, so copying the rule stays cheap).
-    std::shared_ptr<const mask_t> kept_mask = mask ? std::make_shared<const mask_t>(*mask) : nullptr;
+    const char* op = "attention_token_major";
+    const std::string got = ", got q " + shape_str(qs) + ", k " + shape_str(ks) + ", v " + shape_str(vs) +
+                            " with heads = " + std::to_string(heads) + ", kv_heads = " + std::to_string(kv_heads);
+    if (qs.size() != 3 || ks.size() != 3 || ks != vs || ks[0] != qs[0])
+    {
+        fail(op, "q, k, v must be (B, Tq, H dh), (B, Tk, G dh), (B, Tk, G dh)" + got);
+    }
+    if (heads == 0 || kv_heads == 0 || heads % kv_heads != 0 || qs[2] % heads != 0 || ks[2] % kv_heads != 0 ||
+        qs[2] == 0 || qs[2] / heads != ks[2] / kv_heads)
+    {
+        fail(op, "need heads a multiple of kv_heads and one positive head width dh = q width / heads = "
+                 "k width / kv_heads" + got);
+    }
+    const shape_t scores{qs[0], heads, qs[1], ks[1]};
+    if (mask && !broadcasts_to(to_shape(mask->shape()), scores))
+    {
+        fail(op, "mask of shape " + shape_str(to_shape(mask->shape())) +
+                     " does not broadcast to the attention scores (B, H, Tq, Tk) = " + shape_str(scores));
+    }
+}
+
+// Records the op's two nodes around a forward already computed; `backward` maps (q, k, v, O, lse, dO)
+// to the gradients of q, k and v.
+template <class T, class Backward>
+var<T> record_attention(const var<T>& q, const var<T>& k, const var<T>& v,
+                        kernels::attention_forward_result<T> forward, Backward backward)
+{
     var<T> lse = detail::record(
         "attention_lse", {q, k, v}, std::move(forward.log_sum_exp), saves_nothing,
         [](backward_context<T>&) {
             // Never reached with a gradient: the lse is internal to attention, which sends it none.
         });
-    auto rule = [kept_mask, causal](backward_context<T>& ctx) {
-        auto grads = kernels::attention_backward(ctx.input(0), ctx.input(1), ctx.input(2), ctx.output(), ctx.input(3),
-                                                 ctx.grad(), kept_mask.get(), causal);
+    auto rule = [backward](backward_context<T>& ctx) {
+        auto grads = backward(ctx.input(0), ctx.input(1), ctx.input(2), ctx.output(), ctx.input(3), ctx.grad());
         for (std::size_t i = 0; i < 3; ++i)
         {
             if (ctx.needs_grad(i))
@@ -86,8 +103,53 @@ var<T> attention(const var<T>& q, const var<T>& k, const var<T>& v, const mask_t
                           forward.multiply_adds);
 }
 
-#define XGRAD_ATTENTION(T) \
-    template var<T> attention(const var<T>&, const var<T>&, const var<T>&, const mask_t*, bool);
+// The rule outlives the caller's mask: keep a copy (shared, so copying the rule stays cheap).
+std::shared_ptr<const mask_t> kept(const mask_t* mask)
+{
+    return mask ? std::make_shared<const mask_t>(*mask) : nullptr;
+}
+}  // namespace
+
+// O = softmax(S) V with S = scale Q K^T (masked entries excluded), P = softmax(S):
+//   dV = P^T dO                                   (summed over the H / G query heads sharing a kv head)
+//   dP = dO V^T,  dS_ij = P_ij (dP_ij - D_i),  D_i = sum_j P_ij dP_ij = sum_c dO_ic O_ic
+//   dQ = scale dS K,  dK = scale dS^T Q            (dK summed over the heads sharing it, like dV)
+// P is recomputed tile by tile from the saved log-sum-exp: P_ij = exp(S_ij - lse_i). Rows with no
+// visible key have P = 0, so they send nothing to any gradient.
+template <class T>
+var<T> attention(const var<T>& q, const var<T>& k, const var<T>& v, const mask_t* mask, bool causal)
+{
+    check_attention_shapes(q.shape(), k.shape(), v.shape(), mask);
+    auto forward = kernels::attention_forward(q.value(), k.value(), v.value(), mask, causal);
+    auto backward = [kept_mask = kept(mask), causal](const array<T>& q_, const array<T>& k_, const array<T>& v_,
+                                                     const array<T>& o, const array<T>& lse, const array<T>& g) {
+        return kernels::attention_backward(q_, k_, v_, o, lse, g, kept_mask.get(), causal);
+    };
+    return record_attention(q, k, v, std::move(forward), backward);
+}
+
+// The rules above, read and written in the token-major layout (the rows of head h are columns
+// [h dh, (h + 1) dh) of each token's row).
+template <class T>
+var<T> attention_token_major(const var<T>& q, const var<T>& k, const var<T>& v, std::size_t heads,
+                             std::size_t kv_heads, const mask_t* mask, bool causal)
+{
+    check_token_major_shapes(q.shape(), k.shape(), v.shape(), heads, kv_heads, mask);
+    auto forward =
+        kernels::attention_forward_token_major(q.value(), k.value(), v.value(), heads, kv_heads, mask, causal);
+    auto backward = [kept_mask = kept(mask), causal, heads, kv_heads](
+                        const array<T>& q_, const array<T>& k_, const array<T>& v_, const array<T>& o,
+                        const array<T>& lse, const array<T>& g) {
+        return kernels::attention_backward_token_major(q_, k_, v_, o, lse, g, heads, kv_heads, kept_mask.get(),
+                                                       causal);
+    };
+    return record_attention(q, k, v, std::move(forward), backward);
+}
+
+#define XGRAD_ATTENTION(T)                                                                        \
+    template var<T> attention(const var<T>&, const var<T>&, const var<T>&, const mask_t*, bool); \
+    template var<T> attention_token_major(const var<T>&, const var<T>&, const var<T>&, std::size_t, \
+                                          std::size_t, const mask_t*, bool);
 XGRAD_INSTANTIATE_FOR_FLOAT_TYPES(XGRAD_ATTENTION)
 }  // namespace ops
 }  // namespace xgrad

@@ -42,6 +42,13 @@ std::size_t last_axis(const char* op, const shape_t& shape)
 }
 }  // namespace
 
+// x W + b, the bias broadcast over the rows
+template <class T>
+var<T> linear(const var<T>& x, const var<T>& weight, const var<T>& bias)
+{
+    return add(matmul(x, weight), bias);
+}
+
 // gelu(x) = 0.5 x (1 + tanh(k (x + a x^3))), k = sqrt(2/pi), a = 0.044715
 template <class T>
 var<T> gelu(const var<T>& x)
@@ -200,6 +207,7 @@ var<T> rope(const var<T>& x, double base, std::size_t position_offset)
 
 #define XGRAD_COMPOSED(T)                                                                                    \
     template var<T> gelu(const var<T>&);                                                                     \
+    template var<T> linear(const var<T>&, const var<T>&, const var<T>&);                                     \
     template var<T> layer_norm(const var<T>&, const var<T>&, const var<T>&, T);                              \
     template var<T> log_softmax(const var<T>&);                                                              \
     template var<T> cross_entropy(const var<T>&, const ids_t&);                                              \

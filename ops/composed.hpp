@@ -8,6 +8,8 @@ namespace xgrad::ops::composed
 {
 // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) from mul, add_scalar, scale and tanh.
 template <class T> var<T> gelu(const var<T>& x);
+// x W + b from matmul and a broadcast add.
+template <class T> var<T> linear(const var<T>& x, const var<T>& weight, const var<T>& bias);
 // (x - mean) * rsqrt(variance + eps) * weight + bias from mean, sub, mul, add and rsqrt.
 template <class T> var<T> layer_norm(const var<T>& x, const var<T>& weight, const var<T>& bias, T eps = T(1e-5));
 // x - max - log(sum(exp(x - max))) over the last axis, from max, sub, exp, sum and log.

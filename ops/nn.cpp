@@ -14,6 +14,7 @@
 
 #include "autodiff/instantiate.hpp"
 #include "autodiff/record.hpp"
+#include "kernels/kernels.hpp"
 #include "kernels/parallel.hpp"
 #include "kernels/simd.hpp"
 #include "ops/ops.hpp"
@@ -94,7 +95,90 @@ void check_layer_norm(const shape_t& x, const shape_t& weight, const shape_t& bi
         fail("layer_norm", "eps must be >= 0, got " + number_str(eps));
     }
 }
+// y = x W + b: x (..., d) with at least two axes, W (d, n), b (n), broadcast over every row.
+void check_linear_shapes(const shape_t& xs, const shape_t& ws, const shape_t& bs)
+{
+    if (xs.size() < 2 || ws.size() != 2 || bs.size() != 1 || xs.back() != ws[0] || bs[0] != ws[1])
+    {
+        fail("linear", "need x (..., d) with at least 2 axes, weight (d, n) and bias (n), got x " + shape_str(xs) +
+                           ", weight " + shape_str(ws) + ", bias " + shape_str(bs));
+    }
+}
+
+// b_j added to every row of y, in place.
+template <class T>
+void add_bias_rows(array<T>& y, const array<T>& b)
+{
+    const std::size_t n = b.size(), rows = y.size() / n;
+    const T* bias = b.data();
+    for (std::size_t r = 0; r < rows; ++r)
+    {
+        T* row = y.data() + r * n;
+        for (std::size_t j = 0; j < n; ++j)
+        {
+            row[j] += bias[j];
+        }
+    }
+}
+
+// sum over the rows of g (..., n): (n).
+template <class T>
+array<T> column_sums(const array<T>& g, std::size_t n)
+{
+    array<T> sums = xt::zeros<T>(shape_t{n});
+    const std::size_t rows = g.size() / n;
+    T* out = sums.data();
+    for (std::size_t r = 0; r < rows; ++r)
+    {
+        const T* row = g.data() + r * n;
+        for (std::size_t j = 0; j < n; ++j)
+        {
+            out[j] += row[j];
+        }
+    }
+    return sums;
+}
 }  // namespace
+
+// y = x W + b, one node: the bias is added into the product's own buffer (no second array, no second
+// pass over a new one). With g = dL/dy:
+//   dL/dx = g W^T,  dL/dW = x^T g (summed over x's leading axes),  dL/db_j = sum over rows of g_j.
+// Saves x and W (the product's operands), as matmul does; the bias's gradient needs only g.
+template <class T>
+var<T> linear(const var<T>& x, const var<T>& weight, const var<T>& bias)
+{
+    const shape_t xs = x.shape(), ws = weight.shape();
+    check_linear_shapes(xs, ws, bias.shape());
+    const std::size_t n = ws[1];
+    const shape_t batch(xs.begin(), xs.end() - 2);
+    const std::uint64_t macs = kernels::matmul_multiply_adds(batch, xs[xs.size() - 2], n, ws[0]);
+    shape_t ys = xs;
+    ys.back() = n;
+    array<T> y = array<T>::from_shape(ys);
+    kernels::matmul_into(x.value(), false, weight.value(), false, y);
+    add_bias_rows(y, bias.value());
+    auto rule = [n](backward_context<T>& ctx) {
+        const array<T>& g = ctx.grad();
+        if (ctx.needs_grad(0))
+        {
+            array<T> dx = array<T>::from_shape(ctx.input(0).shape());
+            kernels::matmul_into(g, false, ctx.input(1), true, dx);  // g W^T
+            ctx.accumulate(0, std::move(dx));
+        }
+        if (ctx.needs_grad(1))
+        {
+            array<T> dw = array<T>::from_shape(ctx.input(1).shape());
+            kernels::matmul_into(ctx.input(0), true, g, false, dw);  // x^T g
+            ctx.accumulate(1, std::move(dw));
+        }
+        if (ctx.needs_grad(2))
+        {
+            ctx.accumulate(2, column_sums(g, n));
+        }
+    };
+    return detail::record("linear", {x, weight, bias}, std::move(y), saves_input0 | saves_input1, std::move(rule),
+                          macs);
+}
 
 // y_j = x_j - log sum_k e^{x_k} over the last axis.
 // dy_j/dx_i = [i = j] - softmax_i, so dL/dx_i = g_i - softmax_i sum_j g_j, with softmax = e^y (saved output).
@@ -312,6 +396,7 @@ var<T> dropout(const var<T>& x, T p, std::mt19937_64& generator, bool training)
 
 #define XGRAD_NN(T)                                                                        \
     template var<T> log_softmax(const var<T>&);                                            \
+    template var<T> linear(const var<T>&, const var<T>&, const var<T>&);                   \
     template var<T> cross_entropy(const var<T>&, const ids_t&);                            \
     template var<T> layer_norm(const var<T>&, const var<T>&, const var<T>&, T);            \
     template var<T> dropout(const var<T>&, T, std::mt19937_64&, bool);

@@ -73,6 +73,12 @@ template <class T> var<T> softmax(const var<T>& x, T scale = T(1));
 // gradient. Returns (B, H, Tq, dh). The mask gets no gradient and is copied into the op.
 template <class T>
 var<T> attention(const var<T>& q, const var<T>& k, const var<T>& v, const mask_t* mask = nullptr, bool causal = false);
+// The same op on the projections' token-major layout, with no split into heads or join after: q
+// (B, Tq, H dh), k and v (B, Tk, G dh), returns (B, Tq, H dh), equal to
+// combine_heads(attention(split_heads(q, H), split_heads(k, G), split_heads(v, G), mask, causal)).
+template <class T>
+var<T> attention_token_major(const var<T>& q, const var<T>& k, const var<T>& v, std::size_t heads,
+                             std::size_t kv_heads, const mask_t* mask = nullptr, bool causal = false);
 
 // Neural-network ops, fused, each with a hand-derived rule (ops/nn.cpp).
 // log softmax over the last axis.
@@ -82,6 +88,8 @@ template <class T> var<T> log_softmax(const var<T>& x);
 template <class T> var<T> cross_entropy(const var<T>& logits, const ids_t& targets);
 // (x - mean) / sqrt(var + eps) * weight + bias over the last axis (var biased); weight, bias (d,).
 template <class T> var<T> layer_norm(const var<T>& x, const var<T>& weight, const var<T>& bias, T eps = T(1e-5));
+// y = x W + b in one node, x (..., d), W (d, n), b (n): equal to add(matmul(x, W), b), without the second array.
+template <class T> var<T> linear(const var<T>& x, const var<T>& weight, const var<T>& bias);
 // Inverted dropout: zeroes each entry with probability p and scales the rest by 1 / (1 - p). The identity
 // (the same node, nothing recorded) when p == 0 or !training. p in [0, 1) else std::invalid_argument.
 template <class T>

@@ -35,14 +35,26 @@ struct adam_scalars
     T decoupled_scale;  // AdamW: p (1 - lr weight_decay)
 };
 
+// With Scaled, each gradient is first multiplied by grad_scale in place: g = grad_scale g, as clipping
+// leaves it (optimiser::scaled_step(grad_scale)); the update then reads that g.
+template <bool Scaled, class T>
+T scaled_gradient(T* g, std::size_t k, T grad_scale)
+{
+    if (Scaled)
+    {
+        g[k] *= grad_scale;
+    }
+    return g[k];
+}
+
 // g' = g + l2_decay p;  m = beta1 m + (1 - beta1) g';  v = beta2 v + (1 - beta2) g'^2;
 // p = p - step_size m / (sqrt(v) / bias2_sqrt + eps). One pass over contiguous memory.
-template <class T>
-void adam_step(T* p, const T* g, T* m, T* v, std::size_t n, const adam_scalars<T>& s)
+template <bool Scaled, class T>
+void adam_step(T* p, T* g, T* m, T* v, std::size_t n, const adam_scalars<T>& s, T grad_scale)
 {
     for (std::size_t k = 0; k < n; ++k)
     {
-        const T grad = g[k] + s.l2_decay * p[k];
+        const T grad = scaled_gradient<Scaled>(g, k, grad_scale) + s.l2_decay * p[k];
         m[k] = s.beta1 * m[k] + s.one_minus_beta1 * grad;
         v[k] = s.beta2 * v[k] + s.one_minus_beta2 * grad * grad;
         const T denominator = std::sqrt(v[k]) / s.bias2_sqrt + s.eps;
@@ -51,14 +63,15 @@ void adam_step(T* p, const T* g, T* m, T* v, std::size_t n, const adam_scalars<T
 }
 
 // p = p (1 - lr weight_decay), then the Adam step without L2 decay.
-template <class T>
-void adamw_step(T* p, const T* g, T* m, T* v, std::size_t n, const adam_scalars<T>& s)
+template <bool Scaled, class T>
+void adamw_step(T* p, T* g, T* m, T* v, std::size_t n, const adam_scalars<T>& s, T grad_scale)
 {
     for (std::size_t k = 0; k < n; ++k)
     {
+        const T grad = scaled_gradient<Scaled>(g, k, grad_scale);
         p[k] *= s.decoupled_scale;
-        m[k] = s.beta1 * m[k] + s.one_minus_beta1 * g[k];
-        v[k] = s.beta2 * v[k] + s.one_minus_beta2 * g[k] * g[k];
+        m[k] = s.beta1 * m[k] + s.one_minus_beta1 * grad;
+        v[k] = s.beta2 * v[k] + s.one_minus_beta2 * grad * grad;
         const T denominator = std::sqrt(v[k]) / s.bias2_sqrt + s.eps;
         p[k] -= s.step_size * (m[k] / denominator);
     }
@@ -96,6 +109,7 @@ void adam<T>::update(std::int64_t step)
     s.step_size = static_cast<T>(lr / (1 - std::pow(options_.beta1, t)));
     s.bias2_sqrt = static_cast<T>(std::sqrt(1 - std::pow(options_.beta2, t)));
 
+    const bool scaled = this->grad_scale_ != T(1);
     std::vector<array<T>>& exp_avg = this->state("exp_avg");
     std::vector<array<T>>& exp_avg_sq = this->state("exp_avg_sq");
     for (std::size_t i = 0; i < this->params_.size(); ++i)
@@ -103,19 +117,19 @@ void adam<T>::update(std::int64_t step)
         parameter<T>& param = this->params_[i];
         const double decay = takes_weight_decay(param) ? options_.weight_decay : 0.0;
         T* p = param.value().data();
-        const T* g = param.grad().data();
+        T* g = param.grad().data();
         T* m = exp_avg[i].data();
         T* v = exp_avg_sq[i].data();
         const std::size_t n = param.value().size();
         if (options_.decoupled_weight_decay)
         {
             s.decoupled_scale = static_cast<T>(1 - lr * decay);
-            adamw_step(p, g, m, v, n, s);
+            scaled ? adamw_step<true>(p, g, m, v, n, s, this->grad_scale_) : adamw_step<false>(p, g, m, v, n, s, T(1));
         }
         else
         {
             s.l2_decay = static_cast<T>(decay);
-            adam_step(p, g, m, v, n, s);
+            scaled ? adam_step<true>(p, g, m, v, n, s, this->grad_scale_) : adam_step<false>(p, g, m, v, n, s, T(1));
         }
     }
 }

@@ -31,21 +31,37 @@ void scale_in_place(T* g, std::size_t n, T factor)
 }  // namespace
 
 template <class T>
+double grad_norm(const std::vector<parameter<T>>& params)
+{
+    double sum = 0;
+    for (const parameter<T>& p : params)
+    {
+        sum += sum_of_squares(p.grad().data(), p.grad().size());
+    }
+    return std::sqrt(sum);
+}
+
+double clip_factor(double norm, double max_norm)
+{
+    if (!(max_norm > 0))
+    {
+        fail("clip_grad_norm", "max_norm must be > 0, got " + std::to_string(max_norm));
+    }
+    // norm = 0 gives max_norm / 1e-6 >= 1 (nothing to do); NaN compares false (gradients left as they are).
+    const double scale = max_norm / (norm + 1e-6);
+    return scale < 1 ? scale : 1.0;
+}
+
+template <class T>
 double clip_grad_norm(std::vector<parameter<T>> params, double max_norm)
 {
     if (!(max_norm > 0))
     {
         fail("clip_grad_norm", "max_norm must be > 0, got " + std::to_string(max_norm));
     }
-    double sum = 0;
-    for (const parameter<T>& p : params)
-    {
-        sum += sum_of_squares(p.grad().data(), p.grad().size());
-    }
-    const double norm = std::sqrt(sum);
-    // norm = 0 gives max_norm / 1e-6 >= 1 (nothing to do); NaN compares false (gradients left as they are).
-    const double scale = max_norm / (norm + 1e-6);
-    if (scale < 1)
+    const double norm = grad_norm(params);
+    const double scale = clip_factor(norm, max_norm);
+    if (scale != 1.0)
     {
         for (parameter<T>& p : params)
         {
@@ -55,7 +71,9 @@ double clip_grad_norm(std::vector<parameter<T>> params, double max_norm)
     return norm;
 }
 
-#define XGRAD_INSTANTIATE(T) template double clip_grad_norm<T>(std::vector<parameter<T>>, double);
+#define XGRAD_INSTANTIATE(T)                                                      \
+    template double clip_grad_norm<T>(std::vector<parameter<T>>, double); \
+    template double grad_norm<T>(const std::vector<parameter<T>>&);
 XGRAD_INSTANTIATE_FOR_FLOAT_TYPES(XGRAD_INSTANTIATE)
 #undef XGRAD_INSTANTIATE
 }  // namespace xgrad::optim

@@ -7,9 +7,9 @@
 //   for (std::int64_t s = 1; s <= N; ++s)
 //   {
 //       ... record a fresh tape, backward ...
-//       optim::clip_grad_norm(params, 1.0);
-//       opt.set_lr(schedule.at(s));
-//       opt.step();
+//       const double norm = optim::grad_norm(params);   // = optim::clip_grad_norm(params, 1.0) then
+//       opt.set_lr(schedule.at(s));                      //   opt.step(), one pass over the gradients fewer
+//       opt.scaled_step(optim::clip_factor(norm, 1.0));
 //       opt.zero_grad();
 //   }
 //
@@ -65,6 +65,11 @@ public:
     // std::invalid_argument naming the parameter, before changing anything, when a gradient's or a
     // state buffer's shape differs from its parameter's.
     void step();
+    // clip_grad_norm then step() in one pass fewer: every gradient is first multiplied by grad_scale
+    // rounded to T, in place (as clipping leaves it), inside the update's own pass where the optimiser
+    // can (Adam, AdamW) and in a pass before it otherwise; grad_scale = 1 is step(). With
+    // grad_scale = clip_factor(grad_norm(params), max_norm) the result is clip_grad_norm's, bit for bit.
+    void scaled_step(double grad_scale);
     void zero_grad();
 
     double lr() const { return lr_; }
@@ -88,8 +93,12 @@ protected:
     void add_state(const std::string& kind);
     std::vector<array<T>>& state(const std::string& kind) { return state_.at(kind); }
 
-    // The update proper; `step` counts from 1 and the gradients' shapes are already checked.
+    // The update proper; `step` counts from 1 and the gradients' shapes are already checked. When
+    // scales_in_update() and grad_scale_ != 1, it multiplies each gradient by grad_scale_ (in place) as it
+    // reads it.
     virtual void update(std::int64_t step) = 0;
+    virtual bool scales_in_update() const { return false; }
+    T grad_scale_ = 1;
 
     const char* op_;
     std::vector<parameter<T>> params_;
@@ -156,6 +165,7 @@ public:
 
 private:
     void update(std::int64_t step) override;
+    bool scales_in_update() const override { return true; }
     adam_options options_;
 };
 
@@ -166,6 +176,13 @@ private:
 // std::invalid_argument for max_norm <= 0 or NaN.
 template <class T>
 double clip_grad_norm(std::vector<parameter<T>> params, double max_norm);
+
+// clip_grad_norm in two halves, for optimiser::scaled_step(grad_scale): the global 2-norm (gradients
+// unchanged), and the factor clipping multiplies by, max_norm / (norm + 1e-6) when that is < 1, else 1
+// (NaN too).
+template <class T>
+double grad_norm(const std::vector<parameter<T>>& params);
+double clip_factor(double norm, double max_norm);
 
 // The learning rate at step s of docs/spec.md, "Training on text" (s counts from 1), with X = peak_lr,
 // W = warmup, D = decay_steps:

@@ -77,6 +77,12 @@ void optimiser<T>::add_state(const std::string& kind)
 template <class T>
 void optimiser<T>::step()
 {
+    scaled_step(1.0);
+}
+
+template <class T>
+void optimiser<T>::scaled_step(double grad_scale)
+{
     for (std::size_t i = 0; i < params_.size(); ++i)
     {
         const parameter<T>& p = params_[i];
@@ -94,8 +100,21 @@ void optimiser<T>::step()
             }
         }
     }
+    const T scale = static_cast<T>(grad_scale);
+    if (scale != T(1) && !scales_in_update())
+    {
+        for (parameter<T>& p : params_)
+        {
+            for (T& g : p.grad())
+            {
+                g *= scale;
+            }
+        }
+    }
+    grad_scale_ = scales_in_update() ? scale : T(1);
     ++step_count_;
     update(step_count_);
+    grad_scale_ = T(1);
 }
 
 template <class T>

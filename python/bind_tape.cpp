@@ -165,6 +165,12 @@ void bind_nn_ops(py::module_& m)
         const std::optional<mask_t> m = mask ? std::optional<mask_t>(to_mask(*mask)) : std::nullopt;
         return ops::attention(q, k, val, m ? &*m : nullptr, causal);
     });
+    m.def("attention_token_major", [](v q, v k, v val, std::size_t heads, std::size_t kv_heads,
+                                      const std::optional<numpy_in<bool>>& mask, bool causal) {
+        const std::optional<mask_t> m = mask ? std::optional<mask_t>(to_mask(*mask)) : std::nullopt;
+        return ops::attention_token_major(q, k, val, heads, kv_heads, m ? &*m : nullptr, causal);
+    });
+    m.def("linear", [](v x, v w, v b) { return ops::linear(x, w, b); });
     m.def("log_softmax", [](v x) { return ops::log_softmax(x); });
     m.def("cross_entropy", [](v logits, const numpy_in<std::int64_t>& targets) {
         return ops::cross_entropy(logits, to_ids(targets));

@@ -163,10 +163,10 @@ train_summary train_module(Model& model, const text_corpus& data, const train_op
         step_record rec;
         rec.step = static_cast<std::uint64_t>(s);
         rec.train_loss = loss;
-        rec.grad_norm = optim::clip_grad_norm(named, o.clip);
+        rec.grad_norm = optim::grad_norm(named);  // clip_grad_norm, its scaling done inside the update's pass
         rec.lr = schedule.at(s);
         opt.set_lr(rec.lr);
-        opt.step();
+        opt.scaled_step(optim::clip_factor(rec.grad_norm, o.clip));
         opt.zero_grad();
         if (!std::isfinite(loss))
         {

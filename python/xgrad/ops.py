@@ -8,7 +8,8 @@ Elementwise (NumPy broadcasting): add sub mul div, scale add_scalar neg pow, exp
 tanh relu sigmoid gelu. Reductions: sum mean (all or given axes), max (one axis), variance.
 Shapes: reshape permute transpose slice concat, embedding. Products: matmul (batched, broadcast,
 transpose flags). Fused, hand-derived rules: masked_softmax softmax log_softmax cross_entropy
-layer_norm dropout attention. The architecture variants': erf silu gelu_exact swiglu rms_norm rope.
+layer_norm dropout attention attention_token_major linear. The architecture variants': erf silu
+gelu_exact swiglu rms_norm rope.
 """
 
 import numbers
@@ -226,9 +227,25 @@ def attention(q, k, v, mask=None, causal=False):
     return Var(_core.attention(q._v, k._v, v._v, m, bool(causal)), q.tape)
 
 
+def attention_token_major(q, k, v, heads, kv_heads, mask=None, causal=False):
+    """attention on the projections' token-major layout, with no split into heads: q (B, Tq, H dh), k
+    and v (B, Tk, G dh) with H % G == 0; ``mask`` and ``causal`` as in attention. Returns (B, Tq, H dh)."""
+    _vars("attention_token_major", q, k, v)
+    m = None if mask is None else as_mask(mask, "attention mask")
+    out = _core.attention_token_major(q._v, k._v, v._v, int(heads), int(kv_heads), m, bool(causal))
+    return Var(out, q.tape)
+
+
+def linear(x, weight, bias):
+    """x W + b in one node: x (..., d), weight (d, n), bias (n) added to every row."""
+    _vars("linear", x, weight, bias)
+    return Var(_core.linear(x._v, weight._v, bias._v), x.tape)
+
+
 __all__ = [
     "add", "sub", "mul", "div", "scale", "add_scalar", "neg", "exp", "log", "sqrt", "rsqrt", "pow", "tanh",
     "relu", "sigmoid", "gelu", "sum", "mean", "max", "variance", "reshape", "permute", "transpose", "slice",
     "concat", "embedding", "matmul", "masked_softmax", "softmax", "attention", "log_softmax", "cross_entropy",
     "layer_norm", "dropout", "erf", "silu", "gelu_exact", "swiglu", "rms_norm", "rope",
+    "attention_token_major", "linear",
 ]

@@ -61,6 +61,12 @@ CHECKS = {
     "attention": ([rng.standard_normal((1, 2, 3, 2)), rng.standard_normal((1, 1, 4, 2)),
                    rng.standard_normal((1, 1, 4, 2))],
                   lambda q, k, v: ops.attention(q, k, v, mask=np.array([True, True, False, True]), causal=True)),
+    "attention_token_major": ([rng.standard_normal((1, 3, 4)), rng.standard_normal((1, 4, 2)),
+                               rng.standard_normal((1, 4, 2))],
+                              lambda q, k, v: ops.attention_token_major(
+                                  q, k, v, 2, 1, mask=np.array([True, True, False, True]), causal=True)),
+    "linear": ([rng.standard_normal((2, 3, 4)), rng.standard_normal((4, 5)), rng.standard_normal(5)],
+               lambda x, w, b: ops.linear(x, w, b)),
     "log_softmax": ([rng.standard_normal((2, 3))], lambda a: ops.log_softmax(a)),
     "cross_entropy": ([rng.standard_normal((2, 3, 4))],
                       lambda a: ops.cross_entropy(a, np.array([[0, -1, 3], [2, 2, 1]]))),
