@@ -55,7 +55,11 @@ void check_layouts_agree(const layout_case& c, unsigned seed = 1)
         for (std::size_t i = 0; i < 3; ++i)
         {
             CAPTURE(i);
-            CHECK(test::max_relative_difference(fused.grads[i], reference.grads[i]) <= 1e-12);
+            // Some gradients are zero up to rounding (dQ of a row that sees one key): absolute there.
+            const difference d = compare(fused.grads[i], reference.grads[i]);
+            CAPTURE(d.max_abs);
+            CAPTURE(d.scale);
+            CHECK(d.within(1e-14, 1e-12));
         }
     }
     CHECK(test::all_finite(fused.value));
