@@ -10,7 +10,7 @@ program=$1
 dir=$3
 rm -rf "$dir" && mkdir -p "$dir"
 practice_text 5 3000 "a run that stops must continue where it stopped" "$dir/text.txt"
-steps=300
+steps=1000  # long enough that the second run cannot finish between two polls, even on a fast idle CPU
 grid=(--data "$dir/text.txt" --out "$dir/out" --axis heads=1,2 --seeds 2 --steps $steps --jobs 1 --threads 1
       --set d-model=16 --set block=16 --set batch=4 --set eval-every=100 --set eval-windows=4 --set save-every=20
       --set no-plots=true --quiet)
@@ -21,9 +21,9 @@ rows() { [ -f "$1/log.csv" ] && echo $(($(wc -l < "$1/log.csv") - 1)) || echo 0;
 runner=$!
 first="$dir/out/heads=1/seed-1"
 second="$dir/out/heads=2/seed-1"
-for _ in $(seq 600); do  # up to 60 s: the first run finished and the second past a checkpoint
+for _ in $(seq 3000); do  # up to 60 s: the first run finished and the second past a checkpoint
     [ -f "$first/finished" ] && [ "$(rows "$second")" -ge 50 ] && break
-    sleep 0.1
+    sleep 0.02
 done
 [ -f "$first/finished" ] || fail "the first run did not finish in time"
 kill -9 $runner
