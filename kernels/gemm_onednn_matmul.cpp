@@ -109,33 +109,23 @@ void execute(const dnnl::matmul& matmul, const product& p, dt type, int lda, int
     stream.wait();
 }
 
-// The rows x cols block at `x` (leading dimension ld) as bfloat16 bits in `out`, packed (ld = cols).
-void round_rows(const float* x, int rows, int cols, int ld, std::vector<std::uint16_t>& out)
-{
-    const auto width = static_cast<std::size_t>(cols);
-    out.resize(static_cast<std::size_t>(rows) * width);
-    if (ld == cols)
-    {
-        return bf16::round_to_bf16(x, out.size(), out.data());
-    }
-    for (std::size_t r = 0; r < static_cast<std::size_t>(rows); ++r)
-    {
-        bf16::round_to_bf16(x + r * static_cast<std::size_t>(ld), width, out.data() + r * width);
-    }
-}
+// n floats rounded to bfloat16: as their bits, or as bfloat16 values held as float32.
+void round_block(const float* x, std::size_t n, std::uint16_t* out) { bf16::round_to_bf16(x, n, out); }
+void round_block(const float* x, std::size_t n, float* out) { bf16::round_to_bf16_values(x, n, out); }
 
-// The same block rounded to bfloat16 values held as float32.
-void round_rows(const float* x, int rows, int cols, int ld, std::vector<float>& out)
+// The rows x cols block at `x` (leading dimension ld) rounded to bfloat16 in `out`, packed (ld = cols).
+template <class Out>
+void round_rows(const float* x, int rows, int cols, int ld, std::vector<Out>& out)
 {
     const auto width = static_cast<std::size_t>(cols);
     out.resize(static_cast<std::size_t>(rows) * width);
     if (ld == cols)
     {
-        return bf16::round_to_bf16_values(x, out.size(), out.data());
+        return round_block(x, out.size(), out.data());
     }
     for (std::size_t r = 0; r < static_cast<std::size_t>(rows); ++r)
     {
-        bf16::round_to_bf16_values(x + r * static_cast<std::size_t>(ld), width, out.data() + r * width);
+        round_block(x + r * static_cast<std::size_t>(ld), width, out.data() + r * width);
     }
 }
 
