@@ -4,6 +4,7 @@
 // skips, errors, NaN, large logits and threads.
 #include <doctest/doctest.h>
 
+#include "mha_problem.hpp"
 #include "test_util.hpp"
 
 #include <cmath>
@@ -18,36 +19,9 @@ using namespace xgrad::models;
 
 namespace
 {
-// One MHA problem (cross-attention unless `self`): inputs, weights, upstream gradient (loss = sum(Y G)).
 template <class T>
-struct problem
-{
-    mha_config config;
-    array<T> xq, xk, xv, w_q, w_k, w_v, w_o, grad_y;
-    std::optional<mask_t> mask;
-    bool causal = false;
-    bool self = false;
-
-    mha_options options(bool fused) const { return {mask ? &*mask : nullptr, causal, fused}; }
-};
-
-template <class T>
-problem<T> make_problem(std::size_t batch, std::size_t tq, std::size_t tk, std::size_t d, std::size_t heads,
-                        std::size_t kv_heads = 0, unsigned seed = 1, double input_scale = 1.0)
-{
-    problem<T> p;
-    p.config = {d, heads, kv_heads};
-    p.xq = test::normal_array<T>({batch, tq, d}, seed, input_scale);
-    p.xk = test::normal_array<T>({batch, tk, d}, seed + 1, input_scale);
-    p.xv = test::normal_array<T>({batch, tk, d}, seed + 2, input_scale);
-    const double w = 1.0 / std::sqrt(double(d));
-    p.w_q = test::normal_array<T>({d, d}, seed + 3, w);
-    p.w_k = test::normal_array<T>({d, p.config.kv_width()}, seed + 4, w);
-    p.w_v = test::normal_array<T>({d, p.config.kv_width()}, seed + 5, w);
-    p.w_o = test::normal_array<T>({d, d}, seed + 6, w);
-    p.grad_y = test::normal_array<T>({batch, tq, d}, seed + 7);
-    return p;
-}
+using problem = test::mha_problem<T>;
+using test::make_mha_problem;
 
 // Y and the gradients of Xq, Xk, Xv, W_Q, W_K, W_V, W_O (self: X's in slot 0, slots 1 and 2 empty).
 template <class T>
@@ -171,24 +145,22 @@ array<double> check_op(std::size_t B, std::size_t H, std::size_t G, std::size_t 
 
 TEST_CASE("fused attention = composed graph = hand-derived backward: no mask, causal with Tq = Tk, Tq < Tk, Tq > Tk")
 {
-    SUBCASE("no mask, cross-attention") { check_fused(make_problem<double>(2, 5, 7, 8, 2)); }
+    SUBCASE("no mask, cross-attention") { check_fused(make_mha_problem<double>(2, 5, 7, 8, 2)); }
     SUBCASE("causal self-attention")
     {
-        auto p = make_problem<double>(2, 6, 6, 8, 2);
-        p.xk = p.xv = p.xq;
-        p.self = true;
+        auto p = test::make_self_mha_problem<double>(2, 6, 8, 2);
         p.causal = true;
         check_fused(p);
     }
     SUBCASE("causal, Tq < Tk (every row sees Tk - Tq extra keys)")
     {
-        auto p = make_problem<double>(2, 3, 7, 8, 2);
+        auto p = make_mha_problem<double>(2, 3, 7, 8, 2);
         p.causal = true;
         check_fused(p);
     }
     SUBCASE("causal, Tq > Tk (the first Tq - Tk rows see nothing)")
     {
-        auto p = make_problem<double>(2, 7, 3, 8, 2);
+        auto p = make_mha_problem<double>(2, 7, 3, 8, 2);
         p.causal = true;
         check_fused(p);
     }
@@ -198,20 +170,20 @@ TEST_CASE("fused attention: padding masks, fully masked rows and an all-false ma
 {
     SUBCASE("padding (B, 1, 1, Tk) with a sequence of length 0")
     {
-        auto p = make_problem<double>(3, 4, 6, 8, 2);
+        auto p = make_mha_problem<double>(3, 4, 6, 8, 2);
         p.mask = padding_mask({6, 0, 2}, 6);
         check_fused(p);
     }
     SUBCASE("causal AND padding: rows fully masked by the combination")
     {
-        auto p = make_problem<double>(2, 6, 6, 8, 2);
+        auto p = make_mha_problem<double>(2, 6, 6, 8, 2);
         p.mask = padding_mask({3, 5}, 6);
         p.causal = true;
         check_fused(p);
     }
     SUBCASE("a (Tq, Tk) mask with one fully false row")
     {
-        auto p = make_problem<double>(2, 5, 6, 8, 2);
+        auto p = make_mha_problem<double>(2, 5, 6, 8, 2);
         mask_t m = test::random_mask({5, 6}, 11);
         for (std::size_t j = 0; j < 6; ++j)
         {
@@ -222,7 +194,7 @@ TEST_CASE("fused attention: padding masks, fully masked rows and an all-false ma
     }
     SUBCASE("all-false mask: output 0 before W_O, every input gradient 0")
     {
-        auto p = make_problem<double>(2, 4, 5, 8, 2);
+        auto p = make_mha_problem<double>(2, 4, 5, 8, 2);
         p.mask = test::full_mask({4, 5}, false);
         check_fused(p);
         const auto fused = tape_result(p, true);
@@ -240,7 +212,7 @@ TEST_CASE("fused attention: grouped-query (G = 2) and multi-query (G = 1) attent
     for (std::size_t g : {1u, 2u})
     {
         CAPTURE(g);
-        auto p = make_problem<double>(2, 5, 7, 8, 4, g);
+        auto p = make_mha_problem<double>(2, 5, 7, 8, 4, g);
         p.causal = true;
         p.mask = padding_mask({7, 4}, 7);
         check_fused(p);
@@ -277,21 +249,10 @@ TEST_CASE("fused attention passes gradcheck (float64 central differences) with a
 
 TEST_CASE("fused attention in float32 agrees with float64")
 {
-    auto p64 = make_problem<double>(2, 70, 90, 16, 4, 2);
+    auto p64 = make_mha_problem<double>(2, 70, 90, 16, 4, 2);
     p64.causal = true;
     p64.mask = padding_mask({90, 50}, 90);
-    problem<float> p32;
-    p32.config = p64.config;
-    p32.causal = true;
-    p32.mask = p64.mask;
-    p32.xq = test::to_float_type<float>(p64.xq);
-    p32.xk = test::to_float_type<float>(p64.xk);
-    p32.xv = test::to_float_type<float>(p64.xv);
-    p32.w_q = test::to_float_type<float>(p64.w_q);
-    p32.w_k = test::to_float_type<float>(p64.w_k);
-    p32.w_v = test::to_float_type<float>(p64.w_v);
-    p32.w_o = test::to_float_type<float>(p64.w_o);
-    p32.grad_y = test::to_float_type<float>(p64.grad_y);
+    const problem<float> p32 = test::cast_problem<float>(p64);
     const auto r32 = tape_result(p32, true);
     const auto r64 = tape_result(p64, true);
     CHECK(max_rel_diff(r32.output, r64.output) < 1e-5);
@@ -320,7 +281,7 @@ TEST_CASE("fused attention saves O(B H T) for backward: the output and one log-s
     // Inside MHA: the composed graph keeps the weights P (B, H, T, T) and its joined heads, a copy of its
     // output; the fused op keeps lse, and its token-major output is itself what the W_O product reads.
     const std::size_t T = 96, d = 32, heads = 4;
-    auto p = make_problem<double>(B, T, T, d, heads);
+    auto p = make_mha_problem<double>(B, T, T, d, heads);
     p.causal = true;
     const auto fused = tape_result(p, true);
     const auto composed = tape_result(p, false);
@@ -358,7 +319,7 @@ TEST_CASE("fused attention: bad shapes and masks throw, naming the op")
     const mask_t wrong = test::full_mask({4, 6}, true);
     CHECK_THROWS_WITH_AS(ops::attention(q, k, k, &wrong), doctest::Contains("does not broadcast"),
                          std::invalid_argument);
-    auto p = make_problem<double>(2, 3, 6, 8, 2);
+    auto p = make_mha_problem<double>(2, 3, 6, 8, 2);
     p.mask = wrong;
     CHECK_THROWS_WITH_AS(tape_result(p, true), doctest::Contains("multi_head_attention"), std::invalid_argument);
 }
@@ -367,7 +328,7 @@ TEST_CASE("fused attention: large logits stay finite, NaN in a query propagates 
 {
     SUBCASE("logits around 1e3")
     {
-        auto p = make_problem<double>(2, 5, 6, 8, 2, 0, 3, 30.0);
+        auto p = make_mha_problem<double>(2, 5, 6, 8, 2, 0, 3, 30.0);
         p.causal = true;
         const auto fused = tape_result(p, true);
         const auto composed = tape_result(p, false);

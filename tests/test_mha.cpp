@@ -2,6 +2,7 @@
 // must agree (Exercise 20.4), for self- and cross-attention, every mask kind and the edge sizes.
 #include <doctest/doctest.h>
 
+#include "mha_problem.hpp"
 #include "test_util.hpp"
 
 #include <cmath>
@@ -18,47 +19,10 @@ using namespace xgrad::models;
 
 namespace
 {
-// One MHA problem: inputs, weights, upstream gradient G (loss = sum(Y * G)) and options.
 template <class T>
-struct problem
-{
-    mha_config config;
-    array<T> xq, xk, xv, w_q, w_k, w_v, w_o, grad_y;
-    std::optional<mask_t> mask;
-    bool causal = false;
-    bool self = false;  // xq, xk, xv are the same array and are fed as ONE input
-
-    mha_options options() const { return {mask ? &*mask : nullptr, causal}; }
-    std::vector<array<T>*> tensors() { return {&xq, &xk, &xv, &w_q, &w_k, &w_v, &w_o}; }
-};
-
-template <class T>
-problem<T> make_problem(std::size_t batch, std::size_t tq, std::size_t tk, std::size_t d, std::size_t heads,
-                        std::size_t kv_heads = 0, unsigned seed = 1, double input_scale = 1.0)
-{
-    problem<T> p;
-    p.config = {d, heads, kv_heads};
-    p.xq = test::normal_array<T>({batch, tq, d}, seed, input_scale);
-    p.xk = test::normal_array<T>({batch, tk, d}, seed + 1, input_scale);
-    p.xv = test::normal_array<T>({batch, tk, d}, seed + 2, input_scale);
-    const double w = 1.0 / std::sqrt(double(d));
-    p.w_q = test::normal_array<T>({d, d}, seed + 3, w);
-    p.w_k = test::normal_array<T>({d, p.config.kv_width()}, seed + 4, w);
-    p.w_v = test::normal_array<T>({d, p.config.kv_width()}, seed + 5, w);
-    p.w_o = test::normal_array<T>({d, d}, seed + 6, w);
-    p.grad_y = test::normal_array<T>({batch, tq, d}, seed + 7);
-    return p;
-}
-
-template <class T>
-problem<T> make_self_problem(std::size_t batch, std::size_t t, std::size_t d, std::size_t heads, unsigned seed = 1)
-{
-    problem<T> p = make_problem<T>(batch, t, t, d, heads, 0, seed);
-    p.xk = p.xq;
-    p.xv = p.xq;
-    p.self = true;
-    return p;
-}
+using problem = test::mha_problem<T>;
+using test::make_mha_problem;
+using test::make_self_mha_problem;
 
 // Gradients in the order xq, xk, xv, w_q, w_k, w_v, w_o (self: x in slot 0, slots 1, 2 empty).
 template <class T>
@@ -170,7 +134,7 @@ TEST_CASE("self-attention: tape = manual = finite differences, with and without 
     for (bool causal : {false, true})
     {
         CAPTURE(causal);
-        auto p = make_self_problem<double>(2, 5, 8, 2);
+        auto p = make_self_mha_problem<double>(2, 5, 8, 2);
         p.causal = causal;
         check_three_way(p);
     }
@@ -178,7 +142,7 @@ TEST_CASE("self-attention: tape = manual = finite differences, with and without 
 
 TEST_CASE("self-attention gradient is the sum of the three paths")
 {
-    auto self = make_self_problem<double>(2, 4, 6, 3);
+    auto self = make_self_mha_problem<double>(2, 4, 6, 3);
     self.causal = true;
     auto copies = self;
     copies.self = false;  // the same values fed as three separate inputs
@@ -195,7 +159,7 @@ TEST_CASE("self-attention gradient is the sum of the three paths")
 
 TEST_CASE("tape gradients pass gradcheck through the composed layer")
 {
-    auto p = make_problem<double>(2, 3, 4, 4, 2);
+    auto p = make_mha_problem<double>(2, 3, 4, 4, 2);
     p.causal = true;
     const mha_config config = p.config;
     auto f = [config](tape<double>&, const std::vector<var<double>>& x) {
@@ -215,7 +179,7 @@ TEST_CASE("cross-attention with Tq < Tk and Tq > Tk, plain and causal (bottom-ri
         {
             CAPTURE(tq);
             CAPTURE(causal);
-            auto p = make_problem<double>(2, tq, tk, 6, 2, 0, 10 + unsigned(tq));
+            auto p = make_mha_problem<double>(2, tq, tk, 6, 2, 0, 10 + unsigned(tq));
             p.causal = causal;
             check_three_way(p);
         }
@@ -224,7 +188,7 @@ TEST_CASE("cross-attention with Tq < Tk and Tq > Tk, plain and causal (bottom-ri
 
 TEST_CASE("causal mask is bottom-right aligned: query i sees key j iff j <= i + (Tk - Tq)")
 {
-    auto p = make_problem<double>(1, 3, 5, 4, 2);
+    auto p = make_mha_problem<double>(1, 3, 5, 4, 2);
     p.causal = true;
     const auto g = tape_gradients(p);
     for (std::size_t h = 0; h < 2; ++h)
@@ -249,7 +213,7 @@ TEST_CASE("causal mask is bottom-right aligned: query i sees key j iff j <= i + 
         }
     }
     // Tq > Tk: the first Tq - Tk queries see no key at all: zero weights, zero output rows before W_O.
-    auto q = make_problem<double>(1, 5, 2, 4, 2);
+    auto q = make_mha_problem<double>(1, 5, 2, 4, 2);
     q.causal = true;
     const auto gq = tape_gradients(q);
     for (std::size_t i = 0; i < 3; ++i)
@@ -268,7 +232,7 @@ TEST_CASE("causal mask is bottom-right aligned: query i sees key j iff j <= i + 
 
 TEST_CASE("padding masks per batch, rows fully masked by padding and by causal + padding")
 {
-    auto p = make_problem<double>(3, 4, 4, 4, 2, 0, 7);
+    auto p = make_mha_problem<double>(3, 4, 4, 4, 2, 0, 7);
     p.mask = padding_mask({4, 2, 0}, 4);  // sequence 2 has no key at all
     check_three_way(p);
     const auto g = tape_gradients(p);
@@ -287,7 +251,7 @@ TEST_CASE("padding masks per batch, rows fully masked by padding and by causal +
     CHECK(xt::all(xt::equal(xt::view(g.grads[0], 2), 0.0)));  // fully masked rows give no gradient to Xq
 
     // causal + padding whose first key is padding: query 0 of sequence 1 keeps nothing.
-    auto c = make_problem<double>(2, 3, 3, 4, 2, 0, 9);
+    auto c = make_mha_problem<double>(2, 3, 3, 4, 2, 0, 9);
     mask_t pad = mask_t::from_shape({2, 1, 1, 3});
     pad.fill(true);
     pad(1, 0, 0, 0) = false;
@@ -302,7 +266,7 @@ TEST_CASE("padding masks per batch, rows fully masked by padding and by causal +
 
 TEST_CASE("an all-false mask gives zeros everywhere and no NaN")
 {
-    auto p = make_problem<double>(2, 3, 4, 4, 2);
+    auto p = make_mha_problem<double>(2, 3, 4, 4, 2);
     p.mask = mask_t(xt::zeros<bool>({std::size_t(3), std::size_t(4)}));
     check_three_way(p, false);
     const auto g = tape_gradients(p);
@@ -316,7 +280,7 @@ TEST_CASE("an all-false mask gives zeros everywhere and no NaN")
 
 TEST_CASE("logits around 1e3 stay finite and the paths still agree")
 {
-    auto p = make_problem<double>(1, 4, 4, 4, 2, 0, 3, 60.0);  // scores of order 1e3
+    auto p = make_mha_problem<double>(1, 4, 4, 4, 2, 0, 3, 60.0);  // scores of order 1e3
     p.causal = true;
     const auto g = tape_gradients(p);
     CHECK(all_finite(g.output));
@@ -326,16 +290,16 @@ TEST_CASE("logits around 1e3 stay finite and the paths still agree")
 
 TEST_CASE("edge sizes: H = 1, dh = 1, T = 1, B = 1")
 {
-    check_three_way(make_self_problem<double>(2, 3, 4, 1));    // H = 1
-    check_three_way(make_self_problem<double>(2, 3, 3, 3));    // dh = 1
-    check_three_way(make_problem<double>(2, 1, 1, 4, 2));      // T = 1
-    check_three_way(make_problem<double>(1, 1, 3, 4, 2, 0, 5));  // B = 1, Tq = 1
+    check_three_way(make_self_mha_problem<double>(2, 3, 4, 1));    // H = 1
+    check_three_way(make_self_mha_problem<double>(2, 3, 3, 3));    // dh = 1
+    check_three_way(make_mha_problem<double>(2, 1, 1, 4, 2));      // T = 1
+    check_three_way(make_mha_problem<double>(1, 1, 3, 4, 2, 0, 5));  // B = 1, Tq = 1
 }
 
 TEST_CASE("grouped-query and multi-query attention: tape = manual = finite differences")
 {
-    check_three_way(make_problem<double>(2, 3, 4, 8, 4, 2));  // G = 2
-    auto mqa = make_problem<double>(1, 4, 4, 8, 4, 1);        // G = 1
+    check_three_way(make_mha_problem<double>(2, 3, 4, 8, 4, 2));  // G = 2
+    auto mqa = make_mha_problem<double>(1, 4, 4, 8, 4, 1);        // G = 1
     mqa.causal = true;
     check_three_way(mqa);
 }
@@ -363,18 +327,9 @@ TEST_CASE("bad configurations and shapes throw, naming the problem")
 
 TEST_CASE("float32 agrees with float64 to float32 rounding")
 {
-    auto p64 = make_problem<double>(2, 4, 5, 8, 2);
+    auto p64 = make_mha_problem<double>(2, 4, 5, 8, 2);
     p64.causal = true;
-    problem<float> p32;
-    p32.config = p64.config;
-    p32.causal = true;
-    auto src = p64.tensors();
-    auto dst = p32.tensors();
-    for (std::size_t k = 0; k < src.size(); ++k)
-    {
-        *dst[k] = xt::cast<float>(*src[k]);
-    }
-    p32.grad_y = xt::cast<float>(p64.grad_y);
+    const problem<float> p32 = test::cast_problem<float>(p64);
     const auto g64 = tape_gradients(p64);
     const auto g32 = tape_gradients(p32);
     const auto m32 = manual_gradients(p32);
@@ -395,17 +350,17 @@ TEST_CASE("counting: 4 d^2 parameters and the tape's multiply-adds equal (20.5) 
     CHECK(self_attention_multiply_adds(2, 5, 8) == 4 * 2 * 5 * 64 + 2 * 2 * 25 * 8);
 
     std::uint64_t counted = 0;
-    auto s = make_self_problem<double>(2, 5, 8, 2);
+    auto s = make_self_mha_problem<double>(2, 5, 8, 2);
     s.causal = true;  // masked entries are still counted: dense computation
     tape_gradients(s, &counted);
     CHECK(counted == self_attention_multiply_adds(2, 5, 8));
 
-    auto c = make_problem<double>(3, 4, 7, 8, 4);
+    auto c = make_mha_problem<double>(3, 4, 7, 8, 4);
     tape_gradients(c, &counted);
     CHECK(counted == 2ull * 3 * 4 * 64 + 2ull * 3 * 7 * 64 + 2ull * 3 * 4 * 7 * 8);
     CHECK(counted == cross_attention_multiply_adds(3, 4, 7, c.config));
 
-    auto g = make_problem<double>(2, 3, 5, 8, 4, 2);  // GQA: K, V projections are d x (G dh)
+    auto g = make_mha_problem<double>(2, 3, 5, 8, 4, 2);  // GQA: K, V projections are d x (G dh)
     tape_gradients(g, &counted);
     CHECK(counted == 2ull * 2 * 3 * 64 + 2ull * 2 * 5 * 8 * 4 + 2ull * 2 * 3 * 5 * 8);
     CHECK(counted == cross_attention_multiply_adds(2, 3, 5, g.config));
@@ -432,7 +387,7 @@ TEST_CASE("parameters: a fresh tape per step, gradients accumulate until zero_gr
 
 TEST_CASE("two threads give the same gradients as one")
 {
-    auto p = make_problem<double>(4, 64, 80, 128, 4);  // large enough to split GEMMs and softmax rows
+    auto p = make_mha_problem<double>(4, 64, 80, 128, 4);  // large enough to split GEMMs and softmax rows
     p.causal = true;
     const auto one = tape_gradients(p);
     set_num_threads(2);
@@ -453,7 +408,7 @@ TEST_CASE("two threads give the same gradients as one")
 
 TEST_CASE("two user threads can share the thread pool")
 {
-    auto p = make_problem<double>(4, 64, 80, 128, 4);
+    auto p = make_mha_problem<double>(4, 64, 80, 128, 4);
     p.causal = true;
     const auto expected = tape_gradients(p);
     set_num_threads(2);
@@ -474,7 +429,7 @@ TEST_CASE("two user threads can share the thread pool")
 
 TEST_CASE("NaN in an input propagates the same way through tape and manual")
 {
-    auto p = make_problem<double>(1, 2, 3, 4, 2);
+    auto p = make_mha_problem<double>(1, 2, 3, 4, 2);
     p.xk(0, 1, 2) = std::numeric_limits<double>::quiet_NaN();  // key 1 of every head's scores
     const auto tape = tape_gradients(p);
     const auto manual = manual_gradients(p);
