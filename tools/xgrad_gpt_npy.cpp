@@ -18,6 +18,7 @@
 #include "io/escape.hpp"
 #include "io/npy.hpp"
 #include "tools/output_folder.hpp"
+#include "tools/tool_errors.hpp"
 #include "io/safetensors.hpp"
 #include "models/gpt.hpp"
 #include "models/gpt_manual.hpp"
@@ -261,12 +262,6 @@ std::string one_line(const std::string& s)
     }
     return line;
 }
-
-int fail_with(int status, const std::string& message)
-{
-    std::cerr << program << ": " << one_line(message) << std::endl;
-    return status;
-}
 }  // namespace
 
 int main(int argc, char** argv)
@@ -291,34 +286,10 @@ int main(int argc, char** argv)
     }
     catch (const input_error& e)
     {
-        return fail_with(2, e.what());
-    }
-    catch (const npy::error& e)
-    {
-        return fail_with(2, e.what());
-    }
-    catch (const io::format_error& e)
-    {
-        return fail_with(2, e.what());
-    }
-    catch (const tools::output_error& e)
-    {
-        return fail_with(1, e.what());
-    }
-    catch (const anomaly_error& e)
-    {
-        return fail_with(3, e.one_line());
-    }
-    catch (const std::bad_alloc&)
-    {
-        return fail_with(1, "out of memory");
-    }
-    catch (const std::exception& e)
-    {
-        return fail_with(1, std::string("internal error: ") + e.what());
+        return tools::fail_with(program, 2, e.what());
     }
     catch (...)
     {
-        return fail_with(1, "internal error: unknown exception");
+        return tools::fail_with_current_exception(program);
     }
 }

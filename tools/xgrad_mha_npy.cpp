@@ -20,6 +20,7 @@
 #include "io/escape.hpp"
 #include "io/npy.hpp"
 #include "tools/output_folder.hpp"
+#include "tools/tool_errors.hpp"
 #include "tools/mha_npy_args.hpp"
 #include "train/memory_estimate.hpp"  // inputs the machine cannot compute are refused first
 
@@ -333,12 +334,6 @@ std::string run(const options& o)
            (o.float32 ? "float32" : "float64") + ", " + (o.manual ? "manual" : "tape") + " backward: wrote " +
            std::to_string(arrays.size()) + " files to " + o.out.string();
 }
-
-int fail_with(int status, const std::string& message)
-{
-    std::cerr << program << ": " << io::one_line(message) << std::endl;
-    return status;
-}
 }  // namespace
 
 int main(int argc, char** argv)
@@ -366,30 +361,10 @@ int main(int argc, char** argv)
     }
     catch (const input_error& e)
     {
-        return fail_with(2, e.what());
-    }
-    catch (const npy::error& e)
-    {
-        return fail_with(2, e.what());
-    }
-    catch (const tools::output_error& e)
-    {
-        return fail_with(1, e.what());
-    }
-    catch (const anomaly_error& e)
-    {
-        return fail_with(3, e.one_line());
-    }
-    catch (const std::bad_alloc&)
-    {
-        return fail_with(1, "out of memory");
-    }
-    catch (const std::exception& e)
-    {
-        return fail_with(1, std::string("internal error: ") + e.what());
+        return tools::fail_with(program, 2, e.what());
     }
     catch (...)
     {
-        return fail_with(1, "internal error: unknown exception");
+        return tools::fail_with_current_exception(program);
     }
 }
