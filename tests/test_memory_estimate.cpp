@@ -25,18 +25,6 @@ namespace
 {
 constexpr std::uint64_t saturated = std::numeric_limits<std::uint64_t>::max();
 
-std::string practice_text()
-{
-    std::string text;
-    const char* words[] = {"the ", "cat ", "sat ", "on ", "a ", "mat. ", "dogs ", "run ", "fast!\n"};
-    std::mt19937 rng(3);
-    for (int i = 0; i < 3000; ++i)
-    {
-        text += words[rng() % 9];
-    }
-    return text;
-}
-
 train_options run_of(const temp_dir& dir,
                      std::size_t layers,
                      std::size_t d,
@@ -45,7 +33,7 @@ train_options run_of(const temp_dir& dir,
                      std::size_t batch)
 {
     const std::string data = dir / "text.txt";
-    std::ofstream(data, std::ios::binary) << practice_text();
+    std::ofstream(data, std::ios::binary) << test::practice_text(3000);
     train_options o;
     o.data = data;
     o.out = dir / "run";
@@ -226,7 +214,7 @@ TEST_CASE("the training estimate bounds the measured peak resident memory, withi
         temp_dir dir;
         const train_options o = run_of(dir, s.layers, s.d, s.heads, s.block, s.batch);
         models::gpt_config c = o.model;
-        c.vocab_size = 14;  // the distinct bytes of practice_text()
+        c.vocab_size = 14;  // the distinct bytes of test::practice_text()
         const std::uint64_t estimate = estimate_training(sizes_of(c), o.batch, 1).total();
         const std::uint64_t measured = measured_peak(o);
         CAPTURE(s.layers);

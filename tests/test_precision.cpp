@@ -252,26 +252,11 @@ TEST_CASE("the fused attention's products run in bf16 too, close to float32")
     }
 }
 
-namespace
-{
-std::string practice_text()
-{
-    std::string text;
-    const char* words[] = {"the ", "cat ", "sat ", "on ", "a ", "mat. ", "dogs ", "run ", "fast!\n"};
-    std::mt19937 rng(3);
-    for (int i = 0; i < 1500; ++i)
-    {
-        text += words[rng() % 9];
-    }
-    return text;
-}
-}  // namespace
-
 TEST_CASE("a small bf16 training run ends within 0.05 nats of float32's validation loss")
 {
     xgrad::test::temp_dir dir;
     const std::string data = dir / "text.txt";
-    std::ofstream(data, std::ios::binary) << practice_text();
+    std::ofstream(data, std::ios::binary) << xgrad::test::practice_text();
     auto run = [&](matmul_precision precision, const std::string& out) {
         xgrad::train::train_options o;
         o.data = data;

@@ -16,19 +16,6 @@ using xgrad::test::temp_dir;
 
 namespace
 {
-// A few kilobytes of text with structure to learn.
-std::string practice_text()
-{
-    std::string text;
-    const char* words[] = {"the ", "cat ", "sat ", "on ", "a ", "mat. ", "dogs ", "run ", "fast!\n"};
-    std::mt19937 rng(3);
-    for (int i = 0; i < 1500; ++i)
-    {
-        text += words[rng() % 9];
-    }
-    return text;
-}
-
 std::string write_text(const temp_dir& dir, const std::string& text, const std::string& name = "text.txt")
 {
     const std::string path = dir / name;
@@ -91,7 +78,7 @@ std::vector<std::string> loss_columns(const std::vector<std::vector<std::string>
 TEST_CASE("a run writes log.csv with a row per step and a checkpoint with the step, vocab and optimiser state")
 {
     temp_dir dir;
-    const std::string data = write_text(dir, practice_text());
+    const std::string data = write_text(dir, test::practice_text());
     const auto summary = run_training(tiny_run(data, dir / "run", 9));
     CHECK(summary.last_step == 9);
     const auto rows = read_log(dir / "run/log.csv");
@@ -117,7 +104,7 @@ TEST_CASE("a run writes log.csv with a row per step and a checkpoint with the st
 TEST_CASE("the same flags and seed give the same losses; another seed does not")
 {
     temp_dir dir;
-    const std::string data = write_text(dir, practice_text());
+    const std::string data = write_text(dir, test::practice_text());
     run_training(tiny_run(data, dir / "a", 6));
     run_training(tiny_run(data, dir / "b", 6));
     auto other = tiny_run(data, dir / "c", 6);
@@ -130,7 +117,7 @@ TEST_CASE("the same flags and seed give the same losses; another seed does not")
 TEST_CASE("--resume logs exactly what a run that never stopped logs (docs/spec.md's 60/120 example, scaled down)")
 {
     temp_dir dir;
-    const std::string data = write_text(dir, practice_text());
+    const std::string data = write_text(dir, test::practice_text());
     auto first = tiny_run(data, dir / "resumed", 6);
     first.decay_steps = 12;
     run_training(first);
@@ -159,7 +146,7 @@ TEST_CASE("--resume logs exactly what a run that never stopped logs (docs/spec.m
 TEST_CASE("a resumed run drops log rows written after its checkpoint")
 {
     temp_dir dir;
-    const std::string data = write_text(dir, practice_text());
+    const std::string data = write_text(dir, test::practice_text());
     auto o = tiny_run(data, dir / "run", 7);  // checkpoints at 5 and 7
     o.save_every = 5;
     run_training(o);
@@ -182,7 +169,7 @@ TEST_CASE("a resumed run drops log rows written after its checkpoint")
 TEST_CASE("an interrupt stops after the current step with a checkpoint of it")
 {
     temp_dir dir;
-    const std::string data = write_text(dir, practice_text());
+    const std::string data = write_text(dir, test::practice_text());
     volatile std::sig_atomic_t flag = 1;
     auto o = tiny_run(data, dir / "run", 50);
     o.interrupt = &flag;
@@ -195,7 +182,7 @@ TEST_CASE("an interrupt stops after the current step with a checkpoint of it")
 TEST_CASE("training lowers the loss")
 {
     temp_dir dir;
-    const std::string data = write_text(dir, practice_text());
+    const std::string data = write_text(dir, test::practice_text());
     auto o = tiny_run(data, dir / "run", 60);
     o.eval_every = 0;
     const auto s = run_training(o);
@@ -207,7 +194,7 @@ TEST_CASE("training lowers the loss")
 TEST_CASE("bad options and bad data are refused with one clear message")
 {
     temp_dir dir;
-    const std::string data = write_text(dir, practice_text());
+    const std::string data = write_text(dir, test::practice_text());
     auto expect = [&](train_options o, const std::string& words) {
         CAPTURE(words);
         try
@@ -309,7 +296,7 @@ struct bigram
 TEST_CASE("a variant run with dropout resumes exactly, and stores its variant in the checkpoint")
 {
     temp_dir dir;
-    const std::string data = write_text(dir, practice_text());
+    const std::string data = write_text(dir, test::practice_text());
     auto first = llama_run(data, dir / "resumed", 6);
     first.decay_steps = 12;
     run_training(first);
@@ -336,7 +323,7 @@ TEST_CASE("a variant run with dropout resumes exactly, and stores its variant in
 TEST_CASE("dropout is seeded: the same seed gives the same losses, and it changes them")
 {
     temp_dir dir;
-    const std::string data = write_text(dir, practice_text());
+    const std::string data = write_text(dir, test::practice_text());
     auto with = tiny_run(data, dir / "a", 4);
     with.dropout = 0.2;
     auto again = with;
@@ -360,7 +347,7 @@ TEST_CASE("dropout is seeded: the same seed gives the same losses, and it change
 TEST_CASE("--resume refuses a checkpoint whose variant disagrees with the flags, naming the key")
 {
     temp_dir dir;
-    const std::string data = write_text(dir, practice_text());
+    const std::string data = write_text(dir, test::practice_text());
     run_training(llama_run(data, dir / "run", 2));
     const std::string log_before = test::read_bytes(dir / "run/log.csv");
     const std::string ck_before = test::read_bytes(dir / "run/model.safetensors");
@@ -390,7 +377,7 @@ TEST_CASE("--resume refuses a checkpoint whose variant disagrees with the flags,
 TEST_CASE("train_module trains a module of one's own, with checkpoints and an exact --resume")
 {
     temp_dir dir;
-    const text_corpus data = text_corpus::of_text(practice_text(), 16);
+    const text_corpus data = text_corpus::of_text(test::practice_text(), 16);
     auto options = [&](const std::string& out, std::int64_t steps) {
         train_options o = tiny_run("unused", dir / out, steps);
         o.decay_steps = 10;

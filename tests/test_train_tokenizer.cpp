@@ -22,18 +22,11 @@ using xgrad::test::temp_dir;
 
 namespace
 {
-std::string practice_text()
+// Practice text with tabs, so that tokenizers must keep whitespace as it is.
+std::string tokenizer_text()
 {
-    const char* words[] = {
-        "the ", "cat ", "sat ", "on ", "a ", "mat. ", "dogs ", "run ", "fast!\n", "\tand "
-    };
-    std::mt19937 rng(11);
-    std::string text;
-    for (int i = 0; i < 3000; ++i)
-    {
-        text += words[rng() % 10];
-    }
-    return text;
+    return test::practice_text(3000, 11,
+                               {"the ", "cat ", "sat ", "on ", "a ", "mat. ", "dogs ", "run ", "fast!\n", "\tand "});
 }
 
 train_options small_run(const std::string& data, const std::string& out, const std::string& tokenizer)
@@ -82,7 +75,7 @@ std::vector<std::vector<std::string>> csv(const std::string& path)
 TEST_CASE("--tokenizer bpe:N trains on the training split, stores the model, and logs val_bpb")
 {
     temp_dir dir;
-    const std::string text = practice_text();
+    const std::string text = tokenizer_text();
     const std::string data = dir / "text.txt";
     std::ofstream(data, std::ios::binary) << text;
     run_training(small_run(data, dir / "a", "bpe:48"));
@@ -140,7 +133,7 @@ TEST_CASE("with bytes, val_bpb is val_loss / ln 2")
 {
     temp_dir dir;
     const std::string data = dir / "text.txt";
-    std::ofstream(data, std::ios::binary) << practice_text();
+    std::ofstream(data, std::ios::binary) << tokenizer_text();
     run_training(small_run(data, dir / "run", "bytes"));
     const auto rows = csv(dir / "run/log.csv");
     REQUIRE(rows.size() == 9);
@@ -152,7 +145,7 @@ TEST_CASE("--time ends the run at the step that passes it, with validation and a
 {
     temp_dir dir;
     const std::string data = dir / "text.txt";
-    std::ofstream(data, std::ios::binary) << practice_text();
+    std::ofstream(data, std::ios::binary) << tokenizer_text();
     train_options o = small_run(data, dir / "run", "bytes");
     o.steps = 1000;
     o.time_limit_s = 1e-9; // passed by the end of the first step

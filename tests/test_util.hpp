@@ -56,6 +56,21 @@ struct temp_dir
     std::string operator/(const std::string& name) const { return (path / name).string(); }
 };
 
+// A practice text with structure to learn: `count` words drawn at random (std::mt19937 seeded with `seed`)
+// from `words`, each word carrying its own trailing blank or newline.
+inline std::string practice_text(int count = 1500, unsigned seed = 3,
+                                 const std::vector<std::string>& words = {"the ", "cat ", "sat ", "on ", "a ", "mat. ",
+                                                                          "dogs ", "run ", "fast!\n"})
+{
+    std::string text;
+    std::mt19937 rng(seed);
+    for (int i = 0; i < count; ++i)
+    {
+        text += words[rng() % words.size()];
+    }
+    return text;
+}
+
 inline std::string read_bytes(const std::string& path)
 {
     std::ifstream f(path, std::ios::binary);
