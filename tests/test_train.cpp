@@ -431,18 +431,12 @@ TEST_CASE("a small bf16 training run ends within 0.05 nats of float32's validati
     temp_dir dir;
     const std::string data = write_text(dir, practice_text());
     auto run = [&](matmul_precision precision, const std::string& out) {
-        train_options o;
-        o.data = data;
-        o.out = dir / out;
-        o.steps = 60;
+        auto o = tiny_run(data, dir / out, 60);
         o.model = {0, 32, 2, 32, 4, 0};
         o.batch = 8;
-        o.lr = 1e-2;
         o.eval_every = 0;
         o.eval_windows = 16;
         o.save_every = 60;
-        o.sample_tokens = 0;
-        o.plots = false;
         const precision_scope scope(precision);
         return run_training(o);
     };
