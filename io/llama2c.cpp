@@ -1,16 +1,15 @@
-// llama2.c's legacy model.bin and tokenizer.bin to and from xgrad's names: weights transposed between
-// (in, out) and nn.Linear's (out, in), the seven-int header from and to the metadata's sizes.
+// llama2.c's legacy model.bin to and from xgrad's names: weights transposed between (in, out) and
+// nn.Linear's (out, in), the seven-int header from and to the metadata's sizes.
 #include "io/llama2c.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
-#include <vector>
 
-#include "train/tokenizer.hpp"
+#include "io/binary.hpp"
 
 namespace xgrad::io
 {
@@ -18,80 +17,39 @@ namespace
 {
 namespace fs = std::filesystem;
 
+constexpr std::int32_t version_magic = 0x616b3432; // "ak42": version 1 and later
+constexpr std::int32_t max_size_field = 1 << 24;
+constexpr std::size_t header_ints = 7;
+
 [[noreturn]] void fail(const std::string& source, const std::string& problem)
 {
     throw format_error(source + ": " + problem);
 }
 
-constexpr std::int32_t version_magic = 0x616b3432; // "ak42": version 1 and later
-constexpr std::int32_t max_size_field = 1 << 24;
-constexpr std::uintmax_t max_tokenizer_bytes = 256u << 20;
-constexpr std::size_t header_ints = 7;
-
-std::string read_file(const std::string& path, std::uintmax_t limit)
+// rows x columns float32 as stored; transposed to (columns, rows) when asked.
+array<double> read_matrix(binary_cursor& c, std::size_t rows, std::size_t columns, bool transpose)
 {
-    std::error_code ec;
-    const auto size = fs::file_size(path, ec);
-    if (ec)
+    array<double> out =
+      array<double>::from_shape(transpose ? shape_t{ columns, rows } : shape_t{ rows, columns });
+    for (std::size_t r = 0; r < rows; ++r)
     {
-        fail(path, "cannot read (" + ec.message() + ")");
+        for (std::size_t col = 0; col < columns; ++col)
+        {
+            (transpose ? out(col, r) : out(r, col)) = c.next<float>("weights");
+        }
     }
-    if (size > limit)
-    {
-        fail(path, "is " + std::to_string(size) + " bytes, more than its header can describe");
-    }
-    std::ifstream in(path, std::ios::binary);
-    std::string bytes(size, '\0');
-    if (!in.read(bytes.data(), static_cast<std::streamsize>(size)))
-    {
-        fail(path, "cannot read");
-    }
-    return bytes;
+    return out;
 }
 
-// Reads consecutive little-endian values, refusing to run past the end.
-struct cursor
+array<double> read_vector(binary_cursor& c, std::size_t n)
 {
-    const std::string& bytes;
-    const std::string& path;
-    std::size_t at = 0;
-
-    template<class V>
-    V next(const char* what)
+    array<double> out = array<double>::from_shape({ n });
+    for (double& v : out)
     {
-        if (bytes.size() - at < sizeof(V))
-        {
-            fail(path, std::string("truncated at byte ") + std::to_string(at) + " (reading " + what + ")");
-        }
-        V v;
-        std::memcpy(&v, bytes.data() + at, sizeof(V));
-        at += sizeof(V);
-        return v;
+        v = c.next<float>("weights");
     }
-    // rows x columns float32 as stored; transposed to (columns, rows) when asked.
-    array<double> matrix(std::size_t rows, std::size_t columns, bool transpose)
-    {
-        array<double> out =
-          array<double>::from_shape(transpose ? shape_t{ columns, rows } : shape_t{ rows, columns });
-        for (std::size_t r = 0; r < rows; ++r)
-        {
-            for (std::size_t c = 0; c < columns; ++c)
-            {
-                (transpose ? out(c, r) : out(r, c)) = next<float>("weights");
-            }
-        }
-        return out;
-    }
-    array<double> vector(std::size_t n)
-    {
-        array<double> out = array<double>::from_shape({ n });
-        for (double& v : out)
-        {
-            v = next<float>("weights");
-        }
-        return out;
-    }
-};
+    return out;
+}
 
 struct header
 {
@@ -108,7 +66,7 @@ struct header
     }
 };
 
-header read_header(cursor& c)
+header read_header(binary_cursor& c)
 {
     if (c.bytes.size() >= 4 && c.next<std::int32_t>("magic") == version_magic)
     {
@@ -144,103 +102,9 @@ header read_header(cursor& c)
     return h;
 }
 
-struct vocabulary_file
+void put_float(std::string& out, double v)
 {
-    std::vector<std::string> pieces;
-    std::vector<float> scores;
-};
-
-vocabulary_file read_tokenizer_bin(const std::string& path, std::size_t vocab)
-{
-    const std::string bytes = read_file(path, max_tokenizer_bytes);
-    cursor c{ bytes, path };
-    const std::int32_t max_length = c.next<std::int32_t>("max_token_length");
-    if (max_length <= 0 || max_length > (1 << 16))
-    {
-        fail(path, "max_token_length is " + std::to_string(max_length));
-    }
-    vocabulary_file v;
-    for (std::size_t i = 0; i < vocab; ++i)
-    {
-        const std::string token = "token " + std::to_string(i);
-        if (c.at == bytes.size())
-        {
-            fail(path,
-                 "holds " + std::to_string(i) + " tokens; model.bin's vocab_size is " +
-                   std::to_string(vocab));
-        }
-        v.scores.push_back(c.next<float>("a score"));
-        const std::int32_t length = c.next<std::int32_t>("a length");
-        if (length < 0 || length > max_length || bytes.size() - c.at < std::size_t(length))
-        {
-            fail(path,
-                 token + " has length " + std::to_string(length) + " (max_token_length " +
-                   std::to_string(max_length) + ", " + std::to_string(bytes.size() - c.at) + " bytes left)");
-        }
-        v.pieces.push_back(bytes.substr(c.at, std::size_t(length)));
-        c.at += std::size_t(length);
-    }
-    if (c.at != bytes.size())
-    {
-        fail(path, "holds more than model.bin's vocab_size of " + std::to_string(vocab) + " tokens");
-    }
-    return v;
-}
-
-// The vocabulary as checkpoint metadata: tokenizer.model when present (its pieces must be tokenizer.bin's),
-// else a byte vocabulary when every piece is one byte, ascending; else none (the returned note says so).
-std::string vocabulary_metadata(const std::string& folder,
-                                const vocabulary_file& v,
-                                std::map<std::string, std::string>& metadata)
-{
-    const std::string model_path = (fs::path(folder) / "tokenizer.model").string();
-    if (fs::exists(model_path))
-    {
-        std::shared_ptr<const train::sentencepiece_tokenizer> sp;
-        try
-        {
-            sp = train::sentencepiece_tokenizer::from_serialized(read_file(model_path, max_tokenizer_bytes));
-        }
-        catch (const std::invalid_argument& e)
-        {
-            fail(model_path, e.what());
-        }
-        for (std::size_t i = 0; i < v.pieces.size(); ++i)
-        {
-            if (sp->size() != v.pieces.size() || sp->piece(i) != v.pieces[i])
-            {
-                fail(model_path,
-                     "disagrees with tokenizer.bin (" + std::to_string(sp->size()) + " pieces against " +
-                       std::to_string(v.pieces.size()) + ", first difference at token " + std::to_string(i) +
-                       ")");
-            }
-        }
-        sp->to_metadata(metadata);
-        return "";
-    }
-    std::string json = "[";
-    for (std::size_t i = 0; i < v.pieces.size(); ++i)
-    {
-        if (v.pieces[i].size() != 1 ||
-            (i && (unsigned char)v.pieces[i][0] <= (unsigned char)v.pieces[i - 1][0]))
-        {
-            return "tokenizer.bin is not a byte vocabulary and no tokenizer.model is beside it: the "
-                   "checkpoint has no tokenizer";
-        }
-        json += (i ? ", " : "") + std::to_string((unsigned char)v.pieces[i][0]);
-    }
-    train::byte_vocabulary::from_json(json + "]").to_metadata(metadata);
-    return "";
-}
-
-void put_int(std::string& out, std::int32_t v)
-{
-    out.append(reinterpret_cast<const char*>(&v), 4);
-}
-
-void put_float(std::string& out, float v)
-{
-    out.append(reinterpret_cast<const char*>(&v), 4);
+    append_binary(out, static_cast<float>(v));
 }
 
 // A (rows, columns) matrix as float32, transposed first when asked (xgrad (in, out) -> nn.Linear (out, in)).
@@ -251,7 +115,7 @@ void put_matrix(std::string& out, const array<double>& m, bool transpose)
     {
         for (double v : m)
         {
-            put_float(out, static_cast<float>(v));
+            put_float(out, v);
         }
         return;
     }
@@ -259,7 +123,7 @@ void put_matrix(std::string& out, const array<double>& m, bool transpose)
     {
         for (std::size_t r = 0; r < rows; ++r)
         {
-            put_float(out, static_cast<float>(m(r, c)));
+            put_float(out, m(r, c));
         }
     }
 }
@@ -272,7 +136,7 @@ void put_frequencies(std::string& out, std::size_t seq_len, std::size_t head_dim
         for (std::size_t i = 0; i < head_dim / 2; ++i)
         {
             const double angle = double(t) * std::pow(10000.0, -double(2 * i) / double(head_dim));
-            put_float(out, static_cast<float>(sine ? std::sin(angle) : std::cos(angle)));
+            put_float(out, sine ? std::sin(angle) : std::cos(angle));
         }
     }
 }
@@ -288,48 +152,47 @@ void refuse_unless(bool ok, const std::string& key, const std::string& value)
 }
 } // namespace
 
-llama2c_model read_llama2c(const std::string& folder)
+safetensors_file read_llama2c_model(const std::string& path)
 {
-    const std::string model_path = (fs::path(folder) / "model.bin").string();
     std::error_code ec;
-    const std::uintmax_t size = fs::file_size(model_path, ec);
+    const std::uintmax_t size = fs::file_size(path, ec);
     if (ec)
     {
-        fail(model_path, "cannot read (" + ec.message() + ")");
+        fail(path, "cannot read (" + ec.message() + ")");
     }
     std::string head_bytes;
     {
-        std::ifstream in(model_path, std::ios::binary);
+        std::ifstream in(path, std::ios::binary);
         head_bytes.resize(std::min<std::uintmax_t>(size, 4 * header_ints));
         in.read(head_bytes.data(), static_cast<std::streamsize>(head_bytes.size()));
     }
-    cursor hc{ head_bytes, model_path };
+    binary_cursor hc{ head_bytes, path };
     const header h = read_header(hc);
     const unsigned __int128 wide = 4 * header_ints + 4 * h.floats();
     const std::uint64_t expected = wide > UINT64_MAX ? UINT64_MAX : static_cast<std::uint64_t>(wide);
     if (size != expected)
     {
-        fail(model_path,
+        fail(path,
              "is " + std::to_string(size) + " bytes; its header (dim " + std::to_string(h.dim) + ", " +
                std::to_string(h.layers) + " layers, vocab " + std::to_string(h.vocab) + ") implies " +
                std::to_string(expected));
     }
-    const std::string bytes = read_file(model_path, expected);
-    cursor c{ bytes, model_path, 4 * header_ints };
+    const std::string bytes = read_binary_file(path, expected);
+    binary_cursor c{ bytes, path, 4 * header_ints };
 
-    llama2c_model result;
-    auto& t = result.model.tensors;
+    safetensors_file model;
+    auto& t = model.tensors;
     const std::size_t kv = h.kv_heads * h.head_dim();
     const auto layered = [&](const char* name, std::size_t rows, std::size_t columns, bool matrix)
     {
         for (std::size_t i = 0; i < h.layers; ++i)
         {
             t["blocks." + std::to_string(i) + "." + name] = { "F32",
-                                                              matrix ? c.matrix(rows, columns, true)
-                                                                     : c.vector(rows) };
+                                                              matrix ? read_matrix(c, rows, columns, true)
+                                                                     : read_vector(c, rows) };
         }
     };
-    t["wte"] = { "F32", c.matrix(h.vocab, h.dim, false) };
+    t["wte"] = { "F32", read_matrix(c, h.vocab, h.dim, false) };
     layered("ln_1.weight", h.dim, 1, false);
     layered("attn.W_Q", h.dim, h.dim, true);
     layered("attn.W_K", kv, h.dim, true);
@@ -339,11 +202,11 @@ llama2c_model read_llama2c(const std::string& folder)
     layered("mlp.W_gate", h.hidden, h.dim, true);
     layered("mlp.W_down", h.dim, h.hidden, true);
     layered("mlp.W_up", h.hidden, h.dim, true);
-    t["ln_f.weight"] = { "F32", c.vector(h.dim) };
+    t["ln_f.weight"] = { "F32", read_vector(c, h.dim) };
     c.at += 4 * h.seq_len * h.head_dim(); // freqs_cos and freqs_sin: implied by the rotary embedding
     if (!h.shared)
     {
-        t["lm_head"] = { "F32", c.matrix(h.vocab, h.dim, true) };
+        t["lm_head"] = { "F32", read_matrix(c, h.vocab, h.dim, true) };
     }
 
     model_layout layout;
@@ -359,14 +222,12 @@ llama2c_model read_llama2c(const std::string& folder)
     layout.mlp_hidden = h.hidden;
     layout.bias = "none";
     layout.tied_head = h.shared;
-    layout.to_metadata(result.model.metadata);
-    check_tensors(result.model, layout, model_path);
-    const vocabulary_file v = read_tokenizer_bin((fs::path(folder) / "tokenizer.bin").string(), h.vocab);
-    result.note = vocabulary_metadata(folder, v, result.model.metadata);
-    return result;
+    layout.to_metadata(model.metadata);
+    check_tensors(model, layout, path);
+    return model;
 }
 
-void write_llama2c(const std::string& folder, const safetensors_file& model, const model_layout& layout)
+std::string llama2c_model_bytes(const safetensors_file& model, const model_layout& layout)
 {
     refuse_unless(layout.norm == "rmsnorm", "norm", layout.norm);
     refuse_unless(layout.position == "rope", "position", layout.position);
@@ -375,14 +236,6 @@ void write_llama2c(const std::string& folder, const safetensors_file& model, con
                   model.metadata.count("rope_base") ? model.metadata.at("rope_base") : "");
     refuse_unless(layout.mlp == "swiglu", "mlp", layout.mlp);
     refuse_unless(layout.bias == "none", "bias", layout.bias);
-    const auto vocabulary = train::tokenizer_from_metadata(
-      model.metadata, "llama2c's tokenizer.bin needs the checkpoint's vocabulary");
-    if (vocabulary->size() != layout.vocab_size)
-    {
-        throw std::invalid_argument("the checkpoint's tokenizer has " + std::to_string(vocabulary->size()) +
-                                    " tokens but its metadata \"vocab_size\" is " +
-                                    std::to_string(layout.vocab_size));
-    }
 
     std::string bin;
     const std::size_t sizes[header_ints] = { layout.d_model,   layout.hidden(), layout.layers,
@@ -391,7 +244,7 @@ void write_llama2c(const std::string& folder, const safetensors_file& model, con
     for (std::size_t i = 0; i < header_ints; ++i)
     {
         const std::int32_t v = static_cast<std::int32_t>(sizes[i]);
-        put_int(bin, i == 5 && !layout.tied_head ? -v : v);
+        append_binary<std::int32_t>(bin, i == 5 && !layout.tied_head ? -v : v);
     }
     const auto& t = model.tensors;
     const auto layered = [&](const char* name, bool transpose)
@@ -419,29 +272,6 @@ void write_llama2c(const std::string& folder, const safetensors_file& model, con
     {
         put_matrix(bin, t.at("lm_head").values, true);
     }
-
-    std::string tok;
-    std::size_t max_length = 1;
-    for (std::size_t i = 0; i < vocabulary->size(); ++i)
-    {
-        max_length = std::max(max_length, vocabulary->piece(i).size());
-    }
-    put_int(tok, static_cast<std::int32_t>(max_length));
-    for (std::size_t i = 0; i < vocabulary->size(); ++i)
-    {
-        const std::string piece = vocabulary->piece(i);
-        put_float(tok, vocabulary->score(i));
-        put_int(tok, static_cast<std::int32_t>(piece.size()));
-        tok += piece;
-    }
-
-    staged_folder out(folder);
-    out.write_file("model.bin", bin);
-    out.write_file("tokenizer.bin", tok);
-    if (const auto* sp = dynamic_cast<const train::sentencepiece_tokenizer*>(vocabulary.get()))
-    {
-        out.write_file("tokenizer.model", sp->serialized());
-    }
-    out.commit();
+    return bin;
 }
 } // namespace xgrad::io

@@ -12,11 +12,11 @@
 
 #include "io/checkpoint.hpp"
 #include "io/hf_gpt2.hpp"
-#include "io/llama2c.hpp"
 #include "io/model_layout.hpp"
 #include "io/npy.hpp"
 #include "models/gpt.hpp"
 #include "test_util.hpp"
+#include "train/llama2c_tokenizer.hpp"
 #include "train/tokenizer.hpp"
 
 using namespace xgrad;
@@ -215,7 +215,7 @@ TEST_CASE("the default model and bias = none go to GPT-2 with zero biases and co
 
 TEST_CASE("a llama2.c folder reads field by field: nn.Linear weights transposed, the classifier untied")
 {
-    const io::llama2c_model m = io::read_llama2c(fixtures + "llama2c");
+    const train::llama2c_model m = train::read_llama2c(fixtures + "llama2c");
     const io::safetensors_file ref = io::read_safetensors(fixtures + "llama2c/reference.safetensors");
     const auto& t = m.model.tensors;
     const auto& r = ref.tensors;
@@ -255,7 +255,7 @@ TEST_CASE("a model.bin and tokenizer.bin written by xgrad follow llama2.c's lega
     temp_dir dir;
     io::model_layout layout = llama_layout();
     const io::safetensors_file m = random_model(layout, 5);
-    io::write_llama2c(dir / "out", m, layout);
+    train::write_llama2c(dir / "out", m, layout);
     const std::string bin = read_bytes(dir / "out/model.bin");
     std::size_t at = 0;
     const auto next_int = [&]
@@ -355,10 +355,10 @@ TEST_CASE("llama2c round trips are bit-exact, untied and tied, with a byte or a 
 {
     temp_dir dir;
     const std::string fixture = fixtures + "llama2c";
-    io::write_safetensors(dir / "a.safetensors", io::read_llama2c(fixture).model);
+    io::write_safetensors(dir / "a.safetensors", train::read_llama2c(fixture).model);
     io::model_layout layout;
     io::safetensors_file a = io::read_model_checkpoint(dir / "a.safetensors", layout);
-    io::write_llama2c(dir / "again", a, layout);
+    train::write_llama2c(dir / "again", a, layout);
     CHECK(read_bytes(dir / "again/model.bin") == read_bytes(fixture + "/model.bin"));
     CHECK(read_bytes(dir / "again/tokenizer.bin") == read_bytes(fixture + "/tokenizer.bin"));
 
@@ -372,9 +372,9 @@ TEST_CASE("llama2c round trips are bit-exact, untied and tied, with a byte or a 
     tied.vocab_size = sp->size();
     io::safetensors_file m = random_model(tied, 9);
     sp->to_metadata(m.metadata);
-    io::write_llama2c(dir / "sp", m, tied);
+    train::write_llama2c(dir / "sp", m, tied);
     CHECK(read_bytes(dir / "sp/tokenizer.model") == sp->serialized());
-    const io::llama2c_model back = io::read_llama2c(dir / "sp");
+    const train::llama2c_model back = train::read_llama2c(dir / "sp");
     check_same(m, back.model);
     const std::string tok = read_bytes(dir / "sp/tokenizer.bin");
     CHECK(tok.find(" the") !=
@@ -391,7 +391,7 @@ TEST_CASE("variants a format cannot express are refused, naming the metadata key
         const std::string e = read_error(
           [&]
           {
-              std::string(to) == "llama2c" ? io::write_llama2c(dir / "x", m, layout)
+              std::string(to) == "llama2c" ? train::write_llama2c(dir / "x", m, layout)
                                            : io::write_hf_gpt2(dir / "x", m, layout);
           });
         CHECK(e.find(std::string("\"") + key + "\"") != std::string::npos);
@@ -437,7 +437,7 @@ TEST_CASE("malformed llama2.c files are refused before reading more than they ho
     {
         CAPTURE(expected);
         write_bytes(folder + "/model.bin", bytes);
-        const std::string e = read_error([&] { io::read_llama2c(folder); });
+        const std::string e = read_error([&] { train::read_llama2c(folder); });
         CAPTURE(e);
         CHECK(e.find(expected) != std::string::npos);
         CHECK(e.find("model.bin") != std::string::npos);
@@ -470,7 +470,7 @@ TEST_CASE("malformed llama2.c files are refused before reading more than they ho
     {
         CAPTURE(expected);
         write_bytes(folder + "/tokenizer.bin", bytes);
-        const std::string e = read_error([&] { io::read_llama2c(folder); });
+        const std::string e = read_error([&] { train::read_llama2c(folder); });
         CAPTURE(e);
         CHECK(e.find(expected) != std::string::npos);
         CHECK(e.find("tokenizer.bin") != std::string::npos);
@@ -486,7 +486,7 @@ TEST_CASE("malformed llama2.c files are refused before reading more than they ho
     write_bytes(folder + "/tokenizer.bin", tok);
 
     write_bytes(folder + "/tokenizer.model", "this is not a SentencePiece model");
-    const std::string e = read_error([&] { io::read_llama2c(folder); });
+    const std::string e = read_error([&] { train::read_llama2c(folder); });
     CHECK(e.find("tokenizer.model") != std::string::npos);
     CHECK(e.find("not a SentencePiece model") != std::string::npos);
 }
@@ -559,7 +559,7 @@ TEST_CASE("converted models compute the logits PyTorch computes from the source 
         CAPTURE(folder);
         const std::string source = fixtures + folder;
         io::model_layout layout;
-        const io::safetensors_file m = std::string(folder) == "llama2c" ? io::read_llama2c(source).model
+        const io::safetensors_file m = std::string(folder) == "llama2c" ? train::read_llama2c(source).model
                                                                         : io::read_hf_gpt2(source, layout);
         const std::string path = dir / (std::string(folder) + ".safetensors");
         io::write_safetensors(path, m);

@@ -1,11 +1,14 @@
 // The training loop of xgrad-train: log.csv and checkpoints as docs/spec.md says, the same losses for the same
-// flags, --resume that logs exactly what an unbroken run logs, and clear errors.
+// flags, --resume that logs exactly what an unbroken run logs, clear errors, and a bf16 run whose losses
+// stay near float32's (kernels/precision.hpp).
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
 #include "io/checkpoint.hpp"
+#include "kernels/precision.hpp"
 #include "test_util.hpp"
 #include "train/progress.hpp"
 #include "train/trainer.hpp"
@@ -408,4 +411,29 @@ TEST_CASE("train_module trains a module of one's own, with checkpoints and an ex
     models::initialise(wider, 1);
     CHECK_THROWS_WITH_AS(train_module(wider, data, more), doctest::Contains("metadata 'vocab_size'"),
                          io::format_error);
+}
+
+TEST_CASE("a small bf16 training run ends within 0.05 nats of float32's validation loss")
+{
+    temp_dir dir;
+    const std::string data = write_text(dir, practice_text());
+    auto run = [&](matmul_precision precision, const std::string& out) {
+        auto o = tiny_run(data, dir / out, 60);
+        o.model = {0, 32, 2, 32, 4, 0};
+        o.batch = 8;
+        o.eval_every = 0;
+        o.eval_windows = 16;
+        o.save_every = 60;
+        const precision_scope scope(precision);
+        return run_training(o);
+    };
+    const auto fp32 = run(matmul_precision::fp32, "fp32");
+    const auto bf16 = run(matmul_precision::bf16, "bf16");
+    CHECK(fp32.val_loss < 2.0);  // both learned (about log(18) = 2.89 at the start)
+    MESSAGE("validation loss after 60 steps: fp32 " << fp32.val_loss << ", bf16 " << bf16.val_loss);
+    CHECK(std::fabs(bf16.val_loss - fp32.val_loss) <= 0.05);
+    if (bf16_supported())
+    {
+        CHECK(bf16.val_loss != fp32.val_loss);
+    }
 }

@@ -1,7 +1,7 @@
 # The xgrad-mha-npy command-line checks (tests/tool_cli_test.cpp): a doctest program that runs the tool.
 if(TARGET xgrad-mha-npy)
   add_executable(tool_cli_test ${CMAKE_CURRENT_LIST_DIR}/tool_cli_test.cpp)
-  target_link_libraries(tool_cli_test PRIVATE xgrad xgrad_test_main doctest::doctest)
+  target_link_libraries(tool_cli_test PRIVATE xgrad::core xgrad_test_main doctest::doctest)
   target_compile_options(tool_cli_test PRIVATE -Wall -Wextra)
   target_compile_definitions(tool_cli_test PRIVATE XGRAD_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
     XGRAD_TOOL="$<TARGET_FILE:xgrad-mha-npy>")

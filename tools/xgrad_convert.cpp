@@ -9,8 +9,8 @@
 #include <CLI/CLI.hpp>
 
 #include "io/hf_gpt2.hpp"
-#include "io/llama2c.hpp"
 #include "io/model_layout.hpp"
+#include "train/llama2c_tokenizer.hpp"
 #include "train/tokenizer.hpp"
 
 using namespace xgrad;
@@ -33,7 +33,7 @@ io::safetensors_file read_model(const std::string& format, const std::string& in
     }
     if (format == "llama2c")
     {
-        io::llama2c_model m = io::read_llama2c(in);
+        train::llama2c_model m = train::read_llama2c(in);
         if (!m.note.empty())
         {
             std::fprintf(stderr, "%s: note: %s\n", program, m.note.c_str());
@@ -79,7 +79,7 @@ void write_model(const std::string& format,
     }
     else if (format == "llama2c")
     {
-        io::write_llama2c(out, model, layout);
+        train::write_llama2c(out, model, layout);
     }
     else
     {

@@ -1,4 +1,4 @@
-// Builds against the installed headers and library: d(sum(x * x))/dx = 2x.
+// Builds against the installed headers and xgrad::core: d(sum(x * x))/dx = 2x.
 #include <cstdio>
 
 #include "ops/ops.hpp"
