@@ -416,7 +416,7 @@ TEST_CASE("train_module trains a module of one's own, with checkpoints and an ex
 TEST_CASE("a small bf16 training run ends within 0.05 nats of float32's validation loss")
 {
     temp_dir dir;
-    const std::string data = write_text(dir, practice_text());
+    const std::string data = write_text(dir, test::practice_text());
     auto run = [&](matmul_precision precision, const std::string& out) {
         auto o = tiny_run(data, dir / out, 60);
         o.model = {0, 32, 2, 32, 4, 0};
