@@ -1,6 +1,6 @@
-// Fused neural-network ops: log_softmax, cross_entropy, layer_norm, dropout. Each is one node with a
-// hand-derived backward rule (the composed twins in ops/composed.hpp check them), and each works on
-// contiguous rows of the last axis with plain loops; rows are split across threads when there are many.
+// Fused neural-network ops: linear (and linear + GELU), log_softmax, cross_entropy, layer_norm, dropout.
+// Each is one node with a hand-derived backward rule (the composed twins in ops/composed.hpp check them),
+// and each works on contiguous rows of the last axis; rows are split across threads when there are many.
 
 // GCC 12 warns inside its own AVX-512 intrinsics when xsimd's exp and max inline here (a false positive
 // on _mm512_undefined_*, GCC bug 105593, fixed in GCC 13). It must be silenced before they are included.
@@ -9,11 +9,13 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
 #include "autodiff/instantiate.hpp"
 #include "autodiff/record.hpp"
+#include "kernels/gelu.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels/parallel.hpp"
 #include "kernels/simd.hpp"
@@ -96,12 +98,47 @@ void check_layer_norm(const shape_t& x, const shape_t& weight, const shape_t& bi
     }
 }
 // y = x W + b: x (..., d) with at least two axes, W (d, n), b (n), broadcast over every row.
-void check_linear_shapes(const shape_t& xs, const shape_t& ws, const shape_t& bs)
+void check_linear_shapes(const char* op, const shape_t& xs, const shape_t& ws, const shape_t& bs)
 {
     if (xs.size() < 2 || ws.size() != 2 || bs.size() != 1 || xs.back() != ws[0] || bs[0] != ws[1])
     {
-        fail("linear", "need x (..., d) with at least 2 axes, weight (d, n) and bias (n), got x " + shape_str(xs) +
-                           ", weight " + shape_str(ws) + ", bias " + shape_str(bs));
+        fail(op, "need x (..., d) with at least 2 axes, weight (d, n) and bias (n), got x " + shape_str(xs) +
+                     ", weight " + shape_str(ws) + ", bias " + shape_str(bs));
+    }
+}
+
+std::uint64_t linear_multiply_adds(const shape_t& xs, const shape_t& ws)
+{
+    const shape_t batch(xs.begin(), xs.end() - 2);
+    return kernels::matmul_multiply_adds(batch, xs[xs.size() - 2], ws[1], ws[0]);
+}
+
+// x W into a new array of shape (..., n).
+template <class T>
+array<T> linear_product(const array<T>& x, const array<T>& w)
+{
+    shape_t ys = to_shape(x.shape());
+    ys.back() = w.shape()[1];
+    array<T> y = array<T>::from_shape(ys);
+    kernels::matmul_into(x, false, w, false, y);
+    return y;
+}
+
+// The product's gradients given dh = dL/d(x W): dL/dx = dh W^T, dL/dW = x^T dh (inputs 0 and 1).
+template <class T>
+void linear_backward_products(backward_context<T>& ctx, const array<T>& dh)
+{
+    if (ctx.needs_grad(0))
+    {
+        array<T> dx = array<T>::from_shape(ctx.input(0).shape());
+        kernels::matmul_into(dh, false, ctx.input(1), true, dx);  // dh W^T
+        ctx.accumulate(0, std::move(dx));
+    }
+    if (ctx.needs_grad(1))
+    {
+        array<T> dw = array<T>::from_shape(ctx.input(1).shape());
+        kernels::matmul_into(ctx.input(0), true, dh, false, dw);  // x^T dh
+        ctx.accumulate(1, std::move(dw));
     }
 }
 
@@ -138,6 +175,7 @@ array<T> column_sums(const array<T>& g, std::size_t n)
     }
     return sums;
 }
+
 }  // namespace
 
 // y = x W + b, one node: the bias is added into the product's own buffer (no second array, no second
@@ -147,30 +185,13 @@ array<T> column_sums(const array<T>& g, std::size_t n)
 template <class T>
 var<T> linear(const var<T>& x, const var<T>& weight, const var<T>& bias)
 {
-    const shape_t xs = x.shape(), ws = weight.shape();
-    check_linear_shapes(xs, ws, bias.shape());
-    const std::size_t n = ws[1];
-    const shape_t batch(xs.begin(), xs.end() - 2);
-    const std::uint64_t macs = kernels::matmul_multiply_adds(batch, xs[xs.size() - 2], n, ws[0]);
-    shape_t ys = xs;
-    ys.back() = n;
-    array<T> y = array<T>::from_shape(ys);
-    kernels::matmul_into(x.value(), false, weight.value(), false, y);
+    check_linear_shapes("linear", x.shape(), weight.shape(), bias.shape());
+    const std::uint64_t macs = linear_multiply_adds(x.shape(), weight.shape());
+    array<T> y = linear_product(x.value(), weight.value());
     add_bias_rows(y, bias.value());
-    auto rule = [n](backward_context<T>& ctx) {
+    auto rule = [n = bias.shape()[0]](backward_context<T>& ctx) {
         const array<T>& g = ctx.grad();
-        if (ctx.needs_grad(0))
-        {
-            array<T> dx = array<T>::from_shape(ctx.input(0).shape());
-            kernels::matmul_into(g, false, ctx.input(1), true, dx);  // g W^T
-            ctx.accumulate(0, std::move(dx));
-        }
-        if (ctx.needs_grad(1))
-        {
-            array<T> dw = array<T>::from_shape(ctx.input(1).shape());
-            kernels::matmul_into(ctx.input(0), true, g, false, dw);  // x^T g
-            ctx.accumulate(1, std::move(dw));
-        }
+        linear_backward_products(ctx, g);
         if (ctx.needs_grad(2))
         {
             ctx.accumulate(2, column_sums(g, n));
@@ -178,6 +199,64 @@ var<T> linear(const var<T>& x, const var<T>& weight, const var<T>& bias)
     };
     return detail::record("linear", {x, weight, bias}, std::move(y), saves_input0 | saves_input1, std::move(rule),
                           macs);
+}
+
+namespace
+{
+// y = gelu(h), h = x W + b, in one node (Form: kernels/gelu.hpp's tanh_form or exact_form). The bias and
+// the GELU go in one pass over the product's buffer, which then holds gelu'(h) for the backward in
+// place of h (so the node keeps what linear + gelu kept, and the backward computes no tanh or erf).
+// With g = dL/dy:
+//   dL/dh = g gelu'(h);  dL/dx = dL/dh W^T,  dL/dW = x^T dL/dh,  dL/db_j = sum over rows of dL/dh_j.
+// dL/dh (in g's own buffer when the tape frees g next) and dL/db come out of one pass over g.
+template <class Form, class T>
+var<T> linear_then_gelu(const char* op, const var<T>& x, const var<T>& weight, const var<T>& bias)
+{
+    check_linear_shapes(op, x.shape(), weight.shape(), bias.shape());
+    const std::uint64_t macs = linear_multiply_adds(x.shape(), weight.shape());
+    array<T> slope = linear_product(x.value(), weight.value());  // x W, then gelu'(x W + b)
+    array<T> y = array<T>::from_shape(slope.shape());
+    const std::size_t n = bias.shape()[0], rows = slope.size() / std::max<std::size_t>(n, 1);
+    const T* b = bias.value().data();
+    kernels::for_rows(rows, n, [&](std::size_t r) {
+        kernels::gelu::bias_gelu_row<Form>(slope.data() + r * n, b, y.data() + r * n, n);
+    });
+    auto rule = [n, rows, slope = std::move(slope)](backward_context<T>& ctx) {
+        array<T> dh = ctx.take_grad();  // g, turned into dL/dh in place
+        const std::size_t blocks = kernels::row_block_count(rows, n);
+        kernels::block_sums<T> bias_sums(blocks, n);
+        kernels::for_row_blocks(rows, blocks, [&](std::size_t block, std::size_t begin, std::size_t end) {
+            for (std::size_t r = begin; r < end; ++r)
+            {
+                T* dh_row = dh.data() + r * n;
+                kernels::gelu::scale_by_slope_row(dh_row, slope.data() + r * n, bias_sums.of(block), n);
+            }
+        });
+        linear_backward_products(ctx, dh);
+        if (ctx.needs_grad(2))
+        {
+            array<T> db = xt::zeros<T>(shape_t{n});
+            bias_sums.add_to(db.data());
+            ctx.accumulate(2, std::move(db));
+        }
+    };
+    return detail::record(op, {x, weight, bias}, std::move(y), saves_input0 | saves_input1, std::move(rule),
+                          macs);
+}
+}  // namespace
+
+// gelu(x W + b), tanh form, in one node.
+template <class T>
+var<T> linear_gelu(const var<T>& x, const var<T>& weight, const var<T>& bias)
+{
+    return linear_then_gelu<kernels::gelu::tanh_form>("linear_gelu", x, weight, bias);
+}
+
+// gelu_exact(x W + b) in one node.
+template <class T>
+var<T> linear_gelu_exact(const var<T>& x, const var<T>& weight, const var<T>& bias)
+{
+    return linear_then_gelu<kernels::gelu::exact_form>("linear_gelu_exact", x, weight, bias);
 }
 
 // y_j = x_j - log sum_k e^{x_k} over the last axis.
@@ -397,6 +476,8 @@ var<T> dropout(const var<T>& x, T p, std::mt19937_64& generator, bool training)
 #define XGRAD_NN(T)                                                                        \
     template var<T> log_softmax(const var<T>&);                                            \
     template var<T> linear(const var<T>&, const var<T>&, const var<T>&);                   \
+    template var<T> linear_gelu(const var<T>&, const var<T>&, const var<T>&);              \
+    template var<T> linear_gelu_exact(const var<T>&, const var<T>&, const var<T>&);        \
     template var<T> cross_entropy(const var<T>&, const ids_t&);                            \
     template var<T> layer_norm(const var<T>&, const var<T>&, const var<T>&, T);            \
     template var<T> dropout(const var<T>&, T, std::mt19937_64&, bool);
