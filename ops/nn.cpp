@@ -17,6 +17,7 @@
 #include "autodiff/record.hpp"
 #include "kernels/gelu.hpp"
 #include "kernels/kernels.hpp"
+#include "kernels/norm.hpp"
 #include "kernels/parallel.hpp"
 #include "kernels/simd.hpp"
 #include "ops/ops.hpp"
@@ -359,74 +360,59 @@ var<T> cross_entropy(const var<T>& logits, const ids_t& targets)
 // Derivation: dxhat_i/dx_k = rstd ([i = k] - 1/d - xhat_i xhat_k / d), since dmu/dx_k = 1/d and
 // drstd/dx_k = -rstd^3 (x_k - mu) / d = -rstd^2 xhat_k / d; so dL/dx_k = sum_i dxhat_i dxhat_i/dx_k
 // = rstd (dxhat_k - (1/d) sum_i dxhat_i - xhat_k (1/d) sum_i dxhat_i xhat_i).
-// Saves x, w and mean, rstd per row; xhat is recomputed in backward.
+// Saves x, w and mean, rstd per row; xhat is recomputed in backward. The row kernels (kernels/norm.hpp)
+// take the statistics in one sweep, and dx, dw and db in one sweep after the row's two sums, dw and db
+// as partial sums per block of rows.
 template <class T>
 var<T> layer_norm(const var<T>& x, const var<T>& weight, const var<T>& bias, T eps)
 {
     check_layer_norm(x.shape(), weight.shape(), bias.shape(), static_cast<double>(eps));
     const rows_of rows(x.shape());
     const std::size_t d = rows.length;
-    std::vector<T> mean(rows.count), rstd(rows.count);
+    std::vector<kernels::norm::row_stats<T>> stats(rows.count);
     array<T> y = array<T>::from_shape(x.shape());
     const T* in = x.value().data();
     const T* w = weight.value().data();
     const T* b = bias.value().data();
     kernels::for_rows(rows.count, d, [&](std::size_t r) {
-        const T* xr = in + r * d;
-        T* yr = y.data() + r * d;
-        const T mu = simd::sum_of(xr, d) / static_cast<T>(d);
-        // a second pass: no cancellation when |mean| >> std
-        const T squares = simd::centred_dot(xr, mu, xr, mu, d);
-        const T r_std = T(1) / std::sqrt(squares / static_cast<T>(d) + eps);
-        for (std::size_t j = 0; j < d; ++j)
-        {
-            yr[j] = (xr[j] - mu) * r_std * w[j] + b[j];
-        }
-        mean[r] = mu;
-        rstd[r] = r_std;
+        stats[r] = kernels::norm::layer_norm_stats(in + r * d, d, eps);
+        kernels::norm::layer_norm_row(in + r * d, w, b, y.data() + r * d, d, stats[r]);
     });
 
-    auto rule = [rows, mean = std::move(mean), rstd = std::move(rstd)](backward_context<T>& ctx) {
+    auto rule = [rows, stats = std::move(stats)](backward_context<T>& ctx) {
         const std::size_t d = rows.length;
+        const bool wants_dx = ctx.needs_grad(0), wants_dw = ctx.needs_grad(1), wants_db = ctx.needs_grad(2);
         const T* x = ctx.input(0).data();
         const T* w = ctx.input(1).data();
         const T* g = ctx.grad().data();
-        const auto xhat = [&](std::size_t r, std::size_t j) { return (x[r * d + j] - mean[r]) * rstd[r]; };
-        if (ctx.needs_grad(0))
+        array<T> dx = array<T>::from_shape(wants_dx ? ctx.input(0).shape() : shape_t{0});
+        const std::size_t blocks = kernels::row_block_count(rows.count, d);
+        kernels::block_sums<T> dw_sums(wants_dw ? blocks : 0, d), db_sums(wants_db ? blocks : 0, d);
+        kernels::for_row_blocks(rows.count, blocks, [&](std::size_t block, std::size_t first, std::size_t end) {
+            for (std::size_t r = first; r < end; ++r)
+            {
+                kernels::norm::layer_norm_row_backward(x + r * d, g + r * d, w, d, stats[r],
+                                                       wants_dx ? dx.data() + r * d : nullptr,
+                                                       wants_dw ? dw_sums.of(block) : nullptr,
+                                                       wants_db ? db_sums.of(block) : nullptr);
+            }
+        });
+        auto accumulate_total = [&](std::size_t k, const kernels::block_sums<T>& sums) {
+            array<T> total = xt::zeros<T>(shape_t{d});
+            sums.add_to(total.data());
+            ctx.accumulate(k, std::move(total));
+        };
+        if (wants_dx)
         {
-            array<T> dx = array<T>::from_shape(ctx.input(0).shape());
-            kernels::for_rows(rows.count, d, [&](std::size_t r) {
-                const T* gr = g + r * d;
-                T* dxhat = dx.data() + r * d;  // dxhat = g w, then turned into dx in place
-                for (std::size_t j = 0; j < d; ++j)
-                {
-                    dxhat[j] = gr[j] * w[j];
-                }
-                const T dxhat_mean = simd::sum_of(dxhat, d) / static_cast<T>(d);
-                // mean(dxhat xhat) = rstd mean(dxhat (x - mu))
-                const T dxhat_xhat_mean =
-                    rstd[r] * simd::centred_dot(dxhat, T(0), x + r * d, mean[r], d) / static_cast<T>(d);
-                for (std::size_t j = 0; j < d; ++j)
-                {
-                    dxhat[j] = rstd[r] * (dxhat[j] - dxhat_mean - xhat(r, j) * dxhat_xhat_mean);
-                }
-            });
             ctx.accumulate(0, std::move(dx));
         }
-        if (ctx.needs_grad(1) || ctx.needs_grad(2))
+        if (wants_dw)
         {
-            array<T> dw = xt::zeros<T>(shape_t{d}), db = xt::zeros<T>(shape_t{d});
-            for (std::size_t r = 0; r < rows.count; ++r)
-            {
-                const T* gr = g + r * d;
-                for (std::size_t j = 0; j < d; ++j)
-                {
-                    dw.data()[j] += gr[j] * xhat(r, j);
-                    db.data()[j] += gr[j];
-                }
-            }
-            ctx.accumulate(1, std::move(dw));
-            ctx.accumulate(2, std::move(db));
+            accumulate_total(1, dw_sums);
+        }
+        if (wants_db)
+        {
+            accumulate_total(2, db_sums);
         }
     };
     return detail::record("layer_norm", {x, weight, bias}, std::move(y), saves_input0 | saves_input1,

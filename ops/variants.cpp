@@ -21,6 +21,7 @@
 #include "kernels/parallel.hpp"
 #include "kernels/gelu.hpp"
 #include "kernels/map.hpp"
+#include "kernels/norm.hpp"
 #include "ops/ops.hpp"
 
 namespace xgrad::ops
@@ -270,7 +271,8 @@ var<T> swiglu(const var<T>& gate, const var<T>& up)
 //   dL/dw = sum over rows of g xhat,   dL/dx = r (dxhat - xhat mean(dxhat xhat)).
 // Derivation: dr/dx_k = -r^3 x_k / d, so dxhat_i/dx_k = r [i = k] - r xhat_i xhat_k / d and
 // dL/dx_k = sum_i dxhat_i dxhat_i/dx_k = r dxhat_k - r xhat_k (1/d) sum_i dxhat_i xhat_i.
-// Saves x, w and r per row; xhat is recomputed in backward.
+// Saves x, w and r per row; xhat is recomputed in backward. Row kernels: kernels/norm.hpp (dw as
+// partial sums per block of rows).
 template <class T>
 var<T> rms_norm(const var<T>& x, const var<T>& weight, double eps)
 {
@@ -282,56 +284,35 @@ var<T> rms_norm(const var<T>& x, const var<T>& weight, double eps)
     const T* in = x.value().data();
     const T* w = weight.value().data();
     kernels::for_rows(rows.count, d, [&](std::size_t r) {
-        const T* xr = in + r * d;
-        T* yr = y.data() + r * d;
-        T squares = 0;
-        for (std::size_t j = 0; j < d; ++j)
-        {
-            squares += xr[j] * xr[j];
-        }
-        const T r_inv = T(1) / std::sqrt(squares / static_cast<T>(d) + static_cast<T>(eps));
-        for (std::size_t j = 0; j < d; ++j)
-        {
-            yr[j] = xr[j] * r_inv * w[j];
-        }
-        rms_inv[r] = r_inv;
+        rms_inv[r] = kernels::norm::rms_norm_rstd(in + r * d, d, static_cast<T>(eps));
+        kernels::norm::rms_norm_row(in + r * d, w, y.data() + r * d, d, rms_inv[r]);
     });
 
     auto rule = [rows, rms_inv = std::move(rms_inv)](backward_context<T>& ctx) {
         const std::size_t d = rows.length;
+        const bool wants_dx = ctx.needs_grad(0), wants_dw = ctx.needs_grad(1);
         const T* x = ctx.input(0).data();
         const T* w = ctx.input(1).data();
         const T* g = ctx.grad().data();
-        if (ctx.needs_grad(0))
+        array<T> dx = array<T>::from_shape(wants_dx ? ctx.input(0).shape() : shape_t{0});
+        const std::size_t blocks = kernels::row_block_count(rows.count, d);
+        kernels::block_sums<T> dw_sums(wants_dw ? blocks : 0, d);
+        kernels::for_row_blocks(rows.count, blocks, [&](std::size_t block, std::size_t first, std::size_t end) {
+            for (std::size_t r = first; r < end; ++r)
+            {
+                kernels::norm::rms_norm_row_backward(x + r * d, g + r * d, w, d, rms_inv[r],
+                                                     wants_dx ? dx.data() + r * d : nullptr,
+                                                     wants_dw ? dw_sums.of(block) : nullptr);
+            }
+        });
+        if (wants_dx)
         {
-            array<T> dx = array<T>::from_shape(ctx.input(0).shape());
-            kernels::for_rows(rows.count, d, [&](std::size_t r) {
-                const T* xr = x + r * d;
-                const T* gr = g + r * d;
-                T* dxr = dx.data() + r * d;
-                T dxhat_xhat = 0;  // sum_i dxhat_i xhat_i
-                for (std::size_t j = 0; j < d; ++j)
-                {
-                    dxhat_xhat += gr[j] * w[j] * xr[j] * rms_inv[r];
-                }
-                const T dxhat_xhat_mean = dxhat_xhat / static_cast<T>(d);
-                for (std::size_t j = 0; j < d; ++j)
-                {
-                    dxr[j] = rms_inv[r] * (gr[j] * w[j] - xr[j] * rms_inv[r] * dxhat_xhat_mean);
-                }
-            });
             ctx.accumulate(0, std::move(dx));
         }
-        if (ctx.needs_grad(1))
+        if (wants_dw)
         {
             array<T> dw = xt::zeros<T>(shape_t{d});
-            for (std::size_t r = 0; r < rows.count; ++r)
-            {
-                for (std::size_t j = 0; j < d; ++j)
-                {
-                    dw.data()[j] += g[r * d + j] * x[r * d + j] * rms_inv[r];
-                }
-            }
+            dw_sums.add_to(dw.data());
             ctx.accumulate(1, std::move(dw));
         }
     };
