@@ -165,7 +165,9 @@ public:
         const xgrad::precision_scope precision(precision_);
         params_.zero_grad();
         xgrad::tape<float> t;
-        const auto r = xgrad::models::gpt_forward(t, params_, tokens_, &targets_);
+        xgrad::models::gpt_options options;
+        options.every_activation = false;  // as the training loop runs it
+        const auto r = xgrad::models::gpt_forward(t, params_, tokens_, &targets_, options);
         t.backward(r.loss);
         optimiser_.step();
         return r.loss.value()();

@@ -196,5 +196,19 @@ void for_rows(std::size_t rows, std::size_t row_length, const std::function<void
     }
     parallel_for(rows, body);
 }
+
+std::size_t row_block_count(std::size_t rows, std::size_t row_length)
+{
+    constexpr std::size_t block_elements = 1 << 15;  // 128 KiB of float32: an L2-sized piece of work
+    constexpr std::size_t most_blocks = 64;          // the partial sums stay small beside the rows
+    const std::size_t by_size = rows * row_length / block_elements;
+    return std::max<std::size_t>(1, std::min({rows, by_size, most_blocks}));
+}
+
+void for_row_blocks(std::size_t rows, std::size_t blocks,
+                    const std::function<void(std::size_t, std::size_t, std::size_t)>& body)
+{
+    parallel_for(blocks, [&](std::size_t b) { body(b, rows * b / blocks, rows * (b + 1) / blocks); });
+}
 }  // namespace kernels
 }  // namespace xgrad

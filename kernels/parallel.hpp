@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <vector>
 
 namespace xgrad
 {
@@ -18,5 +19,36 @@ void parallel_for(std::size_t count, const std::function<void(std::size_t)>& bod
 // Calls body(r) for each of `rows` rows of `row_length` elements: on the calling thread when there are
 // fewer than 2^16 elements in all (waking the pool would cost more than the work), else by parallel_for.
 void for_rows(std::size_t rows, std::size_t row_length, const std::function<void(std::size_t)>& body);
+
+// For per-block partial sums over rows (a bias's or a norm weight's gradient): how many blocks of whole
+// rows `rows` rows of `row_length` elements split into. It depends on the sizes alone, not on the
+// thread count, so partial sums reduced in block order give the same bits on any number of threads.
+std::size_t row_block_count(std::size_t rows, std::size_t row_length);
+
+// Calls body(block, begin, end) for each of `blocks` contiguous blocks of [0, rows), across threads.
+void for_row_blocks(std::size_t rows, std::size_t blocks,
+                    const std::function<void(std::size_t, std::size_t, std::size_t)>& body);
+
+// One partial sum of n entries per block of rows, each written by one thread only, then added into a
+// total in block order.
+template <class T>
+class block_sums
+{
+public:
+    block_sums(std::size_t blocks, std::size_t n) : n_(n), partial_(blocks * n, T(0)) {}
+    T* of(std::size_t block) { return partial_.data() + block * n_; }
+    // out_j += the partial sums' j-th entries, block after block.
+    void add_to(T* out) const
+    {
+        for (std::size_t k = 0; k < partial_.size(); ++k)
+        {
+            out[k % n_] += partial_[k];
+        }
+    }
+
+private:
+    std::size_t n_;
+    std::vector<T> partial_;
+};
 }  // namespace kernels
 }  // namespace xgrad

@@ -265,6 +265,7 @@ gpt_result<T> gpt_forward(tape<T>& t, const gpt_parameters<T>& params, const ids
     block.fused = fused;
     block.dropout = options.dropout;
     block.generator = options.generator;
+    block.every_activation = options.every_activation;
 
     gpt_result<T> r;
     // Labels a value on the tape and lists it among the activations.
@@ -302,7 +303,10 @@ gpt_result<T> gpt_forward(tape<T>& t, const gpt_parameters<T>& params, const ids
         }
         else
         {
-            keep(prefix + "mlp_hidden", b.mlp.hidden);
+            if (b.mlp.hidden.valid())  // not when merged into the GELU's node (options.every_activation)
+            {
+                keep(prefix + "mlp_hidden", b.mlp.hidden);
+            }
             keep(prefix + "mlp_gelu", b.mlp.activated);
         }
         keep(prefix + "mlp", b.mlp.output);

@@ -160,6 +160,7 @@ using gpt_options = forward_options;
 //   "blocks.{i}.ln_2"                        norm output                             (B, T, d)
 // gelu_tanh and gelu:
 //   "blocks.{i}.mlp_hidden"                  ln_2 @ W_fc + b_fc, before GELU         (B, T, h)
+//                                            (not with options.every_activation false: no node of its own)
 //   "blocks.{i}.mlp_gelu"                    after GELU                              (B, T, h)
 // swiglu:
 //   "blocks.{i}.mlp_gate"                    ln_2 @ W_gate + b_gate                  (B, T, h)

@@ -83,8 +83,9 @@ var<T> norm(const var<T>& x, const norm_weights<T>& w, norm_kind kind, bool fuse
 
 // GELU(x W_fc + b_fc) W_proj + b_proj, or (silu(x W_gate + b_gate) * (x W_up + b_up)) W_down + b_down
 template <class T>
-mlp_result<T> mlp(const var<T>& x, const mlp_weights<T>& w, mlp_kind kind, bool fused)
+mlp_result<T> mlp(const var<T>& x, const mlp_weights<T>& w, mlp_kind kind, const block_options& o)
 {
+    const bool fused = o.fused;
     mlp_result<T> r;
     if (kind == mlp_kind::swiglu)
     {
@@ -94,8 +95,17 @@ mlp_result<T> mlp(const var<T>& x, const mlp_weights<T>& w, mlp_kind kind, bool 
         r.output = linear(r.activated, w.W_down, w.b_down, fused);
         return r;
     }
-    r.hidden = linear(x, w.W_fc, w.b_fc, fused);
-    r.activated = kind == mlp_kind::gelu ? gelu_exact(r.hidden, fused) : gelu(r.hidden, fused);
+    if (fused && !o.every_activation && w.b_fc.valid())
+    {
+        // GELU(x W_fc + b_fc) in one node: nobody reads x W_fc + b_fc
+        r.activated = kind == mlp_kind::gelu ? ops::linear_gelu_exact(x, w.W_fc, w.b_fc)
+                                             : ops::linear_gelu(x, w.W_fc, w.b_fc);
+    }
+    else
+    {
+        r.hidden = linear(x, w.W_fc, w.b_fc, fused);
+        r.activated = kind == mlp_kind::gelu ? gelu_exact(r.hidden, fused) : gelu(r.hidden, fused);
+    }
     r.output = linear(r.activated, w.W_proj, w.b_proj, fused);
     return r;
 }
@@ -172,7 +182,7 @@ block_result<T> transformer_block(const var<T>& x, const block_weights<T>& w, co
     r.weights = weights;
     r.res_1 = ops::add(x, r.attn);
     r.ln_2 = norm(r.res_1, w.ln_2, c.norm, o.fused);
-    r.mlp = mlp(r.ln_2, w.mlp, c.mlp, o.fused);
+    r.mlp = mlp(r.ln_2, w.mlp, c.mlp, o);
     r.mlp.output = dropped(r.mlp.output, o);
     r.res_2 = ops::add(r.res_1, r.mlp.output);
     return r;
@@ -212,7 +222,7 @@ block_weights<T> bind(tape<T>& t, const gpt_block_parameters<T>& b, const gpt_co
     template var<T> swiglu(const var<T>&, const var<T>&, bool);                                            \
     template var<T> rope(const var<T>&, double, std::size_t, bool);                                        \
     template var<T> norm(const var<T>&, const norm_weights<T>&, norm_kind, bool);                          \
-    template mlp_result<T> mlp(const var<T>&, const mlp_weights<T>&, mlp_kind, bool);                      \
+    template mlp_result<T> mlp(const var<T>&, const mlp_weights<T>&, mlp_kind, const block_options&);      \
     template block_result<T> transformer_block(const var<T>&, const block_weights<T>&, const gpt_config&, \
                                                const block_options&, kv_cache_layer<T>*);                 \
     template block_weights<T> bind(tape<T>&, const gpt_block_parameters<T>&, const gpt_config&);

@@ -66,6 +66,21 @@ struct attention_weights
     var<T> b_Q, b_K, b_V, b_O;  // bias = all
 };
 
+// How a block runs; the defaults are a training step without dropout.
+struct block_options
+{
+    bool fused = true;
+    std::size_t position_offset = 0;  // the absolute position of the first row (RoPE; decoding)
+    // Inverted dropout on the attention output after W_O and on the MLP output, drawn from `generator`
+    // when it is given and dropout > 0.
+    double dropout = 0;
+    std::mt19937_64* generator = nullptr;
+    bool attention_weights = false;  // compute the softmax weights (the composed attention) and return them
+    // Every activation of block_result a node of its own; false: with `fused`, the MLP's first linear and
+    // its GELU are one node (ops::linear_gelu, ops::linear_gelu_exact) and mlp.hidden is empty.
+    bool every_activation = true;
+};
+
 template <class T>
 struct mlp_weights
 {
@@ -77,15 +92,16 @@ struct mlp_weights
 template <class T>
 struct mlp_result
 {
-    var<T> hidden;     // x W_fc + b_fc, or x W_gate + b_gate        (..., h)
+    var<T> hidden;     // x W_fc + b_fc, or x W_gate + b_gate        (..., h), or empty: merged into activated
     var<T> up;         // x W_up + b_up (swiglu only)                (..., h)
     var<T> activated;  // GELU(hidden), or silu(hidden) * up         (..., h)
     var<T> output;     // activated W_proj + b_proj (W_down, b_down) (..., d)
 };
 
 // MLP(x) = GELU(x W_fc + b_fc) W_proj + b_proj, or (silu(x W_gate + b_gate) * (x W_up + b_up)) W_down + b_down.
+// Reads o.fused and o.every_activation.
 template <class T>
-mlp_result<T> mlp(const var<T>& x, const mlp_weights<T>& w, mlp_kind kind, bool fused = true);
+mlp_result<T> mlp(const var<T>& x, const mlp_weights<T>& w, mlp_kind kind, const block_options& o = {});
 
 template <class T>
 struct block_weights
@@ -103,18 +119,6 @@ struct kv_cache_layer
 {
     array<T> keys, values;
     std::size_t length() const { return keys.dimension() == 4 ? keys.shape()[2] : 0; }
-};
-
-// How a block runs; the defaults are a training step without dropout.
-struct block_options
-{
-    bool fused = true;
-    std::size_t position_offset = 0;  // the absolute position of the first row (RoPE; decoding)
-    // Inverted dropout on the attention output after W_O and on the MLP output, drawn from `generator`
-    // when it is given and dropout > 0.
-    double dropout = 0;
-    std::mt19937_64* generator = nullptr;
-    bool attention_weights = false;  // compute the softmax weights (the composed attention) and return them
 };
 
 // The block's intermediate values, in forward order; res_2 is the block's output.

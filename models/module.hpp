@@ -41,6 +41,11 @@ struct forward_options
     // after W_O and each MLP output.
     double dropout = 0;
     std::mt19937_64* generator = nullptr;
+    // Every named activation a node of its own, with a gradient after the backward (the first-divergence
+    // report reads them). false lets the fused path merge nodes across one: the GPT's MLP then runs its
+    // first linear and the GELU as one node (ops::linear_gelu) and lists no "blocks.{i}.mlp_hidden".
+    // A training loop, which reads no activation, sets it false.
+    bool every_activation = true;
 };
 
 // How a parameter starts: N(0, std_dev) drawn in double and rounded to T, or a constant.

@@ -5,6 +5,7 @@
 
 #include "autodiff/instantiate.hpp"
 #include "autodiff/record.hpp"
+#include "kernels/gelu.hpp"
 #include "kernels/map.hpp"
 #include "ops/ops.hpp"
 
@@ -241,10 +242,6 @@ T stable_sigmoid(T x)
     const T e = std::exp(x);  // also the branch NaN takes: NaN propagates
     return e / (T(1) + e);
 }
-
-// GELU's tanh approximation (docs/spec.md): gelu(x) = 0.5 x (1 + tanh(u)), u = k (x + a x^3), k = sqrt(2/pi).
-constexpr double gelu_k = 0.7978845608028654;  // sqrt(2/pi)
-constexpr double gelu_a = 0.044715;
 }  // namespace
 
 // y = 1 / (1 + e^-x).   dL/dx = g y (1 - y)
@@ -259,42 +256,18 @@ var<T> sigmoid(const var<T>& x)
     });
 }
 
-// GELU and its derivative on a batch of values, vectorised (xsimd's tanh, not libm's one value at a time:
-// the scalar tanh was 80% of a small GPT's training step).
-struct gelu_forward
-{
-    template <class V>
-    V operator()(V x, V) const
-    {
-        using T = typename kernels::scalar_of<V>::type;
-        const V u = V(T(gelu_k)) * (x + V(T(gelu_a)) * (x * x * x));
-        return V(T(0.5)) * (x * (xsimd::tanh(u) + V(T(1))));
-    }
-};
-
-// g d gelu / dx, with d gelu / dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 a x^2), t = tanh(u).
-// Where t^2 rounds to 1 the second term is 0, also when x^3 overflows (no 0 * inf).
-struct gelu_backward
-{
-    template <class V>
-    V operator()(V x, V g) const
-    {
-        using T = typename kernels::scalar_of<V>::type;
-        const V t = xsimd::tanh(V(T(gelu_k)) * (x + V(T(gelu_a)) * (x * x * x)));
-        const V sech2 = V(T(1)) - t * t;
-        const V slope = V(T(0.5)) * x * sech2 * V(T(gelu_k)) * (V(T(1)) + V(T(3 * gelu_a)) * x * x);
-        return g * (V(T(0.5)) * (V(T(1)) + t) + xsimd::select(sech2 == V(T(0)), V(T(0)), slope));
-    }
-};
-
 // y = 0.5 x (1 + tanh(k (x + a x^3))), k = sqrt(2/pi), a = 0.044715   (one fused op)
 // dL/dx = g [0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 a x^2)], t = tanh(k (x + a x^3)) recomputed from x
+// Vectorised (xsimd, not libm's one value at a time: the scalar tanh was 80% of a small GPT's training
+// step), with 0.5 (1 + t) written as a sigmoid (kernels/gelu.hpp).
 template <class T>
 var<T> gelu(const var<T>& x)
 {
-    array<T> y = kernels::map_values(x.value(), static_cast<const array<T>*>(nullptr), gelu_forward{});
+    using form = kernels::gelu::tanh_form;
+    const kernels::gelu::forward<form> value;
+    array<T> y = kernels::map_values(x.value(), static_cast<const array<T>*>(nullptr), value);
     return detail::record("gelu", {x}, std::move(y), saves_input0, [](backward_context<T>& ctx) {
-        ctx.accumulate(0, kernels::map_values(ctx.input(0), &ctx.grad(), gelu_backward{}));
+        ctx.accumulate(0, kernels::map_values(ctx.input(0), &ctx.grad(), kernels::gelu::backward<form>{}));
     });
 }
 

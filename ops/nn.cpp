@@ -1,6 +1,6 @@
-// Fused neural-network ops: log_softmax, cross_entropy, layer_norm, dropout. Each is one node with a
-// hand-derived backward rule (the composed twins in ops/composed.hpp check them), and each works on
-// contiguous rows of the last axis with plain loops; rows are split across threads when there are many.
+// Fused neural-network ops: linear (and linear + GELU), log_softmax, cross_entropy, layer_norm, dropout.
+// Each is one node with a hand-derived backward rule (the composed twins in ops/composed.hpp check them),
+// and each works on contiguous rows of the last axis; rows are split across threads when there are many.
 
 // GCC 12 warns inside its own AVX-512 intrinsics when xsimd's exp and max inline here (a false positive
 // on _mm512_undefined_*, GCC bug 105593, fixed in GCC 13). It must be silenced before they are included.
@@ -9,12 +9,15 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
 #include "autodiff/instantiate.hpp"
 #include "autodiff/record.hpp"
+#include "kernels/gelu.hpp"
 #include "kernels/kernels.hpp"
+#include "kernels/norm.hpp"
 #include "kernels/parallel.hpp"
 #include "kernels/simd.hpp"
 #include "ops/ops.hpp"
@@ -96,12 +99,47 @@ void check_layer_norm(const shape_t& x, const shape_t& weight, const shape_t& bi
     }
 }
 // y = x W + b: x (..., d) with at least two axes, W (d, n), b (n), broadcast over every row.
-void check_linear_shapes(const shape_t& xs, const shape_t& ws, const shape_t& bs)
+void check_linear_shapes(const char* op, const shape_t& xs, const shape_t& ws, const shape_t& bs)
 {
     if (xs.size() < 2 || ws.size() != 2 || bs.size() != 1 || xs.back() != ws[0] || bs[0] != ws[1])
     {
-        fail("linear", "need x (..., d) with at least 2 axes, weight (d, n) and bias (n), got x " + shape_str(xs) +
-                           ", weight " + shape_str(ws) + ", bias " + shape_str(bs));
+        fail(op, "need x (..., d) with at least 2 axes, weight (d, n) and bias (n), got x " + shape_str(xs) +
+                     ", weight " + shape_str(ws) + ", bias " + shape_str(bs));
+    }
+}
+
+std::uint64_t linear_multiply_adds(const shape_t& xs, const shape_t& ws)
+{
+    const shape_t batch(xs.begin(), xs.end() - 2);
+    return kernels::matmul_multiply_adds(batch, xs[xs.size() - 2], ws[1], ws[0]);
+}
+
+// x W into a new array of shape (..., n).
+template <class T>
+array<T> linear_product(const array<T>& x, const array<T>& w)
+{
+    shape_t ys = to_shape(x.shape());
+    ys.back() = w.shape()[1];
+    array<T> y = array<T>::from_shape(ys);
+    kernels::matmul_into(x, false, w, false, y);
+    return y;
+}
+
+// The product's gradients given dh = dL/d(x W): dL/dx = dh W^T, dL/dW = x^T dh (inputs 0 and 1).
+template <class T>
+void linear_backward_products(backward_context<T>& ctx, const array<T>& dh)
+{
+    if (ctx.needs_grad(0))
+    {
+        array<T> dx = array<T>::from_shape(ctx.input(0).shape());
+        kernels::matmul_into(dh, false, ctx.input(1), true, dx);  // dh W^T
+        ctx.accumulate(0, std::move(dx));
+    }
+    if (ctx.needs_grad(1))
+    {
+        array<T> dw = array<T>::from_shape(ctx.input(1).shape());
+        kernels::matmul_into(ctx.input(0), true, dh, false, dw);  // x^T dh
+        ctx.accumulate(1, std::move(dw));
     }
 }
 
@@ -138,6 +176,7 @@ array<T> column_sums(const array<T>& g, std::size_t n)
     }
     return sums;
 }
+
 }  // namespace
 
 // y = x W + b, one node: the bias is added into the product's own buffer (no second array, no second
@@ -147,30 +186,13 @@ array<T> column_sums(const array<T>& g, std::size_t n)
 template <class T>
 var<T> linear(const var<T>& x, const var<T>& weight, const var<T>& bias)
 {
-    const shape_t xs = x.shape(), ws = weight.shape();
-    check_linear_shapes(xs, ws, bias.shape());
-    const std::size_t n = ws[1];
-    const shape_t batch(xs.begin(), xs.end() - 2);
-    const std::uint64_t macs = kernels::matmul_multiply_adds(batch, xs[xs.size() - 2], n, ws[0]);
-    shape_t ys = xs;
-    ys.back() = n;
-    array<T> y = array<T>::from_shape(ys);
-    kernels::matmul_into(x.value(), false, weight.value(), false, y);
+    check_linear_shapes("linear", x.shape(), weight.shape(), bias.shape());
+    const std::uint64_t macs = linear_multiply_adds(x.shape(), weight.shape());
+    array<T> y = linear_product(x.value(), weight.value());
     add_bias_rows(y, bias.value());
-    auto rule = [n](backward_context<T>& ctx) {
+    auto rule = [n = bias.shape()[0]](backward_context<T>& ctx) {
         const array<T>& g = ctx.grad();
-        if (ctx.needs_grad(0))
-        {
-            array<T> dx = array<T>::from_shape(ctx.input(0).shape());
-            kernels::matmul_into(g, false, ctx.input(1), true, dx);  // g W^T
-            ctx.accumulate(0, std::move(dx));
-        }
-        if (ctx.needs_grad(1))
-        {
-            array<T> dw = array<T>::from_shape(ctx.input(1).shape());
-            kernels::matmul_into(ctx.input(0), true, g, false, dw);  // x^T g
-            ctx.accumulate(1, std::move(dw));
-        }
+        linear_backward_products(ctx, g);
         if (ctx.needs_grad(2))
         {
             ctx.accumulate(2, column_sums(g, n));
@@ -178,6 +200,64 @@ var<T> linear(const var<T>& x, const var<T>& weight, const var<T>& bias)
     };
     return detail::record("linear", {x, weight, bias}, std::move(y), saves_input0 | saves_input1, std::move(rule),
                           macs);
+}
+
+namespace
+{
+// y = gelu(h), h = x W + b, in one node (Form: kernels/gelu.hpp's tanh_form or exact_form). The bias and
+// the GELU go in one pass over the product's buffer, which then holds gelu'(h) for the backward in
+// place of h (so the node keeps what linear + gelu kept, and the backward computes no tanh or erf).
+// With g = dL/dy:
+//   dL/dh = g gelu'(h);  dL/dx = dL/dh W^T,  dL/dW = x^T dL/dh,  dL/db_j = sum over rows of dL/dh_j.
+// dL/dh (in g's own buffer when the tape frees g next) and dL/db come out of one pass over g.
+template <class Form, class T>
+var<T> linear_then_gelu(const char* op, const var<T>& x, const var<T>& weight, const var<T>& bias)
+{
+    check_linear_shapes(op, x.shape(), weight.shape(), bias.shape());
+    const std::uint64_t macs = linear_multiply_adds(x.shape(), weight.shape());
+    array<T> slope = linear_product(x.value(), weight.value());  // x W, then gelu'(x W + b)
+    array<T> y = array<T>::from_shape(slope.shape());
+    const std::size_t n = bias.shape()[0], rows = slope.size() / std::max<std::size_t>(n, 1);
+    const T* b = bias.value().data();
+    kernels::for_rows(rows, n, [&](std::size_t r) {
+        kernels::gelu::bias_gelu_row<Form>(slope.data() + r * n, b, y.data() + r * n, n);
+    });
+    auto rule = [n, rows, slope = std::move(slope)](backward_context<T>& ctx) {
+        array<T> dh = ctx.take_grad();  // g, turned into dL/dh in place
+        const std::size_t blocks = kernels::row_block_count(rows, n);
+        kernels::block_sums<T> bias_sums(blocks, n);
+        kernels::for_row_blocks(rows, blocks, [&](std::size_t block, std::size_t begin, std::size_t end) {
+            for (std::size_t r = begin; r < end; ++r)
+            {
+                T* dh_row = dh.data() + r * n;
+                kernels::gelu::scale_by_slope_row(dh_row, slope.data() + r * n, bias_sums.of(block), n);
+            }
+        });
+        linear_backward_products(ctx, dh);
+        if (ctx.needs_grad(2))
+        {
+            array<T> db = xt::zeros<T>(shape_t{n});
+            bias_sums.add_to(db.data());
+            ctx.accumulate(2, std::move(db));
+        }
+    };
+    return detail::record(op, {x, weight, bias}, std::move(y), saves_input0 | saves_input1, std::move(rule),
+                          macs);
+}
+}  // namespace
+
+// gelu(x W + b), tanh form, in one node.
+template <class T>
+var<T> linear_gelu(const var<T>& x, const var<T>& weight, const var<T>& bias)
+{
+    return linear_then_gelu<kernels::gelu::tanh_form>("linear_gelu", x, weight, bias);
+}
+
+// gelu_exact(x W + b) in one node.
+template <class T>
+var<T> linear_gelu_exact(const var<T>& x, const var<T>& weight, const var<T>& bias)
+{
+    return linear_then_gelu<kernels::gelu::exact_form>("linear_gelu_exact", x, weight, bias);
 }
 
 // y_j = x_j - log sum_k e^{x_k} over the last axis.
@@ -280,74 +360,59 @@ var<T> cross_entropy(const var<T>& logits, const ids_t& targets)
 // Derivation: dxhat_i/dx_k = rstd ([i = k] - 1/d - xhat_i xhat_k / d), since dmu/dx_k = 1/d and
 // drstd/dx_k = -rstd^3 (x_k - mu) / d = -rstd^2 xhat_k / d; so dL/dx_k = sum_i dxhat_i dxhat_i/dx_k
 // = rstd (dxhat_k - (1/d) sum_i dxhat_i - xhat_k (1/d) sum_i dxhat_i xhat_i).
-// Saves x, w and mean, rstd per row; xhat is recomputed in backward.
+// Saves x, w and mean, rstd per row; xhat is recomputed in backward. The row kernels (kernels/norm.hpp)
+// take the statistics in one sweep, and dx, dw and db in one sweep after the row's two sums, dw and db
+// as partial sums per block of rows.
 template <class T>
 var<T> layer_norm(const var<T>& x, const var<T>& weight, const var<T>& bias, T eps)
 {
     check_layer_norm(x.shape(), weight.shape(), bias.shape(), static_cast<double>(eps));
     const rows_of rows(x.shape());
     const std::size_t d = rows.length;
-    std::vector<T> mean(rows.count), rstd(rows.count);
+    std::vector<kernels::norm::row_stats<T>> stats(rows.count);
     array<T> y = array<T>::from_shape(x.shape());
     const T* in = x.value().data();
     const T* w = weight.value().data();
     const T* b = bias.value().data();
     kernels::for_rows(rows.count, d, [&](std::size_t r) {
-        const T* xr = in + r * d;
-        T* yr = y.data() + r * d;
-        const T mu = simd::sum_of(xr, d) / static_cast<T>(d);
-        // a second pass: no cancellation when |mean| >> std
-        const T squares = simd::centred_dot(xr, mu, xr, mu, d);
-        const T r_std = T(1) / std::sqrt(squares / static_cast<T>(d) + eps);
-        for (std::size_t j = 0; j < d; ++j)
-        {
-            yr[j] = (xr[j] - mu) * r_std * w[j] + b[j];
-        }
-        mean[r] = mu;
-        rstd[r] = r_std;
+        stats[r] = kernels::norm::layer_norm_stats(in + r * d, d, eps);
+        kernels::norm::layer_norm_row(in + r * d, w, b, y.data() + r * d, d, stats[r]);
     });
 
-    auto rule = [rows, mean = std::move(mean), rstd = std::move(rstd)](backward_context<T>& ctx) {
+    auto rule = [rows, stats = std::move(stats)](backward_context<T>& ctx) {
         const std::size_t d = rows.length;
+        const bool wants_dx = ctx.needs_grad(0), wants_dw = ctx.needs_grad(1), wants_db = ctx.needs_grad(2);
         const T* x = ctx.input(0).data();
         const T* w = ctx.input(1).data();
         const T* g = ctx.grad().data();
-        const auto xhat = [&](std::size_t r, std::size_t j) { return (x[r * d + j] - mean[r]) * rstd[r]; };
-        if (ctx.needs_grad(0))
+        array<T> dx = array<T>::from_shape(wants_dx ? ctx.input(0).shape() : shape_t{0});
+        const std::size_t blocks = kernels::row_block_count(rows.count, d);
+        kernels::block_sums<T> dw_sums(wants_dw ? blocks : 0, d), db_sums(wants_db ? blocks : 0, d);
+        kernels::for_row_blocks(rows.count, blocks, [&](std::size_t block, std::size_t first, std::size_t end) {
+            for (std::size_t r = first; r < end; ++r)
+            {
+                kernels::norm::layer_norm_row_backward(x + r * d, g + r * d, w, d, stats[r],
+                                                       wants_dx ? dx.data() + r * d : nullptr,
+                                                       wants_dw ? dw_sums.of(block) : nullptr,
+                                                       wants_db ? db_sums.of(block) : nullptr);
+            }
+        });
+        auto accumulate_total = [&](std::size_t k, const kernels::block_sums<T>& sums) {
+            array<T> total = xt::zeros<T>(shape_t{d});
+            sums.add_to(total.data());
+            ctx.accumulate(k, std::move(total));
+        };
+        if (wants_dx)
         {
-            array<T> dx = array<T>::from_shape(ctx.input(0).shape());
-            kernels::for_rows(rows.count, d, [&](std::size_t r) {
-                const T* gr = g + r * d;
-                T* dxhat = dx.data() + r * d;  // dxhat = g w, then turned into dx in place
-                for (std::size_t j = 0; j < d; ++j)
-                {
-                    dxhat[j] = gr[j] * w[j];
-                }
-                const T dxhat_mean = simd::sum_of(dxhat, d) / static_cast<T>(d);
-                // mean(dxhat xhat) = rstd mean(dxhat (x - mu))
-                const T dxhat_xhat_mean =
-                    rstd[r] * simd::centred_dot(dxhat, T(0), x + r * d, mean[r], d) / static_cast<T>(d);
-                for (std::size_t j = 0; j < d; ++j)
-                {
-                    dxhat[j] = rstd[r] * (dxhat[j] - dxhat_mean - xhat(r, j) * dxhat_xhat_mean);
-                }
-            });
             ctx.accumulate(0, std::move(dx));
         }
-        if (ctx.needs_grad(1) || ctx.needs_grad(2))
+        if (wants_dw)
         {
-            array<T> dw = xt::zeros<T>(shape_t{d}), db = xt::zeros<T>(shape_t{d});
-            for (std::size_t r = 0; r < rows.count; ++r)
-            {
-                const T* gr = g + r * d;
-                for (std::size_t j = 0; j < d; ++j)
-                {
-                    dw.data()[j] += gr[j] * xhat(r, j);
-                    db.data()[j] += gr[j];
-                }
-            }
-            ctx.accumulate(1, std::move(dw));
-            ctx.accumulate(2, std::move(db));
+            accumulate_total(1, dw_sums);
+        }
+        if (wants_db)
+        {
+            accumulate_total(2, db_sums);
         }
     };
     return detail::record("layer_norm", {x, weight, bias}, std::move(y), saves_input0 | saves_input1,
@@ -397,6 +462,8 @@ var<T> dropout(const var<T>& x, T p, std::mt19937_64& generator, bool training)
 #define XGRAD_NN(T)                                                                        \
     template var<T> log_softmax(const var<T>&);                                            \
     template var<T> linear(const var<T>&, const var<T>&, const var<T>&);                   \
+    template var<T> linear_gelu(const var<T>&, const var<T>&, const var<T>&);              \
+    template var<T> linear_gelu_exact(const var<T>&, const var<T>&, const var<T>&);        \
     template var<T> cross_entropy(const var<T>&, const ids_t&);                            \
     template var<T> layer_norm(const var<T>&, const var<T>&, const var<T>&, T);            \
     template var<T> dropout(const var<T>&, T, std::mt19937_64&, bool);

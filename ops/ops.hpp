@@ -90,6 +90,10 @@ template <class T> var<T> cross_entropy(const var<T>& logits, const ids_t& targe
 template <class T> var<T> layer_norm(const var<T>& x, const var<T>& weight, const var<T>& bias, T eps = T(1e-5));
 // y = x W + b in one node, x (..., d), W (d, n), b (n): equal to add(matmul(x, W), b), without the second array.
 template <class T> var<T> linear(const var<T>& x, const var<T>& weight, const var<T>& bias);
+// gelu(x W + b) and gelu_exact(x W + b) in one node each (an MLP's first layer): the bias and the GELU in
+// one pass over the product, which keeps gelu'(x W + b) for the backward instead of x W + b.
+template <class T> var<T> linear_gelu(const var<T>& x, const var<T>& weight, const var<T>& bias);
+template <class T> var<T> linear_gelu_exact(const var<T>& x, const var<T>& weight, const var<T>& bias);
 // Inverted dropout: zeroes each entry with probability p and scales the rest by 1 / (1 - p). The identity
 // (the same node, nothing recorded) when p == 0 or !training. p in [0, 1) else std::invalid_argument.
 template <class T>

@@ -1,8 +1,8 @@
 // The fused ops of the architecture variants (docs/spec.md, "Architecture variants"): erf, silu, the
 // exact GELU, SwiGLU, RMSNorm and the rotary embedding. Each is one node with a hand-derived backward
-// rule, checked against its composed twin (ops/composed.hpp). silu and swiglu run on xsimd batches, erf
-// and the exact GELU on libm (for its accuracy); the row ops (rms_norm, rope) walk contiguous rows of the
-// last axis, split across threads when large.
+// rule, checked against its composed twin (ops/composed.hpp). silu, swiglu and the exact GELU run on
+// xsimd batches (the GELU's float64 tail on libm, kernels/gelu.hpp), erf on libm (for its accuracy); the
+// row ops (rms_norm, rope) walk contiguous rows of the last axis, split across threads when large.
 
 // GCC 12 warns inside its own AVX-512 intrinsics when xsimd's exp inlines here (GCC bug 105593).
 #if defined(__GNUC__) && !defined(__clang__) && __GNUC__ == 12
@@ -19,16 +19,16 @@
 #include "autodiff/instantiate.hpp"
 #include "autodiff/record.hpp"
 #include "kernels/parallel.hpp"
+#include "kernels/gelu.hpp"
 #include "kernels/map.hpp"
+#include "kernels/norm.hpp"
 #include "ops/ops.hpp"
 
 namespace xgrad::ops
 {
 namespace
 {
-constexpr double two_over_sqrt_pi = 1.1283791670955126;     // 2 / sqrt(pi)
-constexpr double one_over_sqrt_2 = 0.70710678118654752;     // 1 / sqrt(2)
-constexpr double one_over_sqrt_2pi = 0.39894228040143268;   // 1 / sqrt(2 pi)
+constexpr double two_over_sqrt_pi = 1.1283791670955126;  // 2 / sqrt(pi)
 
 template <class T>
 std::string number_str(T value)
@@ -43,29 +43,6 @@ std::string number_str(T value)
 // backward, `up` in SwiGLU) or 0 when absent.
 using kernels::lanes;
 using kernels::map_values;
-
-// The scalar type of a batch, or the type itself for a single value; e^x of either.
-template <class V>
-struct scalar_of_or_self
-{
-    using type = V;
-};
-template <class T, class A>
-struct scalar_of_or_self<xsimd::batch<T, A>>
-{
-    using type = T;
-};
-
-template <class T>
-T exp_of(T x)
-{
-    return std::exp(x);
-}
-template <class T, class A>
-xsimd::batch<T, A> exp_of(xsimd::batch<T, A> x)
-{
-    return xsimd::exp(x);
-}
 
 // sigmoid(x) = 1 / (1 + e^-x); for x -> -inf, e^-x -> inf and the quotient -> 0 (no NaN).
 template <class V>
@@ -111,8 +88,8 @@ struct swiglu_forward
     }
 };
 
-// erf uses libm one value at a time, as does the exact GELU's tail: xsimd's erfc is off by up to 4e-12
-// relative in double (and 4e-6 in float) for x > 2, where GELU's x << 0 reads it.
+// erf uses libm one value at a time, as does the exact GELU's tail (kernels/gelu.hpp): xsimd's erfc is
+// off by up to 4e-12 relative in double (and 4e-6 in float) for x > 2, where GELU's x << 0 reads it.
 struct erf_forward
 {
     template <class T>
@@ -131,73 +108,6 @@ struct erf_backward
     }
 };
 
-// Phi(x) = 0.5 (1 + erf(x / sqrt 2)) = 0.5 erfc(-x / sqrt 2). For x >= -1, 1 + erf >= 0.31 keeps its
-// digits and xsimd's erf (within 2e-15 of libm's) runs on whole batches; below, 1 + erf cancels (at
-// x = -6 it is 2e-9, and 0 in float32), and erfc takes over: in float32 xsimd's, in its batches (within
-// 1e-6 relative of the exact value, far below float32's other rounding), in float64 libm's, one value at
-// a time (xsimd's is off by up to 4e-12 relative there).
-constexpr double gelu_tail = -1.0;
-
-template <class T>
-T normal_cdf_tail(T x)
-{
-    return T(0.5) * std::erfc(x * T(-one_over_sqrt_2));
-}
-
-template <class V>
-V normal_cdf_body(V x)
-{
-    using T = typename kernels::scalar_of<V>::type;
-    const V body = V(T(0.5)) * (V(T(1)) + xsimd::erf(x * V(T(one_over_sqrt_2))));
-    if constexpr (std::is_same_v<T, float>)
-    {
-        return xsimd::select(x < V(T(gelu_tail)), V(T(0.5)) * xsimd::erfc(x * V(T(-one_over_sqrt_2))), body);
-    }
-    return body;
-}
-
-// y = x Phi(x) and d y = g (Phi(x) + x phi(x)), phi(x) = e^{-x^2/2} / sqrt(2 pi), given Phi(x).
-template <class V>
-V gelu_exact_value(V x, V cdf)
-{
-    return x * cdf;
-}
-
-template <class V>
-V gelu_exact_slope(V x, V g, V cdf)
-{
-    using T = typename scalar_of_or_self<V>::type;
-    return g * (cdf + x * V(T(one_over_sqrt_2pi)) * exp_of(V(T(-0.5)) * x * x));
-}
-
-struct gelu_exact_forward
-{
-    template <class V>
-    V operator()(V x, V) const
-    {
-        return gelu_exact_value(x, normal_cdf_body(x));
-    }
-    template <class T>
-    T tail(T x, T) const
-    {
-        return gelu_exact_value(x, normal_cdf_tail(x));
-    }
-};
-
-struct gelu_exact_backward
-{
-    template <class V>
-    V operator()(V x, V g) const
-    {
-        return gelu_exact_slope(x, g, normal_cdf_body(x));
-    }
-    template <class T>
-    T tail(T x, T g) const
-    {
-        return gelu_exact_slope(x, g, normal_cdf_tail(x));
-    }
-};
-
 // An elementwise op y = f(x) whose rule is dL/dx = backward(x, g), both functors, x saved.
 template <lanes kind, class T, class Forward, class Backward>
 var<T> unary_op(const char* name, const var<T>& x, Forward forward, Backward backward)
@@ -206,23 +116,6 @@ var<T> unary_op(const char* name, const var<T>& x, Forward forward, Backward bac
     return detail::record(name, {x}, std::move(y), saves_input0, [backward](backward_context<T>& ctx) {
         ctx.accumulate(0, map_values<kind>(ctx.input(0), &ctx.grad(), backward));
     });
-}
-
-// f on xsimd batches, then in float64 f.tail one value at a time where x < gelu_tail (NaN stays with the
-// batches).
-template <class T, class F>
-array<T> with_tail(const array<T>& x, const array<T>* other, F f)
-{
-    array<T> y = map_values<lanes::simd>(x, other, f);
-    for (std::size_t i = 0; std::is_same_v<T, double> && i < x.size(); ++i)
-    {
-        const T v = x.data()[i];
-        if (v < T(gelu_tail))
-        {
-            y.data()[i] = f.tail(v, other ? other->data()[i] : T(0));
-        }
-    }
-    return y;
 }
 
 // ---- row ops --------------------------------------------------------------------------------------
@@ -336,15 +229,14 @@ var<T> silu(const var<T>& x)
     return unary_op<lanes::simd>("silu", x, silu_forward{}, silu_backward{});
 }
 
-// y = 0.5 x (1 + erf(x / sqrt 2)) = x Phi(x)   (for x < -1 as 0.5 x erfc(-x / sqrt 2), see normal_cdf_tail)
+// y = 0.5 x (1 + erf(x / sqrt 2)) = x Phi(x)   (for x < -1 as 0.5 x erfc(-x / sqrt 2): kernels/gelu.hpp)
 // dL/dx = g (Phi(x) + x phi(x)),  phi(x) = e^{-x^2/2} / sqrt(2 pi)
 template <class T>
 var<T> gelu_exact(const var<T>& x)
 {
-    array<T> y = with_tail(x.value(), static_cast<const array<T>*>(nullptr), gelu_exact_forward{});
-    return detail::record("gelu_exact", {x}, std::move(y), saves_input0, [](backward_context<T>& ctx) {
-        ctx.accumulate(0, with_tail(ctx.input(0), &ctx.grad(), gelu_exact_backward{}));
-    });
+    using form = kernels::gelu::exact_form;
+    return unary_op<lanes::simd>("gelu_exact", x, kernels::gelu::forward<form>{},
+                                 kernels::gelu::backward<form>{});
 }
 
 // y = silu(a) u, a = gate.   dL/da = g u s (1 + a (1 - s)),  dL/du = g silu(a)   (s = sigmoid(a))
@@ -379,7 +271,8 @@ var<T> swiglu(const var<T>& gate, const var<T>& up)
 //   dL/dw = sum over rows of g xhat,   dL/dx = r (dxhat - xhat mean(dxhat xhat)).
 // Derivation: dr/dx_k = -r^3 x_k / d, so dxhat_i/dx_k = r [i = k] - r xhat_i xhat_k / d and
 // dL/dx_k = sum_i dxhat_i dxhat_i/dx_k = r dxhat_k - r xhat_k (1/d) sum_i dxhat_i xhat_i.
-// Saves x, w and r per row; xhat is recomputed in backward.
+// Saves x, w and r per row; xhat is recomputed in backward. Row kernels: kernels/norm.hpp (dw as
+// partial sums per block of rows).
 template <class T>
 var<T> rms_norm(const var<T>& x, const var<T>& weight, double eps)
 {
@@ -391,56 +284,35 @@ var<T> rms_norm(const var<T>& x, const var<T>& weight, double eps)
     const T* in = x.value().data();
     const T* w = weight.value().data();
     kernels::for_rows(rows.count, d, [&](std::size_t r) {
-        const T* xr = in + r * d;
-        T* yr = y.data() + r * d;
-        T squares = 0;
-        for (std::size_t j = 0; j < d; ++j)
-        {
-            squares += xr[j] * xr[j];
-        }
-        const T r_inv = T(1) / std::sqrt(squares / static_cast<T>(d) + static_cast<T>(eps));
-        for (std::size_t j = 0; j < d; ++j)
-        {
-            yr[j] = xr[j] * r_inv * w[j];
-        }
-        rms_inv[r] = r_inv;
+        rms_inv[r] = kernels::norm::rms_norm_rstd(in + r * d, d, static_cast<T>(eps));
+        kernels::norm::rms_norm_row(in + r * d, w, y.data() + r * d, d, rms_inv[r]);
     });
 
     auto rule = [rows, rms_inv = std::move(rms_inv)](backward_context<T>& ctx) {
         const std::size_t d = rows.length;
+        const bool wants_dx = ctx.needs_grad(0), wants_dw = ctx.needs_grad(1);
         const T* x = ctx.input(0).data();
         const T* w = ctx.input(1).data();
         const T* g = ctx.grad().data();
-        if (ctx.needs_grad(0))
+        array<T> dx = array<T>::from_shape(wants_dx ? ctx.input(0).shape() : shape_t{0});
+        const std::size_t blocks = kernels::row_block_count(rows.count, d);
+        kernels::block_sums<T> dw_sums(wants_dw ? blocks : 0, d);
+        kernels::for_row_blocks(rows.count, blocks, [&](std::size_t block, std::size_t first, std::size_t end) {
+            for (std::size_t r = first; r < end; ++r)
+            {
+                kernels::norm::rms_norm_row_backward(x + r * d, g + r * d, w, d, rms_inv[r],
+                                                     wants_dx ? dx.data() + r * d : nullptr,
+                                                     wants_dw ? dw_sums.of(block) : nullptr);
+            }
+        });
+        if (wants_dx)
         {
-            array<T> dx = array<T>::from_shape(ctx.input(0).shape());
-            kernels::for_rows(rows.count, d, [&](std::size_t r) {
-                const T* xr = x + r * d;
-                const T* gr = g + r * d;
-                T* dxr = dx.data() + r * d;
-                T dxhat_xhat = 0;  // sum_i dxhat_i xhat_i
-                for (std::size_t j = 0; j < d; ++j)
-                {
-                    dxhat_xhat += gr[j] * w[j] * xr[j] * rms_inv[r];
-                }
-                const T dxhat_xhat_mean = dxhat_xhat / static_cast<T>(d);
-                for (std::size_t j = 0; j < d; ++j)
-                {
-                    dxr[j] = rms_inv[r] * (gr[j] * w[j] - xr[j] * rms_inv[r] * dxhat_xhat_mean);
-                }
-            });
             ctx.accumulate(0, std::move(dx));
         }
-        if (ctx.needs_grad(1))
+        if (wants_dw)
         {
             array<T> dw = xt::zeros<T>(shape_t{d});
-            for (std::size_t r = 0; r < rows.count; ++r)
-            {
-                for (std::size_t j = 0; j < d; ++j)
-                {
-                    dw.data()[j] += g[r * d + j] * x[r * d + j] * rms_inv[r];
-                }
-            }
+            dw_sums.add_to(dw.data());
             ctx.accumulate(1, std::move(dw));
         }
     };

@@ -171,6 +171,8 @@ void bind_nn_ops(py::module_& m)
         return ops::attention_token_major(q, k, val, heads, kv_heads, m ? &*m : nullptr, causal);
     });
     m.def("linear", [](v x, v w, v b) { return ops::linear(x, w, b); });
+    m.def("linear_gelu", [](v x, v w, v b) { return ops::linear_gelu(x, w, b); });
+    m.def("linear_gelu_exact", [](v x, v w, v b) { return ops::linear_gelu_exact(x, w, b); });
     m.def("log_softmax", [](v x) { return ops::log_softmax(x); });
     m.def("cross_entropy", [](v logits, const numpy_in<std::int64_t>& targets) {
         return ops::cross_entropy(logits, to_ids(targets));

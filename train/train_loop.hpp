@@ -151,6 +151,7 @@ train_summary train_module(Model& model, const text_corpus& data, const train_op
         models::forward_options fo;
         fo.dropout = o.dropout;
         fo.generator = o.dropout > 0 ? &generator : nullptr;
+        fo.every_activation = false;  // nothing reads the activations' gradients: the fused nodes may merge
         const auto r = model.forward(t, b.inputs, &b.targets, fo);
         t.backward(r.loss);
         float loss = r.loss.item();

@@ -8,8 +8,8 @@ Elementwise (NumPy broadcasting): add sub mul div, scale add_scalar neg pow, exp
 tanh relu sigmoid gelu. Reductions: sum mean (all or given axes), max (one axis), variance.
 Shapes: reshape permute transpose slice concat, embedding. Products: matmul (batched, broadcast,
 transpose flags). Fused, hand-derived rules: masked_softmax softmax log_softmax cross_entropy
-layer_norm dropout attention attention_token_major linear. The architecture variants': erf silu
-gelu_exact swiglu rms_norm rope.
+layer_norm dropout attention attention_token_major linear linear_gelu linear_gelu_exact. The
+architecture variants': erf silu gelu_exact swiglu rms_norm rope.
 """
 
 import numbers
@@ -242,10 +242,22 @@ def linear(x, weight, bias):
     return Var(_core.linear(x._v, weight._v, bias._v), x.tape)
 
 
+def linear_gelu(x, weight, bias):
+    """gelu(x W + b) in one node (the tanh approximation, as gelu): shapes as in linear."""
+    _vars("linear_gelu", x, weight, bias)
+    return Var(_core.linear_gelu(x._v, weight._v, bias._v), x.tape)
+
+
+def linear_gelu_exact(x, weight, bias):
+    """gelu_exact(x W + b) in one node: shapes as in linear."""
+    _vars("linear_gelu_exact", x, weight, bias)
+    return Var(_core.linear_gelu_exact(x._v, weight._v, bias._v), x.tape)
+
+
 __all__ = [
     "add", "sub", "mul", "div", "scale", "add_scalar", "neg", "exp", "log", "sqrt", "rsqrt", "pow", "tanh",
     "relu", "sigmoid", "gelu", "sum", "mean", "max", "variance", "reshape", "permute", "transpose", "slice",
     "concat", "embedding", "matmul", "masked_softmax", "softmax", "attention", "log_softmax", "cross_entropy",
     "layer_norm", "dropout", "erf", "silu", "gelu_exact", "swiglu", "rms_norm", "rope",
-    "attention_token_major", "linear",
+    "attention_token_major", "linear", "linear_gelu", "linear_gelu_exact",
 ]
