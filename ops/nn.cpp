@@ -206,7 +206,8 @@ namespace
 {
 // y = gelu(h), h = x W + b, in one node (Form: kernels/gelu.hpp's tanh_form or exact_form). The bias and
 // the GELU go in one pass over the product's buffer, which then holds gelu'(h) for the backward in
-// place of h (so the node keeps what linear + gelu kept, and the backward computes no tanh or erf).
+// place of h (so the node keeps what linear + gelu kept, and the backward computes no tanh or erf). The
+// rule holds that array, so tape::bytes_saved_for_backward does not count it (nor attention's lse).
 // With g = dL/dy:
 //   dL/dh = g gelu'(h);  dL/dx = dL/dh W^T,  dL/dW = x^T dL/dh,  dL/db_j = sum over rows of dL/dh_j.
 // dL/dh (in g's own buffer when the tape frees g next) and dL/db come out of one pass over g.
