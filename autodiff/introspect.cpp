@@ -29,6 +29,7 @@ std::size_t tape<T>::bytes_saved_for_backward(bool include_leaves) const
     {
         const bool counted = n->value_saved && (include_leaves || n->input_count > 0);
         bytes += counted ? n->owned.size() * sizeof(T) : 0;  // a borrowed parameter is not the tape's
+        bytes += n->rule_bytes;
     }
     return bytes;
 }
@@ -39,7 +40,7 @@ std::size_t tape<T>::bytes_held() const
     std::size_t bytes = 0;
     for (const auto& n : state_->nodes)
     {
-        bytes += (n->owned.size() + (n->has_grad ? n->grad.size() : 0)) * sizeof(T);
+        bytes += (n->owned.size() + (n->has_grad ? n->grad.size() : 0)) * sizeof(T) + n->rule_bytes;
     }
     return bytes;
 }

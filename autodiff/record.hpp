@@ -94,7 +94,7 @@ namespace detail
 {
 template <class T, class Rule, class Inputs>
 var<T> record_range(const char* op, const Inputs& inputs, array<T>&& value, unsigned saved, Rule&& rule,
-                    std::uint64_t multiply_adds)
+                    std::uint64_t multiply_adds, std::size_t rule_bytes)
 {
     if (inputs.size() == 0 || inputs.size() > max_inputs)
     {
@@ -127,6 +127,7 @@ var<T> record_range(const char* op, const Inputs& inputs, array<T>&& value, unsi
     if (wants_grad)
     {
         n->saves = saved;
+        n->rule_bytes = rule_bytes;
         mark_saved(*state, *n);
     }
     const auto index = static_cast<std::uint32_t>(state->nodes.size());
@@ -142,19 +143,35 @@ var<T> record_range(const char* op, const Inputs& inputs, array<T>&& value, unsi
     return var<T>(state, index, state->generation);
 }
 // Records one op: its inputs (1 to max_inputs, all on one tape), its value, what its rule reads (saves
-// flags), the rule, and the multiply-adds it did (for the tape's counting).
+// flags), the rule, the multiply-adds it did (for the tape's counting), and the bytes the rule itself
+// holds for the backward (arrays it captured; counted by bytes_saved_for_backward while it lives).
 template <class T, class Rule>
 var<T> record(const char* op, std::initializer_list<var<T>> inputs, array<T>&& value, unsigned saved,
-              Rule&& rule, std::uint64_t multiply_adds = 0)
+              Rule&& rule, std::uint64_t multiply_adds = 0, std::size_t rule_bytes = 0)
 {
-    return record_range<T>(op, inputs, std::move(value), saved, std::forward<Rule>(rule), multiply_adds);
+    return record_range<T>(op, inputs, std::move(value), saved, std::forward<Rule>(rule), multiply_adds,
+                           rule_bytes);
 }
 
 template <class T, class Rule>
 var<T> record(const char* op, const std::vector<var<T>>& inputs, array<T>&& value, unsigned saved, Rule&& rule,
-              std::uint64_t multiply_adds = 0)
+              std::uint64_t multiply_adds = 0, std::size_t rule_bytes = 0)
 {
-    return record_range<T>(op, inputs, std::move(value), saved, std::forward<Rule>(rule), multiply_adds);
+    return record_range<T>(op, inputs, std::move(value), saved, std::forward<Rule>(rule), multiply_adds,
+                           rule_bytes);
+}
+
+// Whether an op on these inputs will record a backward rule: some input wants a gradient and the tape
+// is not under no_grad. An op can then skip computing what only its backward would read.
+template <class T>
+bool records_backward(std::initializer_list<var<T>> inputs)
+{
+    bool wants_grad = false;
+    for (const var<T>& in : inputs)
+    {
+        wants_grad = wants_grad || in.node().requires_grad;
+    }
+    return wants_grad && inputs.begin()->state()->no_grad_depth == 0;
 }
 }  // namespace detail
 

@@ -64,6 +64,7 @@ struct node
     bool released = false;     // its rule was freed by a backward that did not retain the graph
     std::int8_t finite = -1;   // anomaly mode's memo: value all finite (1), not (0), not yet looked at (-1)
     std::uint64_t multiply_adds = 0;
+    std::size_t rule_bytes = 0;  // what the rule itself keeps for the backward (a mask, row statistics)
     std::shared_ptr<typename parameter<T>::state> param;  // set on leaves bound to a parameter
 
     const array<T>& value() const { return borrowed ? *borrowed : owned; }
@@ -81,7 +82,11 @@ struct rule_node final : node<T>
     std::optional<Rule> rule;
     bool has_rule() const override { return rule.has_value(); }
     void run_rule(backward_context<T>& ctx) override { (*rule)(ctx); }
-    void release_rule() override { rule.reset(); }
+    void release_rule() override
+    {
+        rule.reset();
+        this->rule_bytes = 0;
+    }
 };
 
 // Nodes live in the tape's arena; destroying one runs its destructor and leaves the memory to the arena.
@@ -123,7 +128,7 @@ struct tape_state
 // How ops record themselves (autodiff/record.hpp); declared here because var befriends it.
 template <class T, class Rule, class Inputs>
 var<T> record_range(const char* op, const Inputs& inputs, array<T>&& value, unsigned saved, Rule&& rule,
-                    std::uint64_t multiply_adds);
+                    std::uint64_t multiply_adds, std::size_t rule_bytes);
 
 [[noreturn]] void throw_stale(std::uint32_t index);
 
@@ -170,7 +175,8 @@ private:
     std::uint64_t generation_ = 0;
     friend class tape<T>;
     template <class U, class R, class Inputs>
-    friend var<U> detail::record_range(const char*, const Inputs&, array<U>&&, unsigned, R&&, std::uint64_t);
+    friend var<U> detail::record_range(const char*, const Inputs&, array<U>&&, unsigned, R&&, std::uint64_t,
+                                       std::size_t);
     template <class U>
     friend var<U> constant_like(const var<U>&, array<U>, std::string);
 };
@@ -240,10 +246,11 @@ public:
     // Introspection.
     std::size_t size() const { return state_->nodes.size(); }
     std::vector<node_info> nodes() const;
-    // Bytes of the values the tape owns that a backward rule will read; with include_leaves = false, only
-    // the intermediate results (what an autograd engine allocates in the forward pass and keeps).
+    // Bytes of the values the tape owns that a backward rule will read, and of what live rules keep
+    // themselves (a fused GELU's slopes, a dropout mask, a norm's row statistics); with include_leaves =
+    // false, only the intermediate results (what an autograd engine allocates in the forward pass and keeps).
     std::size_t bytes_saved_for_backward(bool include_leaves = true) const;
-    std::size_t bytes_held() const;                // every value and gradient the tape owns
+    std::size_t bytes_held() const;                // every value and gradient the tape owns, and the rules' own
     std::uint64_t multiply_adds() const;           // sum over recorded ops (matmul counts M*N*K)
     std::string trace() const;                     // one line per node: index, op, label, inputs, shape
     std::string to_dot() const;                    // Graphviz DOT of the graph

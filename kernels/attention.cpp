@@ -3,7 +3,8 @@
 //
 //   forward   S = Q_t K_u^T                    (GEMM)
 //             m' = max(m, scale max_j S_ij)     over visible keys only
-//             P = exp(scale S - m')             masked entries are -inf before the exp, so exactly 0
+//             P = exp(scale S - m')             masked entries are -inf before the exp, so exactly 0;
+//                                               past the causal limit P = 0 is written, no exp taken
 //             l = l exp(m - m') + sum_j P_ij,   O = O exp(m - m') + P V_u   (GEMM)
 //   at the end O /= l and lse = m + log l: softmax(scale S) V without ever holding a whole row of S.
 //
@@ -82,26 +83,27 @@ struct visibility
         return mask ? mask + b * stride_b + h * stride_h + i * stride_i : nullptr;
     }
 
-    // Sets the invisible entries of s[0, cols) (keys j0 .. j0 + cols of query i) to -inf; returns whether
-    // any entry is visible.
+    // For the scores s[0, cols) of keys j0 .. j0 + cols of query i: the entries past the causal limit
+    // are set to 0 (P = 0 there: the exp is never taken, which halves it on a diagonal tile), the masked
+    // ones before it to -inf (exp -> 0). Returns how many leading entries may be visible, or 0 when
+    // none is.
     template <class T>
-    bool hide_invisible(T* s, std::size_t cols, std::size_t j0, std::size_t i, const bool* row) const
+    std::size_t visible_prefix(T* s, std::size_t cols, std::size_t j0, std::size_t i, const bool* row) const
     {
-        const T minus_inf = -std::numeric_limits<T>::infinity();
         const std::size_t end = std::min(cols, key_end(i) > j0 ? key_end(i) - j0 : 0);
-        std::fill(s + end, s + cols, minus_inf);
+        std::fill(s + end, s + cols, T(0));
         if (!row)
         {
-            return end > 0;
+            return end;
         }
         bool any = false;
         for (std::size_t c = 0; c < end; ++c)
         {
             const bool keep = row[(j0 + c) * stride_j];
-            s[c] = keep ? s[c] : minus_inf;
+            s[c] = keep ? s[c] : -std::numeric_limits<T>::infinity();
             any = any || keep;
         }
-        return any;
+        return any ? end : 0;
     }
 
     // Offset of query row i of head h (the output's rows alike), and of key/value row j of head g.
@@ -168,15 +170,16 @@ void forward_tile(const visibility& vis, const T* q, const T* k, const T* v, T* 
         {
             T* row = s + r * tile_k;
             const std::size_t i = i0 + r;
-            if (!vis.hide_invisible(row, cols, j0, i, vis.mask_row(b, h, i)))
+            const std::size_t visible = vis.visible_prefix(row, cols, j0, i, vis.mask_row(b, h, i));
+            if (!visible)
             {
                 std::fill(row, row + cols, T(0));  // nothing visible here: P = 0, the row's state unchanged
                 continue;
             }
             seen[r] = 1;
-            const T new_max = std::max(m[r], scale * simd::max_of(row, cols));
+            const T new_max = std::max(m[r], scale * simd::max_of(row, visible));
             const T shrink = std::exp(m[r] - new_max);  // 0 on the row's first visible tile
-            const T sum = simd::exp_sum(row, cols, scale, new_max);
+            const T sum = simd::exp_sum(row, visible, scale, new_max);
             l[r] = l[r] * shrink + sum;
             m[r] = new_max;
             if (shrink != T(1))
@@ -242,14 +245,11 @@ void backward_group(const visibility& vis, const T* q, const T* k, const T* v, c
                     T* p_row = p + r * tile_k;
                     T* ds_row = dp + r * tile_k;
                     const std::size_t i = i0 + r;
-                    if (!vis.hide_invisible(p_row, cols, j0, i, vis.mask_row(b, h, i)))
-                    {
-                        std::fill(p_row, p_row + cols, T(0));
-                        std::fill(ds_row, ds_row + cols, T(0));
-                        continue;
-                    }
-                    simd::exp_sum(p_row, cols, scale, lse[bh * vis.Tq + i]);  // P = exp(scale S - lse)
-                    for (std::size_t c = 0; c < cols; ++c)
+                    const std::size_t visible = vis.visible_prefix(p_row, cols, j0, i, vis.mask_row(b, h, i));
+                    std::fill(p_row + visible, p_row + cols, T(0));
+                    std::fill(ds_row + visible, ds_row + cols, T(0));
+                    simd::exp_sum(p_row, visible, scale, lse[bh * vis.Tq + i]);  // P = exp(scale S - lse)
+                    for (std::size_t c = 0; c < visible; ++c)
                     {
                         ds_row[c] = scale * p_row[c] * (ds_row[c] - d[r]);  // dS = scale P (dP - D)
                     }

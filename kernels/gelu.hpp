@@ -160,24 +160,31 @@ struct backward
     }
 };
 
-// One row of the fused bias + GELU, n entries: h = pre + bias, out = gelu(h), and pre := gelu'(h), the
-// slope the backward reads, in the product's own buffer (h itself is not kept). The tail goes through
-// the same batch code in a zero-padded buffer, as map_into's does.
+// One row of the fused bias + GELU, n entries: h = pre + bias, out = gelu(h), and, unless `slope` is
+// null (no backward will read it), slope := gelu'(h); the fused node passes slope = pre, so the product's
+// own buffer holds the slope in place of h. The tail goes through the same batch code in a zero-padded
+// buffer, as map_into's does.
 template <class Form, class T>
-void bias_gelu_row(T* pre, const T* bias, T* out, std::size_t n)
+void bias_gelu_row(const T* pre, const T* bias, T* out, T* slope, std::size_t n)
 {
     using V = xsimd::batch<T>;
     constexpr std::size_t w = V::size;
-    auto one = [](const T* p, const T* b, T* o, T* s) {
-        V value, slope;
-        Form::value_and_slope(V::load_unaligned(p) + V::load_unaligned(b), value, slope);
+    auto one = [slope](const T* p, const T* b, T* o, T* s) {
+        const V h = V::load_unaligned(p) + V::load_unaligned(b);
+        if (!slope)
+        {
+            Form::value(h).store_unaligned(o);
+            return;
+        }
+        V value, slope_of_h;
+        Form::value_and_slope(h, value, slope_of_h);
         value.store_unaligned(o);
-        slope.store_unaligned(s);
+        slope_of_h.store_unaligned(s);
     };
     std::size_t j = 0;
     for (; j + w <= n; j += w)
     {
-        one(pre + j, bias + j, out + j, pre + j);
+        one(pre + j, bias + j, out + j, slope ? slope + j : nullptr);
     }
     if (j < n)
     {
@@ -186,7 +193,10 @@ void bias_gelu_row(T* pre, const T* bias, T* out, std::size_t n)
         std::copy(bias + j, bias + n, b);
         one(p, b, o, s);
         std::copy(o, o + (n - j), out + j);
-        std::copy(s, s + (n - j), pre + j);
+        if (slope)
+        {
+            std::copy(s, s + (n - j), slope + j);
+        }
     }
 }
 

@@ -53,6 +53,9 @@ T max_of(const T* x, std::size_t n)
 
 // x[j] = exp(s x[j] - shift) in place, with s x[j] - shift in one fused multiply-add (no rounding of
 // s x[j] on its own: it matters for logits of 1e3); returns the sum. Masked entries hold -inf -> 0.
+// The tail (n mod the batch width entries: every row of a causal tile has one) goes through the same
+// batch exp in a zero-padded buffer, whose padding lanes are left out of the sum: one exp per batch,
+// not one libm call per entry, and the same arithmetic for every entry.
 template <class T>
 T exp_sum(T* x, std::size_t n, T s, T shift)
 {
@@ -67,10 +70,16 @@ T exp_sum(T* x, std::size_t n, T s, T shift)
         acc += e;
     }
     T total = xsimd::hadd(acc);
-    for (; j < n; ++j)
+    if (j < n)
     {
-        x[j] = std::exp(std::fma(s, x[j], -shift));
-        total += x[j];
+        alignas(64) T tail[w] = {};
+        std::copy(x + j, x + n, tail);
+        xsimd::exp(xsimd::fma(vs, batch<T>::load_aligned(tail), vshift)).store_aligned(tail);
+        for (std::size_t c = 0; c < n - j; ++c)
+        {
+            x[j + c] = tail[c];
+            total += tail[c];
+        }
     }
     return total;
 }

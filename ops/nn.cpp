@@ -207,8 +207,8 @@ namespace
 // y = gelu(h), h = x W + b, in one node (Form: kernels/gelu.hpp's tanh_form or exact_form). The bias and
 // the GELU go in one pass over the product's buffer, which then holds gelu'(h) for the backward in
 // place of h (so the node keeps what linear + gelu kept, and the backward computes no tanh or erf). The
-// rule holds that array, so tape::bytes_saved_for_backward does not count it (nor attention's lse).
-// With g = dL/dy:
+// rule holds that array (its bytes are declared to the tape); when no backward will run (no_grad, or no
+// input wants a gradient) the slope is not computed. With g = dL/dy:
 //   dL/dh = g gelu'(h);  dL/dx = dL/dh W^T,  dL/dW = x^T dL/dh,  dL/db_j = sum over rows of dL/dh_j.
 // dL/dh (in g's own buffer when the tape frees g next) and dL/db come out of one pass over g.
 template <class Form, class T>
@@ -220,9 +220,12 @@ var<T> linear_then_gelu(const char* op, const var<T>& x, const var<T>& weight, c
     array<T> y = array<T>::from_shape(slope.shape());
     const std::size_t n = bias.shape()[0], rows = slope.size() / std::max<std::size_t>(n, 1);
     const T* b = bias.value().data();
+    const bool backward = detail::records_backward({x, weight, bias});
     kernels::for_rows(rows, n, [&](std::size_t r) {
-        kernels::gelu::bias_gelu_row<Form>(slope.data() + r * n, b, y.data() + r * n, n);
+        T* row = slope.data() + r * n;
+        kernels::gelu::bias_gelu_row<Form>(row, b, y.data() + r * n, backward ? row : nullptr, n);
     });
+    const std::size_t slope_bytes = backward ? slope.size() * sizeof(T) : 0;
     auto rule = [n, rows, slope = std::move(slope)](backward_context<T>& ctx) {
         array<T> dh = ctx.take_grad();  // g, turned into dL/dh in place
         const std::size_t blocks = kernels::row_block_count(rows, n);
@@ -243,7 +246,7 @@ var<T> linear_then_gelu(const char* op, const var<T>& x, const var<T>& weight, c
         }
     };
     return detail::record(op, {x, weight, bias}, std::move(y), saves_input0 | saves_input1, std::move(rule),
-                          macs);
+                          macs, slope_bytes);
 }
 }  // namespace
 
@@ -330,6 +333,7 @@ var<T> cross_entropy(const var<T>& logits, const ids_t& targets)
     array<T> loss = array<T>::from_shape(shape_t{});
     loss.flat(0) = kept > 0 ? total / static_cast<T>(kept) : T(0);
 
+    const std::size_t rule_bytes = lse.size() * sizeof(T) + targets.size() * sizeof(std::int64_t);
     auto rule = [rows, targets, lse = std::move(lse), kept](backward_context<T>& ctx) {
         array<T> dx = xt::zeros<T>(ctx.input(0).shape());
         if (kept > 0)
@@ -350,7 +354,7 @@ var<T> cross_entropy(const var<T>& logits, const ids_t& targets)
         }
         ctx.accumulate(0, std::move(dx));
     };
-    return detail::record("cross_entropy", {logits}, std::move(loss), saves_input0, std::move(rule));
+    return detail::record("cross_entropy", {logits}, std::move(loss), saves_input0, std::move(rule), 0, rule_bytes);
 }
 
 // Over the last axis (d entries): mu = mean(x), var = mean((x - mu)^2) (biased), rstd = 1 / sqrt(var + eps),
@@ -380,6 +384,7 @@ var<T> layer_norm(const var<T>& x, const var<T>& weight, const var<T>& bias, T e
         kernels::norm::layer_norm_row(in + r * d, w, b, y.data() + r * d, d, stats[r]);
     });
 
+    const std::size_t stats_bytes = stats.size() * sizeof(stats[0]);
     auto rule = [rows, stats = std::move(stats)](backward_context<T>& ctx) {
         const std::size_t d = rows.length;
         const bool wants_dx = ctx.needs_grad(0), wants_dw = ctx.needs_grad(1), wants_db = ctx.needs_grad(2);
@@ -417,7 +422,7 @@ var<T> layer_norm(const var<T>& x, const var<T>& weight, const var<T>& bias, T e
         }
     };
     return detail::record("layer_norm", {x, weight, bias}, std::move(y), saves_input0 | saves_input1,
-                          std::move(rule));
+                          std::move(rule), 0, stats_bytes);
 }
 
 // y = x m / (1 - p), m_i ~ Bernoulli(1 - p) drawn from `generator` (one 64-bit draw per entry: keep when
@@ -449,6 +454,7 @@ var<T> dropout(const var<T>& x, T p, std::mt19937_64& generator, bool training)
     {
         y.data()[i] = in[i] * (keep.data()[i] ? keep_scale : T(0));
     }
+    const std::size_t keep_bytes = keep.size() * sizeof(bool);
     auto rule = [keep = std::move(keep), keep_scale](backward_context<T>& ctx) {
         array<T> dx = ctx.take_grad();
         for (std::size_t i = 0; i < dx.size(); ++i)
@@ -457,7 +463,7 @@ var<T> dropout(const var<T>& x, T p, std::mt19937_64& generator, bool training)
         }
         ctx.accumulate(0, std::move(dx));
     };
-    return detail::record("dropout", {x}, std::move(y), saves_nothing, std::move(rule));
+    return detail::record("dropout", {x}, std::move(y), saves_nothing, std::move(rule), 0, keep_bytes);
 }
 
 #define XGRAD_NN(T)                                                                        \

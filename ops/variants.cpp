@@ -288,6 +288,7 @@ var<T> rms_norm(const var<T>& x, const var<T>& weight, double eps)
         kernels::norm::rms_norm_row(in + r * d, w, y.data() + r * d, d, rms_inv[r]);
     });
 
+    const std::size_t rms_bytes = rms_inv.size() * sizeof(T);
     auto rule = [rows, rms_inv = std::move(rms_inv)](backward_context<T>& ctx) {
         const std::size_t d = rows.length;
         const bool wants_dx = ctx.needs_grad(0), wants_dw = ctx.needs_grad(1);
@@ -316,7 +317,8 @@ var<T> rms_norm(const var<T>& x, const var<T>& weight, double eps)
             ctx.accumulate(1, std::move(dw));
         }
     };
-    return detail::record("rms_norm", {x, weight}, std::move(y), saves_input0 | saves_input1, std::move(rule));
+    return detail::record("rms_norm", {x, weight}, std::move(y), saves_input0 | saves_input1, std::move(rule), 0,
+                          rms_bytes);
 }
 
 // Row t of (B, H, T, dh), pair (2i, 2i+1), angle a = (offset + t) base^(-2i/dh):
@@ -330,10 +332,11 @@ var<T> rope(const var<T>& x, double base, std::size_t position_offset)
     const shape_t shape = x.shape();
     rope_table<T> table(shape[2], shape[3], base, position_offset);
     array<T> y = rotate_pairs(x.value(), table, false);
-    return detail::record("rope", {x}, std::move(y), saves_nothing,
-                          [table = std::move(table)](backward_context<T>& ctx) {
-                              ctx.accumulate(0, rotate_pairs(ctx.grad(), table, true));
-                          });
+    const std::size_t table_bytes = (table.cos.size() + table.sin.size()) * sizeof(T);
+    return detail::record(
+        "rope", {x}, std::move(y), saves_nothing,
+        [table = std::move(table)](backward_context<T>& ctx) { ctx.accumulate(0, rotate_pairs(ctx.grad(), table, true)); },
+        0, table_bytes);
 }
 
 #define XGRAD_VARIANTS(T)                                                  \

@@ -1,8 +1,15 @@
 # Every example parses its command line as the tools do: --help prints the usage, exits 0 and creates
 # nothing; an unknown flag is one line on stderr and exit status 2.
-foreach(example mha_demo gpt_demo gpt_gradcheck byte_mlp train_tiny)
+foreach(example mha_demo gpt_demo gpt_gradcheck byte_mlp train_tiny gpt_step_profile)
   if(TARGET ${example})
     add_test(NAME examples_cli_${example}
       COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/examples_cli.sh $<TARGET_FILE:${example}>)
   endif()
 endforeach()
+
+# The profiling driver runs its steps and reports a median (docs/performance.md uses it under perf).
+if(TARGET gpt_step_profile)
+  add_test(NAME examples_run_gpt_step_profile COMMAND gpt_step_profile --config nano --steps 4 --peak 50)
+  set_tests_properties(examples_run_gpt_step_profile PROPERTIES
+    PASS_REGULAR_EXPRESSION "loss at step 1 4\\.[0-9]+.*median of 1 steps: wall [0-9.]+ ms.*share of the given FMA peak")
+endif()

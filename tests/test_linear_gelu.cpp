@@ -176,6 +176,36 @@ TEST_CASE("linear_gelu(_exact): the bias's gradient, summed in row blocks, is th
     }
 }
 
+TEST_CASE("linear_gelu(_exact): the rule's slopes are counted as saved; no_grad computes none, same values")
+{
+    const std::vector<test::f64> in = random_inputs({2, 5}, 11, 51);  // x (2, 5), W (5, 11), b (11)
+    for (form f : {form::tanh, form::exact})
+    {
+        CAPTURE(name_of(f));
+        tape<double> t;
+        auto x = t.input(in[0]);
+        auto w = t.input(in[1]);
+        auto b = t.input(in[2]);
+        auto y = fused(f, x, w, b);
+        // x and W (read by the backward products) are leaves; the slopes gelu'(x W + b), 2 x 11, are the
+        // rule's own.
+        CHECK(t.bytes_saved_for_backward(false) == 2 * 11 * sizeof(double));
+        CHECK(t.bytes_saved_for_backward() == (2 * 5 + 5 * 11 + 2 * 11) * sizeof(double));
+        t.backward(ops::sum(y));
+        CHECK(t.bytes_saved_for_backward() == 0);
+
+        tape<double> u;
+        auto ux = u.input(in[0]);
+        auto uw = u.input(in[1]);
+        auto ub = u.input(in[2]);
+        auto guard = u.no_grad();
+        auto uy = fused(f, ux, uw, ub);
+        CHECK(u.bytes_saved_for_backward() == 0);
+        CHECK_FALSE(uy.requires_grad());
+        CHECK(uy.value() == y.value());  // the value alone, the same arithmetic as with its slope
+    }
+}
+
 TEST_CASE("linear_gelu(_exact): bad shapes throw, naming the op and the shapes")
 {
     tape<double> t;

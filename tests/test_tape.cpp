@@ -2,6 +2,7 @@
 // handles, seeds, parameters, the no-grad guard, sum_to and introspection.
 #include <doctest/doctest.h>
 
+#include <random>
 #include <stdexcept>
 
 #include "autodiff/record.hpp"
@@ -230,6 +231,30 @@ TEST_CASE("bytes_held counts values and gradients; bytes_saved_for_backward the 
     t.backward(s);
     CHECK(t.bytes_saved_for_backward() == 0);
     CHECK(t.bytes_held() >= (6 + 12 + 8 + 8 + 1 + 6 + 12) * sizeof(double));  // values + leaf gradients
+}
+
+TEST_CASE("bytes_saved_for_backward counts what rules keep themselves, until the backward frees them")
+{
+    tape<double> t;
+    auto logits = t.input(random_array({3, 5}, 41));
+    std::mt19937_64 rng(7);
+    auto kept = ops::dropout(logits, 0.5, rng);  // the rule keeps one bool per entry: 15 bytes
+    CHECK(t.bytes_saved_for_backward(false) == 15);
+    const ids_t targets = {0, 4, -1};
+    auto loss = ops::cross_entropy(kept, targets);  // saves its input (15), keeps lse and targets per row
+    CHECK(t.bytes_saved_for_backward(false) == 15 + 15 * sizeof(double) + 3 * (sizeof(double) + sizeof(std::int64_t)));
+    CHECK(t.bytes_held() == (15 + 15 + 1) * sizeof(double) + 15 + 3 * (sizeof(double) + sizeof(std::int64_t)));
+    t.backward(loss);
+    CHECK(t.bytes_saved_for_backward() == 0);
+
+    tape<double> u;
+    auto x = u.input(random_array({3, 5}, 42));
+    {
+        auto guard = u.no_grad();
+        ops::dropout(x, 0.5, rng);
+        ops::cross_entropy(x, targets);
+    }
+    CHECK(u.bytes_saved_for_backward() == 0);  // no rule was recorded, so nothing is kept
 }
 
 // ---- releasing and retaining the graph --------------------------------------------------------------
