@@ -3,12 +3,17 @@
 // Which library is fastest depends on the CPU and on the shape. OpenBLAS picks its kernels from the CPU
 // model it recognises: on a CPU newer than Debian's 0.3.21 it falls back to SSE3 ("Prescott") kernels at
 // a tenth of the FMA peak, and it did on the project's 2023 Xeon. oneDNN and LIBXSMM generate their
-// kernels at run time for the vector ISA the CPU reports (AVX2, AVX-512, ...), whatever its model, so the
-// rule sends every product to one of those two and the CPU-feature detection is theirs:
+// kernels at run time for the vector ISA the CPU reports (AVX2, AVX-512, ...), whatever its model. The
+// rule sends small products to LIBXSMM, and large ones to OpenBLAS only when its kernels are the best
+// the CPU's flags allow, where the bench's GEMM table measured it ahead (docs/performance.md):
 //
 //   float32   every side <= 128, or every side <= 256 with B not transposed: one LIBXSMM kernel
-//             otherwise: oneDNN's dnnl_sgemm
+//             otherwise, on an AVX2 CPU whose OpenBLAS runs its AVX2 kernels: OpenBLAS (93-96% of
+//             the FMA peak on an AMD EPYC's projection shapes, against dnnl_sgemm's 85-92%)
+//             otherwise: oneDNN's dnnl_sgemm (62-85% on an AVX-512 Xeon, against OpenBLAS's 57-69%)
 //   float64   every side <= 256: one LIBXSMM kernel
+//             otherwise, when OpenBLAS runs the CPU's best kernels: OpenBLAS (87-90% on the EPYC
+//             against 46-83%, 48-62% on the Xeon against 40-58%)
 //             otherwise: LIBXSMM kernels over packed blocks (oneDNN has no double GEMM)
 //   float32 at bf16 matmul precision (kernels/precision.hpp): A and B rounded to bfloat16, then
 //             at least 2^21 multiply-adds: oneDNN's matmul primitive on bfloat16 operands (AMX or
@@ -20,7 +25,8 @@
 // OpenBLAS on older kernels than the CPU's flags allow, it says so once on stderr.
 //
 // The rule follows the bench's GEMM backend table (docs/performance.md), which times every backend on the
-// products of an MHA step in every run. It is fixed, not measured per process: a first version timed each
+// products of an MHA step in every run. It depends on the CPU's flags and OpenBLAS's core alone, never on
+// a timing (nor on a CPU's name): a first version timed each
 // shape class on first use and kept the winner, and on a shared machine two processes then chose
 // differently where two backends run within noise of each other, so the same inputs gave gradients
 // differing in the last bits from one run of the .npy tool to the next. Results must not depend on timing.
@@ -85,15 +91,30 @@ void run(gemm_backend backend, const backends::product& p, const T* a, const T* 
 
 // The fixed rule above, on the backends this build has.
 #if XGRAD_HAVE_LIBXSMM
-constexpr gemm_backend small_products = gemm_backend::libxsmm, large_double = gemm_backend::libxsmm_tiled;
+constexpr gemm_backend small_products = gemm_backend::libxsmm, packed_double = gemm_backend::libxsmm_tiled;
 #else
-constexpr gemm_backend small_products = gemm_backend::openblas, large_double = gemm_backend::openblas;
+constexpr gemm_backend small_products = gemm_backend::openblas, packed_double = gemm_backend::openblas;
 #endif
 #if XGRAD_HAVE_ONEDNN
-constexpr gemm_backend large_float = gemm_backend::onednn;
+constexpr gemm_backend generated_float = gemm_backend::onednn;
 #else
-constexpr gemm_backend large_float = gemm_backend::openblas;
+constexpr gemm_backend generated_float = gemm_backend::openblas;
 #endif
+
+gemm_backend large_float()
+{
+    static const gemm_backend chosen =
+        backends::openblas_runs_the_cpus_best_kernels() && !backends::cpu_has_avx512() ? gemm_backend::openblas
+                                                                                       : generated_float;
+    return chosen;
+}
+
+gemm_backend large_double()
+{
+    static const gemm_backend chosen =
+        backends::openblas_runs_the_cpus_best_kernels() ? gemm_backend::openblas : packed_double;
+    return chosen;
+}
 
 template <class T>
 gemm_backend backend_for(bool tb, std::size_t m, std::size_t n, std::size_t k)
@@ -101,11 +122,11 @@ gemm_backend backend_for(bool tb, std::size_t m, std::size_t n, std::size_t k)
     const std::size_t largest = std::max({m, n, k});
     if constexpr (std::is_same_v<T, float>)
     {
-        return largest <= 128 || (largest <= 256 && !tb) ? small_products : large_float;
+        return largest <= 128 || (largest <= 256 && !tb) ? small_products : large_float();
     }
     else
     {
-        return largest <= 256 ? small_products : large_double;
+        return largest <= 256 ? small_products : large_double();
     }
 }
 
@@ -286,8 +307,8 @@ const char* gemm_backends_built()
 const char* gemm_rule_in_use()
 {
     static const std::string rule = std::string("float32 small: ") + name(small_products) +
-                                    ", float32 large: " + name(large_float) + ", float64 small: " +
-                                    name(small_products) + ", float64 large: " + name(large_double) +
+                                    ", float32 large: " + name(large_float()) + ", float64 small: " +
+                                    name(small_products) + ", float64 large: " + name(large_double()) +
                                     (XGRAD_HAVE_ONEDNN ? ", bf16 large: onednn_matmul" : ", bf16: not built");
     return rule.c_str();
 }
@@ -295,5 +316,15 @@ const char* gemm_rule_in_use()
 const char* openblas_core()
 {
     return backends::openblas_core();
+}
+
+bool openblas_runs_the_cpus_best_kernels()
+{
+    return backends::openblas_runs_the_cpus_best_kernels();
+}
+
+bool cpu_has_avx512()
+{
+    return backends::cpu_has_avx512();
 }
 }  // namespace xgrad::kernels

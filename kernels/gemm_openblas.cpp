@@ -101,6 +101,18 @@ const char* openblas_core()
     return openblas_get_corename();
 }
 
+bool openblas_runs_the_cpus_best_kernels()
+{
+    static const bool best = level_of_core(openblas_core()) >= level_of_cpu();
+    return best;
+}
+
+bool cpu_has_avx512()
+{
+    static const bool has = level_of_cpu() == 3;
+    return has;
+}
+
 void say_once_if_openblas_kernels_are_old()
 {
     static std::once_flag said;
