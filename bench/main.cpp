@@ -486,7 +486,8 @@ row mha_row(const settings& opt, const size_spec& s, const std::string& dtype, i
     return out;
 }
 
-// Products of the MHA step (projections, their gradients, per-head attention) at several sizes, and squares.
+// Products of the MHA step (projections, their gradients, per-head attention) at several sizes, squares,
+// and the GPT step's projections.
 const std::vector<bench::gemm_shape> gemm_shapes = {
     {"square", false, false, 64, 64, 64},
     {"square", false, false, 128, 128, 128},
@@ -508,6 +509,15 @@ const std::vector<bench::gemm_shape> gemm_shapes = {
     {"xl X W", false, false, 2048, 1024, 1024},
     {"xl dW = X^T G", true, false, 1024, 1024, 2048},
     {"xl Q K^T", false, true, 512, 512, 64},
+    // The GPT step's projections at the bench's configs (rows = B T): nano d 64, char d 128, shake d 384.
+    {"nano X W_qkv", false, false, 1024, 192, 64},
+    {"nano H W_down", false, false, 1024, 64, 256},
+    {"nano dW_qkv", true, false, 64, 192, 1024},
+    {"char X W_qkv", false, false, 2048, 384, 128},
+    {"char dX = G W^T", false, true, 2048, 128, 512},
+    {"char dW_up", true, false, 128, 512, 2048},
+    {"shake X W_qkv", false, false, 2048, 1152, 384},
+    {"shake dW_up", true, false, 384, 1536, 2048},
 };
 
 std::vector<bench::gemm_row> gemm_table(const settings& opt)

@@ -4,16 +4,17 @@
 // model it recognises: on a CPU newer than Debian's 0.3.21 it falls back to SSE3 ("Prescott") kernels at
 // a tenth of the FMA peak, and it did on the project's 2023 Xeon. oneDNN and LIBXSMM generate their
 // kernels at run time for the vector ISA the CPU reports (AVX2, AVX-512, ...), whatever its model. The
-// rule sends small products to LIBXSMM, and large ones to OpenBLAS only when its kernels are the best
-// the CPU's flags allow, where the bench's GEMM table measured it ahead (docs/performance.md):
+// rule sends small products to LIBXSMM, large float32 ones to oneDNN, and large float64 ones to OpenBLAS
+// only when its kernels are the best the CPU's flags allow, where the bench's GEMM table measured it
+// ahead (docs/performance.md):
 //
 //   float32   every side <= 128, or every side <= 256 with B not transposed: one LIBXSMM kernel
-//             otherwise, on an AVX2 CPU whose OpenBLAS runs its AVX2 kernels: OpenBLAS (93-96% of
-//             the FMA peak on an AMD EPYC's projection shapes, against dnnl_sgemm's 85-92%)
-//             otherwise: oneDNN's dnnl_sgemm (62-85% on an AVX-512 Xeon, against OpenBLAS's 57-69%)
+//             otherwise: oneDNN's dnnl_sgemm (OpenBLAS's AVX2 kernels led it by 3-6 points of the FMA
+//             peak on square products on an AMD EPYC, but fell far behind on the GPT's projections
+//             over an inner side of 64, where their packing costs more than the products)
 //   float64   every side <= 256: one LIBXSMM kernel
-//             otherwise, when OpenBLAS runs the CPU's best kernels: OpenBLAS (87-90% on the EPYC
-//             against 46-83%, 48-62% on the Xeon against 40-58%)
+//             otherwise, when OpenBLAS runs the CPU's best kernels and the inner side k exceeds 64:
+//             OpenBLAS (87-90% of the FMA peak on the EPYC against 46-83%)
 //             otherwise: LIBXSMM kernels over packed blocks (oneDNN has no double GEMM)
 //   float32 at bf16 matmul precision (kernels/precision.hpp): A and B rounded to bfloat16, then
 //             at least 2^21 multiply-adds: oneDNN's matmul primitive on bfloat16 operands (AMX or
@@ -96,24 +97,17 @@ constexpr gemm_backend small_products = gemm_backend::libxsmm, packed_double = g
 constexpr gemm_backend small_products = gemm_backend::openblas, packed_double = gemm_backend::openblas;
 #endif
 #if XGRAD_HAVE_ONEDNN
-constexpr gemm_backend generated_float = gemm_backend::onednn;
+constexpr gemm_backend large_float = gemm_backend::onednn;
 #else
-constexpr gemm_backend generated_float = gemm_backend::openblas;
+constexpr gemm_backend large_float = gemm_backend::openblas;
 #endif
 
-gemm_backend large_float()
+// OpenBLAS packs both operands before it multiplies: over an inner side of 64 or less the packing
+// costs more than the packed blocks of LIBXSMM, which win there.
+gemm_backend large_double(std::size_t k)
 {
-    static const gemm_backend chosen =
-        backends::openblas_runs_the_cpus_best_kernels() && !backends::cpu_has_avx512() ? gemm_backend::openblas
-                                                                                       : generated_float;
-    return chosen;
-}
-
-gemm_backend large_double()
-{
-    static const gemm_backend chosen =
-        backends::openblas_runs_the_cpus_best_kernels() ? gemm_backend::openblas : packed_double;
-    return chosen;
+    static const bool openblas_best = backends::openblas_runs_the_cpus_best_kernels();
+    return openblas_best && k > 64 ? gemm_backend::openblas : packed_double;
 }
 
 template <class T>
@@ -122,11 +116,11 @@ gemm_backend backend_for(bool tb, std::size_t m, std::size_t n, std::size_t k)
     const std::size_t largest = std::max({m, n, k});
     if constexpr (std::is_same_v<T, float>)
     {
-        return largest <= 128 || (largest <= 256 && !tb) ? small_products : large_float();
+        return largest <= 128 || (largest <= 256 && !tb) ? small_products : large_float;
     }
     else
     {
-        return largest <= 256 ? small_products : large_double();
+        return largest <= 256 ? small_products : large_double(k);
     }
 }
 
@@ -307,8 +301,9 @@ const char* gemm_backends_built()
 const char* gemm_rule_in_use()
 {
     static const std::string rule = std::string("float32 small: ") + name(small_products) +
-                                    ", float32 large: " + name(large_float()) + ", float64 small: " +
-                                    name(small_products) + ", float64 large: " + name(large_double()) +
+                                    ", float32 large: " + name(large_float) + ", float64 small: " +
+                                    name(small_products) + ", float64 large: " + name(large_double(65)) +
+                                    ", float64 large with k <= 64: " + name(large_double(64)) +
                                     (XGRAD_HAVE_ONEDNN ? ", bf16 large: onednn_matmul" : ", bf16: not built");
     return rule.c_str();
 }
@@ -321,10 +316,5 @@ const char* openblas_core()
 bool openblas_runs_the_cpus_best_kernels()
 {
     return backends::openblas_runs_the_cpus_best_kernels();
-}
-
-bool cpu_has_avx512()
-{
-    return backends::cpu_has_avx512();
 }
 }  // namespace xgrad::kernels

@@ -75,15 +75,14 @@ gemm_backend gemm_choice(bool double_precision, bool transpose_a, bool transpose
 // The libraries this build's GEMM runs on, e.g. "OpenBLAS, oneDNN, LIBXSMM".
 const char* gemm_backends_built();
 
-// The backend the rule picks per shape class, e.g. "float32 small: libxsmm, float32 large: openblas,
-// float64 small: libxsmm, float64 large: openblas" on an AVX2 CPU whose OpenBLAS runs its AVX2 kernels
-// (small: as the rule of kernels/gemm.cpp says).
+// The backend the rule picks per shape class, e.g. "float32 small: libxsmm, float32 large: onednn,
+// float64 small: libxsmm, float64 large: openblas, float64 large with k <= 64: libxsmm_tiled" on a CPU
+// whose OpenBLAS runs its best kernels (small: as the rule of kernels/gemm.cpp says).
 const char* gemm_rule_in_use();
 
 // The CPU core OpenBLAS detected (e.g. "Haswell", "Zen", or "Prescott" when it does not know the CPU).
 const char* openblas_core();
-// Whether those are the kernels for the widest vector ISA the CPU's flags offer, and whether that ISA is
-// AVX-512: the two facts the rule's choice for large products reads (kernels/gemm.cpp).
+// Whether those are the kernels for the widest vector ISA the CPU's flags offer: the fact the rule's
+// choice for large float64 products reads (kernels/gemm.cpp).
 bool openblas_runs_the_cpus_best_kernels();
-bool cpu_has_avx512();
 }  // namespace xgrad::kernels

@@ -20,9 +20,8 @@ void openblas(const product& p, const float* a, const float* b, float beta, floa
 void openblas(const product& p, const double* a, const double* b, double beta, double* c);
 const char* openblas_core();
 // Whether OpenBLAS runs kernels for the widest vector ISA the CPU's flags offer (its core's level, e.g.
-// Haswell for AVX2, equals the CPU's), and whether that ISA is AVX-512. Both fixed for the process.
+// Haswell for AVX2, equals the CPU's). Fixed for the process.
 bool openblas_runs_the_cpus_best_kernels();
-bool cpu_has_avx512();
 // The first call, when OpenBLAS runs kernels for an older vector ISA than the CPU's flags offer, writes
 // one line on stderr naming its core and what would run faster; later calls do nothing.
 void say_once_if_openblas_kernels_are_old();

@@ -107,12 +107,6 @@ bool openblas_runs_the_cpus_best_kernels()
     return best;
 }
 
-bool cpu_has_avx512()
-{
-    static const bool has = level_of_cpu() == 3;
-    return has;
-}
-
 void say_once_if_openblas_kernels_are_old()
 {
     static std::once_flag said;

@@ -238,25 +238,24 @@ TEST_CASE("gemm: the door's rule sends each product to the fastest backend built
 {
     using xgrad::kernels::gemm_choice;
     note_missing_backends();
-    // OpenBLAS takes the large products when its kernels are the CPU's best: float64 always then, float32
-    // only below AVX-512 (where oneDNN's dnnl_sgemm measured ahead of it).
+    // OpenBLAS takes the large float64 products over an inner side above 64 when its kernels are the
+    // CPU's best.
     const bool openblas_best = xgrad::kernels::openblas_runs_the_cpus_best_kernels();
-    const bool avx512 = xgrad::kernels::cpu_has_avx512();
     // doctest prints a const char* as a pointer; std::string prints the text.
     const std::string facts = std::string("OpenBLAS core ") + xgrad::kernels::openblas_core() +
-                              (openblas_best ? ": " : ": not ") + "the CPU's best kernels; AVX-512: " +
-                              (avx512 ? "yes" : "no");
+                              (openblas_best ? ": " : ": not ") + "the CPU's best kernels";
     MESSAGE(facts);
     // Per-head sizes (every side <= 128, or <= 256 with B not transposed) and float64: LIBXSMM when built.
 #if XGRAD_HAVE_LIBXSMM
-    const gemm_backend small = gemm_backend::libxsmm;
+    const gemm_backend small = gemm_backend::libxsmm, thin_double = gemm_backend::libxsmm_tiled;
     const gemm_backend large_double = openblas_best ? gemm_backend::openblas : gemm_backend::libxsmm_tiled;
 #else
-    const gemm_backend small = gemm_backend::openblas, large_double = gemm_backend::openblas;
+    const gemm_backend small = gemm_backend::openblas, thin_double = gemm_backend::openblas;
+    const gemm_backend large_double = gemm_backend::openblas;
 #endif
-    // Larger float32 products: oneDNN's dnnl_sgemm when built, unless OpenBLAS's AVX2 kernels run them.
+    // Larger float32 products: oneDNN's dnnl_sgemm when built.
 #if XGRAD_HAVE_ONEDNN
-    const gemm_backend large_float = openblas_best && !avx512 ? gemm_backend::openblas : gemm_backend::onednn;
+    const gemm_backend large_float = gemm_backend::onednn;
 #else
     const gemm_backend large_float = gemm_backend::openblas;
 #endif
@@ -267,6 +266,9 @@ TEST_CASE("gemm: the door's rule sends each product to the fastest backend built
     CHECK(gemm_choice(false, true, false, 512, 512, 2048) == large_float);
     CHECK(gemm_choice(true, false, true, 256, 256, 64) == small);
     CHECK(gemm_choice(true, false, false, 2048, 512, 512) == large_double);
+    CHECK(gemm_choice(true, true, false, 512, 512, 2048) == large_double);
+    CHECK(gemm_choice(true, false, true, 512, 512, 64) == thin_double);
+    CHECK(gemm_choice(true, false, false, 1024, 192, 64) == thin_double);
     for (bool dbl : {false, true})
     {
         for (std::size_t side : {1u, 16u, 129u, 257u, 3000u})
