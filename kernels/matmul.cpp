@@ -35,11 +35,11 @@ std::size_t matrix_offset(std::size_t flat, const shape_t& batch, const std::vec
 // Waking a thread costs microseconds: below this many multiply-adds a product stays on one thread.
 constexpr std::uint64_t parallel_threshold = 1 << 21;
 
-// The threads parallel_blocks splits `extent` over.
+// The threads parallel_blocks splits `extent` over: at least 32 rows or columns of C each.
 std::size_t block_threads(std::size_t extent, std::uint64_t work)
 {
     return work < parallel_threshold ? 1
-                                     : std::min<std::size_t>(num_threads(), std::max<std::size_t>(1, extent / 64));
+                                     : std::min<std::size_t>(num_threads(), std::max<std::size_t>(1, extent / 32));
 }
 
 // Splits [0, extent) into one contiguous block per thread (a single block with one thread or little
@@ -107,6 +107,10 @@ struct product_plan
 
     std::uint64_t work() const { return matmul_multiply_adds(batch, m, n, k); }
 
+    // A folded weight gradient (m, count*k) x (count*k, n) splits across threads along the side of C
+    // with room for more blocks: a projection onto a narrow output (n < 64) still splits, by rows.
+    bool columns_split_by_rows() const { return block_threads(m, work()) > block_threads(n, work()); }
+
     // The multiply-adds of one GEMM call (about: a folded product's blocks end on multiples of 16 rows).
     std::uint64_t call_work() const
     {
@@ -114,7 +118,11 @@ struct product_plan
         {
             return work() / block_threads(count * m, work());
         }
-        return columns_folded ? work() / block_threads(n, work()) : std::uint64_t(m) * n * k;
+        if (columns_folded)
+        {
+            return work() / std::max(block_threads(m, work()), block_threads(n, work()));
+        }
+        return std::uint64_t(m) * n * k;
     }
 };
 
@@ -137,6 +145,14 @@ void run_product(const product_plan& q, bool ta, bool tb, array<T>& c, Run&& run
         // one (count*m, k) x (k, n) product, its rows split across threads
         parallel_blocks(q.count * q.m, work, [&](std::size_t r0, std::size_t r1) {
             run(gemm_call{false, tb, r1 - r0, q.n, q.k, r0 * q.a_cols, q.a_cols, 0, q.b_cols, false, r0 * q.n, q.n});
+        });
+        return;
+    }
+    if (q.columns_folded && q.columns_split_by_rows())
+    {
+        // one (m, count*k) x (count*k, n) product, its rows (op(A)'s, A's columns) split across threads
+        parallel_blocks(q.m, work, [&](std::size_t r0, std::size_t r1) {
+            run(gemm_call{true, false, r1 - r0, q.n, q.count * q.k, r0, q.a_cols, 0, q.b_cols, false, r0 * q.n, q.n});
         });
         return;
     }

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "kernels/kernels.hpp"
+#include "kernels/parallel.hpp"
 #include "test_util.hpp"
 
 using namespace xgrad;
@@ -503,6 +505,48 @@ TEST_CASE("matmul: analytic gradients dA = G B^T, dB = A^T G on a hand-sized exa
     const f64 dB = {{-7.0, 4.5}, {-8.0, 6.0}, {-9.0, 7.5}};
     CHECK(a.grad() == dA);
     CHECK(b.grad() == dB);
+}
+
+TEST_CASE("matmul: a weight gradient X^T G folded over the batch splits across threads along C's wider side")
+{
+    // C = sum_b X_b^T G_b as one (m, B T) x (B T, n) product; with two threads it splits by C's rows
+    // when only m has room for two blocks of 32 (256 x 40, and 100 x 48 at an uneven edge), by its
+    // columns otherwise. Every entry of C is still one dot product, so one and two threads give
+    // products equal to the triple loop's.
+    struct wide_side
+    {
+        std::size_t m, n;
+    };
+    for (const wide_side c : {wide_side{256, 40}, wide_side{100, 48}, wide_side{64, 256}, wide_side{256, 64}})
+    {
+        CAPTURE(c.m);
+        CAPTURE(c.n);
+        const std::size_t batch = 4, rows = 256;
+        const f64 X = random_array({batch, rows, c.m}, 70), G = random_array({batch, rows, c.n}, 71);
+        f64 expected = xt::zeros<double>({c.m, c.n});
+        for (std::size_t b = 0; b < batch; ++b)
+        {
+            for (std::size_t r = 0; r < rows; ++r)
+            {
+                for (std::size_t i = 0; i < c.m; ++i)
+                {
+                    for (std::size_t j = 0; j < c.n; ++j)
+                    {
+                        expected(i, j) += X(b, r, i) * G(b, r, j);
+                    }
+                }
+            }
+        }
+        for (int threads : {1, 2})
+        {
+            CAPTURE(threads);
+            set_num_threads(threads);
+            f64 product = f64::from_shape({c.m, c.n});
+            kernels::matmul_into(X, true, G, false, product);
+            XGRAD_CHECK_CLOSE(product, expected, 1e-12, 1e-12);
+        }
+        set_num_threads(1);
+    }
 }
 
 // ---- masked_softmax --------------------------------------------------------------------------------
