@@ -69,10 +69,15 @@ TEST_CASE("bad command lines and bad input: one line, exit 2, nothing written")
     refused(s, "", "--from is required");
     refused(s, "--from gguf --to xgrad a b", "gguf not in");
     refused(s, "--from xgrad --to hf-gpt2 gpt2.safetensors", "OUT is required");
+    refused(s, "--from xgrad --to xgrad gpt2.safetensors out.safetensors extra", "not expected: extra (see --help)");
+    refused(s, "--from xgrad --to xgrad '' out.safetensors", "IN and OUT must not be empty");
     refused(s, "--from xgrad --to hf-gpt2 missing.safetensors out", "missing.safetensors");
     refused(s, "--from hf-gpt2 --to xgrad . out.safetensors", "config.json: cannot read");
     refused(s, "--from xgrad --to llama2c gpt2.safetensors out", "llama2c cannot express metadata \"norm\"");
     refused(s, "--from xgrad --to hf-gpt2 llama.safetensors out", "hf-gpt2 cannot express metadata \"norm\"");
+    // An OUT that cannot be written is exit 2 as well: xgrad-convert has no other failure status.
+    refused(s, "--from xgrad --to xgrad gpt2.safetensors gpt2.safetensors/out.safetensors",
+            "gpt2.safetensors/out.safetensors");
 
     fs::create_directory(s / "taken");
     write_bytes(s / "taken/keep.txt", "mine");

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Exercise 20.1's grid (docs/experiments/heads.json) as `./dev experiment --quick` runs it: a tiny model,
 # a few steps, two seeds. Every variant must get a row, a comparison and a verdict with finite numbers,
-# and --replot must rebuild the same report from the runs on disk.
+# --replot must rebuild the same report from the runs on disk, and fail (exit 1) on checkpoints it
+# cannot read.
 # Usage: experiment_quick.sh XGRAD_EXPERIMENT SPEC_DIR DIR
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=practice_text.sh
@@ -34,6 +35,15 @@ fi
 cp "$report" "$dir/report-first.md"
 "$program" --out "$dir/out" --replot --quiet
 cmp "$report" "$dir/report-first.md" || fail "--replot wrote another report"
+# A report it cannot rebuild is a failure of the run, not of the input (docs/spec.md, "Exit statuses"):
+# exit 1, one line naming the file it could not read.
+cp -r "$dir/out" "$dir/broken"
+find "$dir/broken" -name model.safetensors -exec sh -c 'printf broken > "$1"' _ {} \;
+status=0
+"$program" --out "$dir/broken" --replot --quiet > "$dir/broken.out" 2> "$dir/broken.err" || status=$?
+[ $status -eq 1 ] || fail "--replot over broken checkpoints: exit $status, not 1: $(cat "$dir/broken.err")"
+[ "$(wc -l < "$dir/broken.err")" -eq 1 ] && grep -q "^xgrad-experiment: $dir/broken/.*/model.safetensors" \
+    "$dir/broken.err" || fail "--replot over broken checkpoints: not one line naming one: $(cat "$dir/broken.err")"
 # Budgets in tokens and seconds become steps: tokens / (B T) exactly; seconds by a timed probe.
 tiny=(--data "$dir/text.txt" --axis heads=1,2 --seeds 1 --set d-model=16 --set block=16 --set batch=4 --dry-run)
 "$program" "${tiny[@]}" --out "$dir/tokens" --tokens 650 > "$dir/tokens.txt"

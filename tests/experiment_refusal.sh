@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # xgrad-experiment refuses a bad spec before any run starts, with one line on stderr naming the problem
 # and exit status 2: an xgrad-train flag that does not exist or a value it rejects (xgrad-train itself
-# judges every variant's flags), and the spec's own mistakes.
+# judges every variant's flags), and the spec's own mistakes. --help exits 0 with the usage on stdout.
 # Usage: experiment_refusal.sh XGRAD_EXPERIMENT SPEC_DIR DIR
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=practice_text.sh
@@ -28,6 +28,10 @@ refused() {
     fi
 }
 
+status=0
+"$program" --help > "$dir/stdout" 2> "$dir/stderr" || status=$?
+[ $status -eq 0 ] && grep -q "^Usage: xgrad-experiment" "$dir/stdout" && [ ! -s "$dir/stderr" ] ||
+    { echo "--help: exit $status, or no usage on stdout, or a line on stderr"; cat "$dir/stderr"; exit 1; }
 refused "--bogus" "${tiny[@]}" --axis heads=1,2 --set bogus=1
 refused "variant wide" "${tiny[@]}" --variant narrow:heads=2 --variant wide:heads=2,mlp-widht=3
 refused "variant H3" "${tiny[@]}" --variant H1:heads=1 --variant H3:heads=3   # d % H != 0

@@ -2,7 +2,8 @@
 # xgrad-train's command line with the architecture variants, run as a user runs it: an unknown flag is
 # named before a missing --data; a bad variant value, an odd head width with RoPE, a bad --dropout and a
 # --resume whose variant disagrees with the flags each exit 2 with one line naming the flag or key and
-# write nothing; a variant run samples with xgrad-sample. Usage: train_cli.sh TRAIN SAMPLE DIR
+# write nothing; a variant run samples with xgrad-sample. Every failure of either program is one line
+# "PROGRAM: ..." and the exit status docs/spec.md gives it. Usage: train_cli.sh TRAIN SAMPLE DIR
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=practice_text.sh
 source "$(dirname "$0")/practice_text.sh"
@@ -14,18 +15,31 @@ practice_text 5 3000 "the variants of a small model learn the same text." "$dir/
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
-# expect_refusal NAME NEEDLE ARGS...: exit 2, exactly one line on stderr holding NEEDLE, no --out folder.
-expect_refusal() {
-    local name=$1 needle=$2
-    shift 2
+# expect_failure PROGRAM STATUS NAME NEEDLE ARGS...: exit STATUS, nothing on stdout, and on stderr exactly
+# one line "PROGRAM: ..." holding NEEDLE (docs/spec.md, "Exit statuses").
+expect_failure() {
+    local program=$1 expected=$2 name=$3 needle=$4
+    shift 4
     local status=0
-    "$train" "$@" > "$dir/out.txt" 2> "$dir/err.txt" || status=$?
-    [ "$status" -eq 2 ] || fail "$name: exit status $status, expected 2"
+    "$program" "$@" > "$dir/out.txt" 2> "$dir/err.txt" || status=$?
+    [ "$status" -eq "$expected" ] || fail "$name: exit status $status, expected $expected"
+    if [ -s "$dir/out.txt" ]; then fail "$name: printed on stdout: $(cat "$dir/out.txt")"; fi
     [ "$(wc -l < "$dir/err.txt")" -eq 1 ] || fail "$name: stderr is not one line: $(cat "$dir/err.txt")"
+    grep -q "^$(basename "$program"): " "$dir/err.txt" || fail "$name: stderr does not start with the program's name"
     grep -qF -- "$needle" "$dir/err.txt" || fail "$name: stderr lacks '$needle': $(cat "$dir/err.txt")"
 }
-common=(--data "$dir/text.txt" --layers 1 --d-model 16 --heads 2 --block 16 --batch 2
-        --sample-tokens 0 --no-plots --quiet)
+# expect_refusal NAME NEEDLE ARGS...: xgrad-train exits 2 (bad input) as expect_failure checks it.
+expect_refusal() { expect_failure "$train" 2 "$@"; }
+# expect_help PROGRAM: --help exits 0 with the usage on stdout and nothing on stderr.
+expect_help() {
+    local status=0
+    "$1" --help > "$dir/out.txt" 2> "$dir/err.txt" || status=$?
+    [ "$status" -eq 0 ] || fail "$1 --help: exit status $status"
+    grep -q "^Usage: $(basename "$1")" "$dir/out.txt" || fail "$1 --help printed no usage: $(cat "$dir/out.txt")"
+    if [ -s "$dir/err.txt" ]; then fail "$1 --help wrote on stderr: $(cat "$dir/err.txt")"; fi
+}
+model=(--layers 1 --d-model 16 --heads 2 --block 16 --batch 2 --sample-tokens 0 --no-plots --quiet)
+common=(--data "$dir/text.txt" "${model[@]}")
 
 expect_refusal "unknown flag" "--bogus" --bogus
 grep -qF -- "--data" "$dir/err.txt" && fail "unknown flag: reported the missing --data instead"
@@ -36,7 +50,20 @@ expect_refusal "unknown bias" "--bias 'some' is not one of mlp, all, none" "${co
 expect_refusal "odd dh with RoPE" "position = rope needs an even head width" \
     --data "$dir/text.txt" --out "$dir/a" --d-model 6 --heads 2 --position rope --quiet
 expect_refusal "bad dropout" "--dropout must be in [0, 1)" "${common[@]}" --out "$dir/a" --dropout 1.5
+# Whose fault a failure is: 2 a value the library refuses (said as the flag), a run larger than the memory
+# allowed, a malformed checkpoint; 1 a data file that is unreadable or too short, an --out it cannot make.
+expect_refusal "a value the library refuses" "--steps" "${common[@]}" --out "$dir/a" --steps 0
+expect_refusal "more memory than allowed" "--max-memory" "${common[@]}" --out "$dir/a" --max-memory 1K
+mkdir -p "$dir/malformed" && printf 'not a checkpoint' > "$dir/malformed/model.safetensors"
+expect_refusal "a malformed checkpoint" "$dir/malformed/model.safetensors" \
+    "${common[@]}" --out "$dir/malformed" --resume
+expect_failure "$train" 1 "unreadable data" "$dir/missing.txt" --data "$dir/missing.txt" "${model[@]}" --out "$dir/a"
+printf 'tiny' > "$dir/short.txt"
+expect_failure "$train" 1 "data shorter than a window" "$dir/short.txt" --data "$dir/short.txt" "${model[@]}" \
+    --out "$dir/a"
 [ -e "$dir/a" ] && fail "a refused run created its --out folder"
+expect_failure "$train" 1 "an --out it cannot make" "$dir/text.txt/run" "${common[@]}" --out "$dir/text.txt/run"
+expect_help "$train"
 
 llama=(--norm rmsnorm --position rope --mlp swiglu --bias none --kv-heads 1 --dropout 0.1)
 "$train" "${common[@]}" --out "$dir/llama" --steps 3 "${llama[@]}"
@@ -48,12 +75,20 @@ expect_refusal "resume, tied head" "was trained with a tied head, not an untied 
     "${common[@]}" --out "$dir/llama" --steps 5 --resume "${llama[@]}" --untied-head
 expect_refusal "resume, rope base" "was trained with --rope-base 10000, not 500" \
     "${common[@]}" --out "$dir/llama" --steps 5 --resume "${llama[@]}" --rope-base 500
+practice_text 5 300 "other words: 0123456789" "$dir/other.txt"  # bytes the checkpoint's vocabulary lacks
+expect_failure "$train" 1 "resume, other data" "--resume" \
+    --data "$dir/other.txt" "${model[@]}" --out "$dir/llama" --steps 5 --resume "${llama[@]}"
 cmp -s "$dir/llama/model.safetensors" "$dir/model.before" || fail "a refused --resume changed the checkpoint"
 cmp -s "$dir/llama/log.csv" "$dir/log.before" || fail "a refused --resume changed log.csv"
 "$train" "${common[@]}" --out "$dir/llama" --steps 5 --resume "${llama[@]}" || fail "--resume with the same flags"
 [ "$(wc -l < "$dir/llama/log.csv")" -eq 6 ] || fail "the resumed log has $(wc -l < "$dir/llama/log.csv") lines"
 "$sample" --checkpoint "$dir/llama/model.safetensors" --tokens 20 --prompt "the " > "$dir/sample.txt" ||
     fail "xgrad-sample on a variant checkpoint"
+expect_help "$sample"
+expect_failure "$sample" 2 "sample, unknown flag" "--bogus" --checkpoint "$dir/llama/model.safetensors" --bogus
+expect_failure "$sample" 2 "sample, empty prompt" "--prompt" --checkpoint "$dir/llama/model.safetensors" --prompt ""
+expect_failure "$sample" 2 "sample, malformed checkpoint" "$dir/malformed/model.safetensors" \
+    --checkpoint "$dir/malformed/model.safetensors"
 
 [ "$failures" -eq 0 ] && echo "train_cli: all checks passed"
 exit "$failures"

@@ -4,6 +4,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "tools/command_line.hpp"
+
 namespace xgrad::tools::gpt_npy
 {
 namespace
@@ -91,24 +93,11 @@ command_line parse_arguments(const std::vector<std::string>& args)
     command_line c;
     CLI::App app(description, program);
     add_options(app, c.run);
-    std::vector<const char*> argv{program};
-    for (const std::string& a : args)
-    {
-        argv.push_back(a.c_str());
-    }
-    try
-    {
-        app.parse(static_cast<int>(argv.size()), argv.data());
-    }
-    catch (const CLI::CallForHelp&)
+    if (!parse_command_line(app, args))
     {
         c.help = true;
         c.help_text = app.help();
         return c;
-    }
-    catch (const CLI::ParseError& e)
-    {
-        throw input_error(std::string(e.what()) + " (see --help)");
     }
     refuse_extras(app);
     require_options(app);

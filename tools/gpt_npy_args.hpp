@@ -2,17 +2,15 @@
 // (fuzz/gpt_npy_args.cpp) can call the parser directly.
 #pragma once
 
-#include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "tools/tool_errors.hpp"
 
 namespace xgrad::tools::gpt_npy
 {
 // Bad usage or bad input: exit status 2.
-struct input_error : std::runtime_error
-{
-    using std::runtime_error::runtime_error;
-};
+using tools::input_error;
 
 struct options
 {

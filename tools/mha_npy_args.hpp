@@ -4,17 +4,15 @@
 
 #include <cstddef>
 #include <filesystem>
-#include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "tools/tool_errors.hpp"
 
 namespace xgrad::tools::mha_npy
 {
 // Bad usage or bad input: exit status 2.
-struct input_error : std::runtime_error
-{
-    using std::runtime_error::runtime_error;
-};
+using tools::input_error;
 
 struct options
 {

@@ -3,6 +3,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "tools/command_line.hpp"
+
 namespace xgrad::tools::train_cli
 {
 namespace
@@ -103,30 +105,6 @@ void apply_variant(const variant_flags& v, models::gpt_config& c)
         c.mlp_hidden = 0;  // the default width, given explicitly
     }
 }
-
-// Runs CLI11 on `args`; false when help was asked for. CLI11's errors become one-line input_errors.
-bool parse(CLI::App& app, const std::vector<std::string>& args)
-{
-    std::vector<const char*> argv{app.get_name().c_str()};
-    for (const std::string& a : args)
-    {
-        argv.push_back(a.c_str());
-    }
-    try
-    {
-        app.parse(static_cast<int>(argv.size()), argv.data());
-        return true;
-    }
-    catch (const CLI::CallForHelp&)
-    {
-        return false;
-    }
-    catch (const CLI::ParseError& e)
-    {
-        const std::string what = e.what();
-        throw input_error(what.substr(0, what.find('\n')) + " (see --help)");
-    }
-}
 }  // namespace
 
 std::string flag_of_field(const std::string& field)
@@ -171,7 +149,7 @@ train_command parse_train_arguments(const std::vector<std::string>& args)
     app.add_option("--precision", c.precision, "fp32 | bf16: matrix products on bfloat16-rounded operands")
         ->check(CLI::IsMember({"fp32", "bf16"}))
         ->capture_default_str();
-    if (!parse(app, args))
+    if (!parse_command_line(app, args, cli_message::first_line))
     {
         c.help = true;
         c.help_text = app.help();
@@ -210,7 +188,7 @@ sample_command parse_sample_arguments(const std::vector<std::string>& args)
         ->check(CLI::Range(0.0, 100.0));
     app.add_option("--top-k", c.run.top_k, "sample among the k most likely (0: all)")->capture_default_str();
     app.add_option("--seed", c.run.seed, "seeds the sampling")->capture_default_str();
-    if (!parse(app, args))
+    if (!parse_command_line(app, args, cli_message::first_line))
     {
         c.help = true;
         c.help_text = app.help();

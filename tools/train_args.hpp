@@ -2,20 +2,17 @@
 // fuzzer (fuzz/train_args.cpp) can call the parsers directly.
 #pragma once
 
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "models/gpt_decode.hpp"
+#include "tools/tool_errors.hpp"
 #include "train/trainer.hpp"
 
 namespace xgrad::tools::train_cli
 {
 // Bad usage: exit status 2, one line.
-struct input_error : std::runtime_error
-{
-    using std::runtime_error::runtime_error;
-};
+using tools::input_error;
 
 struct train_command
 {

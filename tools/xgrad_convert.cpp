@@ -3,13 +3,17 @@
 // on tensors, names and metadata only. Bad input or a variant the target cannot express: one line on
 // stderr, exit 2, nothing written (folders are built beside OUT and renamed into place).
 #include <cstdio>
-#include <exception>
+#include <new>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "io/hf_gpt2.hpp"
 #include "io/model_layout.hpp"
+#include "tools/command_line.hpp"
+#include "tools/tool_errors.hpp"
 #include "train/llama2c_tokenizer.hpp"
 #include "train/tokenizer.hpp"
 
@@ -19,11 +23,15 @@ namespace
 {
 const char* const program = "xgrad-convert";
 
-int fail_with(const std::string& message, int status)
+// docs/spec.md, "Exit statuses": every failure is 2, the input's (a malformed input, a model the target
+// cannot express).
+const tools::error_rules errors{program, tools::wording::first_line,
+                                {/*bad_value*/ 2, /*bad_file*/ 2, /*anomaly*/ 2, /*failure*/ 2}};
+
+struct command_line
 {
-    std::fprintf(stderr, "%s: %s\n", program, message.substr(0, message.find('\n')).c_str());
-    return status;
-}
+    std::string from, to, in, out;
+};
 
 io::safetensors_file read_model(const std::string& format, const std::string& in, io::model_layout& layout)
 {
@@ -86,63 +94,69 @@ void write_model(const std::string& format,
         io::write_safetensors(out, model);
     }
 }
-} // namespace
 
-int main(int argc, char** argv)
+// The command line; nothing once --help is printed.
+std::optional<command_line> parse_arguments(int argc, char** argv)
 {
     CLI::App app{ "Converts a GPT checkpoint between xgrad's safetensors file, a Hugging Face GPT-2 folder "
                   "(model.safetensors + config.json) and a llama2.c folder (model.bin + tokenizer.bin)",
                   program };
-    std::string from, to, in, out;
+    command_line c;
     const std::vector<std::string> formats = { "xgrad", "hf-gpt2", "llama2c" };
-    app.add_option("--from", from, "format of IN: xgrad | hf-gpt2 | llama2c")
+    app.add_option("--from", c.from, "format of IN: xgrad | hf-gpt2 | llama2c")
       ->required()
       ->check(CLI::IsMember(formats));
-    app.add_option("--to", to, "format of OUT: xgrad | hf-gpt2 | llama2c")
+    app.add_option("--to", c.to, "format of OUT: xgrad | hf-gpt2 | llama2c")
       ->required()
       ->check(CLI::IsMember(formats));
-    app.add_option("IN", in, "checkpoint file (xgrad) or folder")->required();
-    app.add_option("OUT", out, "checkpoint file (xgrad) or folder, written atomically")->required();
-    try
-    {
-        app.parse(argc, argv);
-    }
-    catch (const CLI::CallForHelp&)
+    app.add_option("IN", c.in, "checkpoint file (xgrad) or folder")->required();
+    app.add_option("OUT", c.out, "checkpoint file (xgrad) or folder, written atomically")->required();
+    if (!tools::parse_command_line(app, std::vector<std::string>(argv + 1, argv + argc)))
     {
         std::fputs(app.help().c_str(), stdout);
-        return 0;
+        return std::nullopt;
     }
-    catch (const CLI::ParseError& e)
+    if (c.in.empty() || c.out.empty())
     {
-        return fail_with(std::string(e.what()) + " (see --help)", 2);
+        throw tools::input_error("IN and OUT must not be empty");
     }
-    if (in.empty() || out.empty())
-    {
-        return fail_with("IN and OUT must not be empty", 2);
-    }
+    return c;
+}
+
+void convert(const command_line& c)
+{
+    io::model_layout layout;
+    io::safetensors_file model = read_model(c.from, c.in, layout);
+    normalise(model, layout, c.in);
+    write_model(c.to, c.out, model, layout);
+    std::printf("%s (%s) -> %s (%s): %zu tensors, %zu layers, d_model %zu, vocabulary %zu\n",
+                c.in.c_str(),
+                c.from.c_str(),
+                c.out.c_str(),
+                c.to.c_str(),
+                model.tensors.size(),
+                layout.layers,
+                layout.d_model,
+                layout.vocab_size);
+}
+} // namespace
+
+int main(int argc, char** argv)
+{
     try
     {
-        io::model_layout layout;
-        io::safetensors_file model = read_model(from, in, layout);
-        normalise(model, layout, in);
-        write_model(to, out, model, layout);
-        std::printf("%s (%s) -> %s (%s): %zu tensors, %zu layers, d_model %zu, vocabulary %zu\n",
-                    in.c_str(),
-                    from.c_str(),
-                    out.c_str(),
-                    to.c_str(),
-                    model.tensors.size(),
-                    layout.layers,
-                    layout.d_model,
-                    layout.vocab_size);
+        if (const std::optional<command_line> c = parse_arguments(argc, argv))
+        {
+            convert(*c);
+        }
         return 0;
     }
-    catch (const std::bad_alloc&)
+    catch (const std::bad_alloc&)  // "out of memory" rather than std::bad_alloc's what()
     {
-        return fail_with("out of memory", 2);
+        return tools::fail_with(errors, 2, "out of memory");
     }
-    catch (const std::exception& e)
+    catch (...)
     {
-        return fail_with(e.what(), 2);
+        return tools::fail_with_current_exception(errors);
     }
 }

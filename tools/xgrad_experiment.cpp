@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -15,21 +16,23 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "tools/command_line.hpp"
+#include "tools/tool_errors.hpp"
 #include "train/grid.hpp"
 #include "train/grid_report.hpp"
 
 using namespace xgrad::train;
 namespace fs = std::filesystem;
+namespace tools = xgrad::tools;
 
 namespace
 {
 const char* const program = "xgrad-experiment";
 
-int fail_with(const std::string& message, int status)
-{
-    std::fprintf(stderr, "%s: %s\n", program, message.substr(0, message.find('\n')).c_str());
-    return status;
-}
+// docs/spec.md, "Exit statuses": 2 a bad flag, or an unknown flag or value in the grid spec; 1 a run or
+// the report failed (a checkpoint the report cannot read among them).
+const tools::error_rules errors{program, tools::wording::first_line,
+                                {/*bad_value*/ 2, /*bad_file*/ 1, /*anomaly*/ 1, /*failure*/ 1}};
 
 std::string read_text(const std::string& path)
 {
@@ -194,9 +197,9 @@ int run(const command_line& c)
     }
     return status;
 }
-}  // namespace
 
-int main(int argc, char** argv)
+// The command line; nothing once --help is printed.
+std::optional<command_line> parse_arguments(int argc, char** argv)
 {
     command_line c;
     CLI::App app{"Run a grid of xgrad-train runs over variants and seeds, and report on them with intervals "
@@ -220,29 +223,24 @@ int main(int argc, char** argv)
     app.add_flag("--replot", c.replot, "no training: the report and pictures from the runs in --out");
     app.add_flag("--dry-run", c.dry_run, "check the spec and every variant's flags, print the commands, run nothing");
     app.add_flag("--quiet", c.quiet, "no progress and no report on stdout");
-    try
-    {
-        app.parse(argc, argv);
-    }
-    catch (const CLI::CallForHelp&)
+    if (!tools::parse_command_line(app, std::vector<std::string>(argv + 1, argv + argc)))
     {
         std::fputs(app.help().c_str(), stdout);
-        return 0;
+        return std::nullopt;
     }
-    catch (const CLI::ParseError& e)
-    {
-        return fail_with(std::string(e.what()) + " (see --help)", 2);
-    }
+    return c;
+}
+}  // namespace
+
+int main(int argc, char** argv)
+{
     try
     {
-        return run(c);
+        const std::optional<command_line> c = parse_arguments(argc, argv);
+        return c ? run(*c) : 0;
     }
-    catch (const std::invalid_argument& e)
+    catch (...)
     {
-        return fail_with(e.what(), 2);
-    }
-    catch (const std::exception& e)
-    {
-        return fail_with(e.what(), 1);
+        return tools::fail_with_current_exception(errors);
     }
 }

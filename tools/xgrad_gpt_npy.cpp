@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "io/checkpoint.hpp"
-#include "io/escape.hpp"
 #include "io/npy.hpp"
 #include "tools/output_folder.hpp"
 #include "tools/tool_errors.hpp"
@@ -33,6 +32,7 @@ using xgrad::tools::entry_exists;
 namespace
 {
 const char* const program = "xgrad-gpt-npy";
+const tools::error_rules errors = tools::npy_tool_rules(program);
 
 // ---- inputs -----------------------------------------------------------------------------------------
 
@@ -251,17 +251,6 @@ std::string run(const options& o)
     }
     return summary + ": wrote " + std::to_string(files.size()) + " files to " + o.out;
 }
-
-// One line, whatever the message holds: control bytes (a newline in a path, say) as \xNN.
-std::string one_line(const std::string& s)
-{
-    std::string line = io::one_line(s);
-    while (!line.empty() && line.back() == ' ')
-    {
-        line.pop_back();
-    }
-    return line;
-}
 }  // namespace
 
 int main(int argc, char** argv)
@@ -281,15 +270,11 @@ int main(int argc, char** argv)
             throw input_error(why);
         }
         const std::string summary = o.dtype == "float32" ? run<float>(o) : run<double>(o);
-        std::cout << program << ": " << one_line(summary) << std::endl;
+        std::cout << program << ": " << tools::escaped_line(summary) << std::endl;
         return 0;
-    }
-    catch (const input_error& e)
-    {
-        return tools::fail_with(program, 2, e.what());
     }
     catch (...)
     {
-        return tools::fail_with_current_exception(program);
+        return tools::fail_with_current_exception(errors);
     }
 }

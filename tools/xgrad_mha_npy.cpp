@@ -32,6 +32,7 @@ using xgrad::tools::entry_exists;
 namespace
 {
 const char* const program = "xgrad-mha-npy";
+const tools::error_rules errors = tools::npy_tool_rules(program);
 
 const char* const usage_text = R"(usage: xgrad-mha-npy --in DIR --out DIR --heads H [--kv-heads G] [--causal]
                      [--grad tape|manual] [--dtype float64|float32] [--detect-anomaly]
@@ -359,12 +360,8 @@ int main(int argc, char** argv)
         std::cout << program << ": " << io::one_line(summary) << std::endl;
         return 0;
     }
-    catch (const input_error& e)
-    {
-        return tools::fail_with(program, 2, e.what());
-    }
     catch (...)
     {
-        return tools::fail_with_current_exception(program);
+        return tools::fail_with_current_exception(errors);
     }
 }

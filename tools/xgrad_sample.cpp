@@ -2,11 +2,11 @@
 // key/value cache (models/gpt_decode.hpp). The prompt is encoded and the tokens decoded by the
 // checkpoint's tokenizer (bytes or SentencePiece, train/tokenizer.hpp).
 #include <cstdio>
-#include <exception>
 #include <string>
 #include <vector>
 
 #include "io/checkpoint.hpp"
+#include "tools/tool_errors.hpp"
 #include "tools/train_args.hpp"
 #include "models/gpt_decode.hpp"
 #include "train/tokenizer.hpp"
@@ -17,11 +17,10 @@ namespace
 {
 const char* const program = "xgrad-sample";
 
-int fail_with(const std::string& message, int status)
-{
-    std::fprintf(stderr, "%s: %s\n", program, message.substr(0, message.find('\n')).c_str());
-    return status;
-}
+// docs/spec.md, "Exit statuses": 2 bad flags, an empty prompt, a malformed checkpoint or tokenizer, a
+// prompt its tokenizer cannot encode; 1 any other failure.
+const tools::error_rules errors{program, tools::wording::first_line,
+                                {/*bad_value*/ 2, /*bad_file*/ 2, /*anomaly*/ 1, /*failure*/ 1}};
 
 std::shared_ptr<const train::tokenizer> tokenizer_of(const io::checkpoint<float>& ck, const std::string& path)
 {
@@ -35,58 +34,45 @@ std::shared_ptr<const train::tokenizer> tokenizer_of(const io::checkpoint<float>
     }
     return t;
 }
+
+// The help text, or the prompt and its continuation, on stdout.
+void run(const tools::train_cli::sample_command& command)
+{
+    if (command.help)
+    {
+        std::fputs(command.help_text.c_str(), stdout);
+        return;
+    }
+    const io::checkpoint<float> ck = io::load_checkpoint<float>(command.checkpoint);
+    const auto vocab = tokenizer_of(ck, command.checkpoint);
+    const std::string& prompt = command.prompt;
+    if (prompt.empty())
+    {
+        throw std::invalid_argument("--prompt must not be empty");
+    }
+    std::vector<std::int32_t> ids;
+    try
+    {
+        ids = vocab->encode(prompt);
+    }
+    catch (const std::invalid_argument& e)
+    {
+        throw std::invalid_argument("--prompt: " + std::string(e.what()));
+    }
+    const std::string text = vocab->decode(models::sample(ck.params, ids, command.run));
+    std::printf("%s%s\n", prompt.c_str(), text.c_str());
+}
 }  // namespace
 
 int main(int argc, char** argv)
 {
-    tools::train_cli::sample_command command;
     try
     {
-        command = tools::train_cli::parse_sample_arguments(std::vector<std::string>(argv + 1, argv + argc));
-    }
-    catch (const tools::train_cli::input_error& e)
-    {
-        return fail_with(e.what(), 2);
-    }
-    if (command.help)
-    {
-        std::fputs(command.help_text.c_str(), stdout);
+        run(tools::train_cli::parse_sample_arguments(std::vector<std::string>(argv + 1, argv + argc)));
         return 0;
     }
-    const std::string& checkpoint = command.checkpoint;
-    const std::string& prompt = command.prompt;
-    const models::sampling_options& o = command.run;
-    try
+    catch (...)
     {
-        const io::checkpoint<float> ck = io::load_checkpoint<float>(checkpoint);
-        const auto vocab = tokenizer_of(ck, checkpoint);
-        if (prompt.empty())
-        {
-            throw std::invalid_argument("--prompt must not be empty");
-        }
-        std::vector<std::int32_t> ids;
-        try
-        {
-            ids = vocab->encode(prompt);
-        }
-        catch (const std::invalid_argument& e)
-        {
-            throw std::invalid_argument("--prompt: " + std::string(e.what()));
-        }
-        const std::string text = vocab->decode(models::sample(ck.params, ids, o));
-        std::printf("%s%s\n", prompt.c_str(), text.c_str());
-        return 0;
-    }
-    catch (const std::invalid_argument& e)
-    {
-        return fail_with(e.what(), 2);
-    }
-    catch (const io::format_error& e)  // a malformed checkpoint is bad input too
-    {
-        return fail_with(e.what(), 2);
-    }
-    catch (const std::exception& e)
-    {
-        return fail_with(e.what(), 1);
+        return tools::fail_with_current_exception(errors);
     }
 }

@@ -8,13 +8,12 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
-#include <exception>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "io/safetensors.hpp"  // io::format_error
 #include "kernels/precision.hpp"
+#include "tools/tool_errors.hpp"
 #include "tools/train_args.hpp"
 #include "train/option_error.hpp"
 #include "train/communicator.hpp"
@@ -67,28 +66,14 @@ private:
     std::thread thread_;
 };
 
-// One line on stderr, whatever the message holds.
-int fail_with(const std::string& message, int status)
-{
-    std::string line = message.substr(0, message.find('\n'));
-    std::fprintf(stderr, "%s: %s\n", program, line.c_str());
-    return status;
-}
+// docs/spec.md, "Exit statuses": 2 bad flags or flag values, a malformed checkpoint, a run that needs more
+// memory than is available; 1 any other failure (an anomaly that --detect-anomaly finds among them).
+const tools::error_rules errors{program, tools::wording::first_line,
+                                {/*bad_value*/ 2, /*bad_file*/ 2, /*anomaly*/ 1, /*failure*/ 1}};
 
-}  // namespace
-
-int main(int argc, char** argv)
+// The help text, or the run and its summary on stdout; the exit status.
+int run(tools::train_cli::train_command command)
 {
-    const interrupt_watcher watcher;
-    tools::train_cli::train_command command;
-    try
-    {
-        command = tools::train_cli::parse_train_arguments(std::vector<std::string>(argv + 1, argv + argc));
-    }
-    catch (const tools::train_cli::input_error& e)
-    {
-        return fail_with(e.what(), 2);
-    }
     if (command.help)
     {
         std::fputs(command.help_text.c_str(), stdout);
@@ -96,59 +81,58 @@ int main(int argc, char** argv)
     }
     train::train_options& o = command.run;
     const bool quiet = command.quiet;
+    auto comm = train::make_communicator();
+    o.interrupt = &interrupted;
+    const bool leader = comm->rank() == 0;
+    std::FILE* progress = quiet || !leader ? nullptr : stdout;
+    // docs/spec.md, "Training on text": --precision bf16 rounds every matrix product's operands
+    const precision_scope precision(parse_matmul_precision(command.precision.c_str()));
+    const train::train_summary s = train::run_training(o, progress, isatty(STDOUT_FILENO) != 0, *comm);
+    if (!leader)
+    {
+        return 0;
+    }
+    if (s.first_step >= o.steps)
+    {
+        std::printf("%s/model.safetensors is already at step %lld; nothing to do\n", o.out.c_str(),
+                    static_cast<long long>(s.first_step));
+        return 0;
+    }
+    if (s.interrupted)
+    {
+        std::printf("interrupted: checkpoint at step %lld; add --resume to continue\n", static_cast<long long>(s.last_step));
+        return 130;
+    }
+    std::printf("step %lld: train loss %.4f, validation loss %.4f, %.0f tokens/s (median), %llu parameters",
+                static_cast<long long>(s.last_step), s.train_loss, s.val_loss, s.tokens_per_s,
+                static_cast<unsigned long long>(s.parameters));
+    if (comm->size() > 1)
+    {
+        std::printf(", %d processes, %.3f s in allreduce", comm->size(), comm->allreduce_seconds());
+    }
+    std::printf("\n");
+    if (!s.sample.empty())
+    {
+        std::printf("--- sample ---\n%s\n--------------\n", s.sample.c_str());
+    }
+    return 0;
+}
+}  // namespace
+
+int main(int argc, char** argv)
+{
+    const interrupt_watcher watcher;
     try
     {
-        auto comm = train::make_communicator();
-        o.interrupt = &interrupted;
-        const bool leader = comm->rank() == 0;
-        std::FILE* progress = quiet || !leader ? nullptr : stdout;
-        // docs/spec.md, "Training on text": --precision bf16 rounds every matrix product's operands
-        const precision_scope precision(parse_matmul_precision(command.precision.c_str()));
-        const train::train_summary s = train::run_training(o, progress, isatty(STDOUT_FILENO) != 0, *comm);
-        if (!leader)
-        {
-            return 0;
-        }
-        if (s.first_step >= o.steps)
-        {
-            std::printf("%s/model.safetensors is already at step %lld; nothing to do\n", o.out.c_str(),
-                        static_cast<long long>(s.first_step));
-            return 0;
-        }
-        if (s.interrupted)
-        {
-            std::printf("interrupted: checkpoint at step %lld; add --resume to continue\n", static_cast<long long>(s.last_step));
-            return 130;
-        }
-        std::printf("step %lld: train loss %.4f, validation loss %.4f, %.0f tokens/s (median), %llu parameters",
-                    static_cast<long long>(s.last_step), s.train_loss, s.val_loss, s.tokens_per_s,
-                    static_cast<unsigned long long>(s.parameters));
-        if (comm->size() > 1)
-        {
-            std::printf(", %d processes, %.3f s in allreduce", comm->size(), comm->allreduce_seconds());
-        }
-        std::printf("\n");
-        if (!s.sample.empty())
-        {
-            std::printf("--- sample ---\n%s\n--------------\n", s.sample.c_str());
-        }
-        return 0;
+        return run(tools::train_cli::parse_train_arguments(std::vector<std::string>(argv + 1, argv + argc)));
     }
     catch (const train::option_error& e)  // the library names option fields; say them as flags
     {
-        return fail_with(e.message(tools::train_cli::flag_of_field),
-                         e.problem == train::option_problem::bad_value ? 2 : 1);
+        return tools::fail_with(errors, e.problem == train::option_problem::bad_value ? 2 : 1,
+                                e.message(tools::train_cli::flag_of_field));
     }
-    catch (const std::invalid_argument& e)
+    catch (...)
     {
-        return fail_with(e.what(), 2);
-    }
-    catch (const io::format_error& e)  // a malformed checkpoint is bad input too
-    {
-        return fail_with(e.what(), 2);
-    }
-    catch (const std::exception& e)
-    {
-        return fail_with(e.what(), 1);
+        return tools::fail_with_current_exception(errors);
     }
 }
