@@ -92,6 +92,19 @@ private:
 
 namespace detail
 {
+// Some input wants a gradient and the tape is not under no_grad: the one test of whether an op records
+// its backward rule (record_range) or only its value. Inputs on one tape, non-empty.
+template <class T, class Inputs>
+bool rule_will_be_recorded(const Inputs& inputs)
+{
+    bool wants_grad = false;
+    for (const var<T>& in : inputs)
+    {
+        wants_grad = wants_grad || in.node().requires_grad;  // node() also rejects stale handles
+    }
+    return wants_grad && inputs.begin()->state()->no_grad_depth == 0;
+}
+
 template <class T, class Rule, class Inputs>
 var<T> record_range(const char* op, const Inputs& inputs, array<T>&& value, unsigned saved, Rule&& rule,
                     std::uint64_t multiply_adds, std::size_t rule_bytes)
@@ -101,16 +114,14 @@ var<T> record_range(const char* op, const Inputs& inputs, array<T>&& value, unsi
         fail(op, "an op takes 1 to " + std::to_string(max_inputs) + " inputs, got " + std::to_string(inputs.size()));
     }
     const auto& state = inputs.begin()->state_;
-    bool wants_grad = false;
     for (const var<T>& in : inputs)
     {
         if (in.state_ != state)
         {
             fail(op, "inputs were recorded on different tapes");
         }
-        wants_grad = wants_grad || in.node().requires_grad;  // node() also rejects stale handles
     }
-    wants_grad = wants_grad && state->no_grad_depth == 0;
+    const bool wants_grad = rule_will_be_recorded<T>(inputs);
 
     node_ptr<T> n = wants_grad ? state->template make_node<rule_node<T, std::decay_t<Rule>>>(std::forward<Rule>(rule))
                                : state->template make_node<node<T>>();
@@ -161,17 +172,13 @@ var<T> record(const char* op, const std::vector<var<T>>& inputs, array<T>&& valu
                            rule_bytes);
 }
 
-// Whether an op on these inputs will record a backward rule: some input wants a gradient and the tape
-// is not under no_grad. An op can then skip computing what only its backward would read.
+// Whether an op on these inputs will record a backward rule (record_range's own test): some input wants
+// a gradient and the tape is not under no_grad. An op can then skip computing what only its backward
+// would read.
 template <class T>
 bool records_backward(std::initializer_list<var<T>> inputs)
 {
-    bool wants_grad = false;
-    for (const var<T>& in : inputs)
-    {
-        wants_grad = wants_grad || in.node().requires_grad;
-    }
-    return wants_grad && inputs.begin()->state()->no_grad_depth == 0;
+    return rule_will_be_recorded<T>(inputs);
 }
 }  // namespace detail
 

@@ -247,8 +247,9 @@ public:
     std::size_t size() const { return state_->nodes.size(); }
     std::vector<node_info> nodes() const;
     // Bytes of the values the tape owns that a backward rule will read, and of what live rules keep
-    // themselves (a fused GELU's slopes, a dropout mask, a norm's row statistics); with include_leaves =
-    // false, only the intermediate results (what an autograd engine allocates in the forward pass and keeps).
+    // themselves (a fused GELU's slopes, a dropout mask, a norm's row statistics, embedding's ids); with
+    // include_leaves = false, only the intermediate results (what an autograd engine allocates in the
+    // forward pass and keeps).
     std::size_t bytes_saved_for_backward(bool include_leaves = true) const;
     std::size_t bytes_held() const;                // every value and gradient the tape owns, and the rules' own
     std::uint64_t multiply_adds() const;           // sum over recorded ops (matmul counts M*N*K)

@@ -35,7 +35,8 @@ std::size_t matrix_offset(std::size_t flat, const shape_t& batch, const std::vec
 // Waking a thread costs microseconds: below this many multiply-adds a product stays on one thread.
 constexpr std::uint64_t parallel_threshold = 1 << 21;
 
-// The threads parallel_blocks splits `extent` over: at least 32 rows or columns of C each.
+// The threads parallel_blocks splits `extent` over: at least 32 rows or columns of C each (a small
+// model's d = 64 splits in two).
 std::size_t block_threads(std::size_t extent, std::uint64_t work)
 {
     return work < parallel_threshold ? 1

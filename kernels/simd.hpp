@@ -53,7 +53,7 @@ T max_of(const T* x, std::size_t n)
 
 // x[j] = exp(s x[j] - shift) in place, with s x[j] - shift in one fused multiply-add (no rounding of
 // s x[j] on its own: it matters for logits of 1e3); returns the sum. Masked entries hold -inf -> 0.
-// The tail (n mod the batch width entries: every row of a causal tile has one) goes through the same
+// The tail (n mod the batch width entries: most rows of a causal tile have one) goes through the same
 // batch exp in a zero-padded buffer, whose padding lanes are left out of the sum: one exp per batch,
 // not one libm call per entry, and the same arithmetic for every entry.
 template <class T>

@@ -78,10 +78,10 @@ void check_token_major_shapes(const shape_t& qs, const shape_t& ks, const shape_
 }
 
 // Records the op's two nodes around a forward already computed; `backward` maps (q, k, v, O, lse, dO)
-// to the gradients of q, k and v.
+// to the gradients of q, k and v, and keeps a copy of the caller's mask, if any (declared to the tape).
 template <class T, class Backward>
 var<T> record_attention(const var<T>& q, const var<T>& k, const var<T>& v,
-                        kernels::attention_forward_result<T> forward, Backward backward)
+                        kernels::attention_forward_result<T> forward, Backward backward, const mask_t* mask)
 {
     var<T> lse = detail::record(
         "attention_lse", {q, k, v}, std::move(forward.log_sum_exp), saves_nothing,
@@ -100,7 +100,7 @@ var<T> record_attention(const var<T>& q, const var<T>& k, const var<T>& v,
     };
     return detail::record("attention", {q, k, v, lse}, std::move(forward.output),
                           saves_input0 | saves_input1 | saves_input2 | saves_input3 | saves_output, std::move(rule),
-                          forward.multiply_adds);
+                          forward.multiply_adds, mask ? mask->size() * sizeof(bool) : 0);
 }
 
 // The rule outlives the caller's mask: keep a copy (shared, so copying the rule stays cheap).
@@ -125,7 +125,7 @@ var<T> attention(const var<T>& q, const var<T>& k, const var<T>& v, const mask_t
                                                      const array<T>& o, const array<T>& lse, const array<T>& g) {
         return kernels::attention_backward(q_, k_, v_, o, lse, g, kept_mask.get(), causal);
     };
-    return record_attention(q, k, v, std::move(forward), backward);
+    return record_attention(q, k, v, std::move(forward), backward, mask);
 }
 
 // The rules above, read and written in the token-major layout (the rows of head h are columns
@@ -143,7 +143,7 @@ var<T> attention_token_major(const var<T>& q, const var<T>& k, const var<T>& v, 
         return kernels::attention_backward_token_major(q_, k_, v_, o, lse, g, heads, kv_heads, kept_mask.get(),
                                                        causal);
     };
-    return record_attention(q, k, v, std::move(forward), backward);
+    return record_attention(q, k, v, std::move(forward), backward, mask);
 }
 
 #define XGRAD_ATTENTION(T)                                                                        \

@@ -246,7 +246,8 @@ var<T> embedding(const var<T>& weight, const ids_t& ids)
         }
         ctx.accumulate(0, std::move(dw));
     };
-    return detail::record("embedding", {weight}, std::move(y), saves_nothing, std::move(rule));
+    const std::size_t kept_ids_bytes = ids.size() * sizeof(std::int64_t);
+    return detail::record("embedding", {weight}, std::move(y), saves_nothing, std::move(rule), 0, kept_ids_bytes);
 }
 
 #define XGRAD_INDEX(T)                                                                \

@@ -11,5 +11,6 @@ endforeach()
 if(TARGET gpt_step_profile)
   add_test(NAME examples_run_gpt_step_profile COMMAND gpt_step_profile --config nano --steps 4 --peak 50)
   set_tests_properties(examples_run_gpt_step_profile PROPERTIES
-    PASS_REGULAR_EXPRESSION "loss at step 1 4\\.[0-9]+.*median of 1 steps: wall [0-9.]+ ms.*share of the given FMA peak")
+    PASS_REGULAR_EXPRESSION "loss at step 1 4\\.[0-9]+.*median of 1 steps: wall [0-9.]+ ms.*share of the given FMA peak"
+    FAIL_REGULAR_EXPRESSION "Sanitizer|runtime error")  # the pass regex alone ignores the exit status
 endif()

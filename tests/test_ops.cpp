@@ -507,7 +507,7 @@ TEST_CASE("matmul: analytic gradients dA = G B^T, dB = A^T G on a hand-sized exa
     CHECK(b.grad() == dB);
 }
 
-TEST_CASE("matmul: a weight gradient X^T G folded over the batch splits across threads along C's wider side")
+TEST_CASE("matmul: a weight gradient X^T G folded over the batch splits across threads by C's rows or columns")
 {
     // C = sum_b X_b^T G_b as one (m, B T) x (B T, n) product; with two threads it splits by C's rows
     // when only m has room for two blocks of 32 (256 x 40, and 100 x 48 at an uneven edge), by its

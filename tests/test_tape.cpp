@@ -257,6 +257,23 @@ TEST_CASE("bytes_saved_for_backward counts what rules keep themselves, until the
     CHECK(u.bytes_saved_for_backward() == 0);  // no rule was recorded, so nothing is kept
 }
 
+TEST_CASE("bytes_saved_for_backward counts the ids embedding keeps and the mask attention keeps")
+{
+    tape<double> t;
+    auto table = t.input(random_array({6, 4}, 43));
+    const ids_t ids = {{1, 5, 0}, {2, 2, 3}};
+    auto rows = ops::embedding(table, ids);  // saves no value of the tape's; its rule keeps the 6 ids
+    CHECK(t.bytes_saved_for_backward(false) == 6 * sizeof(std::int64_t));
+    auto q = t.input(random_array({1, 1, 3, 2}, 44)), k = t.input(random_array({1, 1, 3, 2}, 45));
+    mask_t keep = xt::ones<bool>({3, 3});
+    keep(0, 2) = false;
+    auto o = ops::attention(q, k, k, &keep);  // saves leaves, O (6) and the lse (3); its rule keeps the mask
+    const std::size_t attention_bytes = (6 + 3) * sizeof(double) + 9 * sizeof(bool);
+    CHECK(t.bytes_saved_for_backward(false) == 6 * sizeof(std::int64_t) + attention_bytes);
+    t.backward(ops::add(ops::sum(rows), ops::sum(o)));
+    CHECK(t.bytes_saved_for_backward() == 0);
+}
+
 // ---- releasing and retaining the graph --------------------------------------------------------------
 
 TEST_CASE("a second backward without retain_graph throws std::logic_error")
