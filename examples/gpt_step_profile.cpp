@@ -59,46 +59,53 @@ double median(std::vector<double> v)
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
 }
-}  // namespace
 
-int main(int argc, char** argv)
+struct profile_options
 {
-    CLI::App app{"Times (and, under a profiler, shows) one GPT training step, repeated", "gpt_step_profile"};
-    std::string name = "nano";
+    std::string config = "nano";
     int steps = 50, threads = 1;
     bool every_activation = false, bf16 = false;
-    double peak_gflops = 0;
-    app.add_option("--config", name, "the bench's GPT size")->check(CLI::IsMember({"nano", "char", "shake"}))
-        ->capture_default_str();
-    app.add_option("--steps", steps, "steps to run (the first 3 are not timed)")->check(CLI::Range(4, 1000000))
-        ->capture_default_str();
-    app.add_option("--threads", threads, "xgrad threads")->check(CLI::Range(1, 256))->capture_default_str();
-    app.add_flag("--every-activation", every_activation,
-                 "keep a node for every activation (the divergence report's layout; training runs without)");
-    app.add_flag("--bf16", bf16, "matrix products in bfloat16 (float32 on a CPU without bf16 products)");
-    app.add_option("--peak", peak_gflops, "an FMA peak in GFLOP/s (the bench prints it), for a share")
-        ->check(CLI::PositiveNumber);
-    if (const auto status = examples::parse_command_line(app, argc, argv))
-    {
-        return *status;
-    }
-    const step_config& c = configs().at(name);
-    const std::size_t B = c.batch, T = c.model.block_size;
-    set_num_threads(threads);
-    const precision_scope precision(bf16 ? matmul_precision::bf16 : matmul_precision::fp32);
+    double peak_gflops = 0;  // 0: no share printed
+};
 
+void declare_options(CLI::App& app, profile_options& o)
+{
+    app.add_option("--config", o.config, "the bench's GPT size")
+        ->check(CLI::IsMember({"nano", "char", "shake"}))
+        ->capture_default_str();
+    app.add_option("--steps", o.steps, "steps to run (the first 3 are not timed)")
+        ->check(CLI::Range(4, 1000000))
+        ->capture_default_str();
+    app.add_option("--threads", o.threads, "xgrad threads")->check(CLI::Range(1, 256))->capture_default_str();
+    app.add_flag("--every-activation", o.every_activation,
+                 "keep a node for every activation (the divergence report's layout; training runs without)");
+    app.add_flag("--bf16", o.bf16, "matrix products in bfloat16 (float32 on a CPU without bf16 products)");
+    app.add_option("--peak", o.peak_gflops, "an FMA peak in GFLOP/s (the bench prints it), for a share")
+        ->check(CLI::PositiveNumber);
+}
+
+struct step_times
+{
+    std::vector<double> wall_ms, cpu_ms;  // of the timed steps
+    double first_loss = 0;
+};
+
+// `steps` training steps as a training loop runs them: fresh tape, forward with the loss, backward,
+// AdamW, gradients reset. The first 3 fault in the tape's pages and warm the caches, and are not timed.
+step_times run_steps(const step_config& c, const profile_options& o)
+{
     auto params = gpt_parameters<float>::init(c.model, 1);
     auto named = params.named_parameters();
     optim::adam<float> optimiser(named, optim::adamw_options(1e-4, 0.1));
     std::mt19937_64 rng(2);
-    const ids_t tokens = examples::random_ids(B, T, c.model.vocab_size, rng);
-    const ids_t targets = examples::random_ids(B, T, c.model.vocab_size, rng);
+    const std::size_t T = c.model.block_size;
+    const ids_t tokens = examples::random_ids(c.batch, T, c.model.vocab_size, rng);
+    const ids_t targets = examples::random_ids(c.batch, T, c.model.vocab_size, rng);
     gpt_options options;
-    options.every_activation = every_activation;
+    options.every_activation = o.every_activation;
 
-    std::vector<double> wall_ms, cpu_ms;
-    double first_loss = 0;
-    for (int s = 0; s < steps; ++s)
+    step_times times;
+    for (int s = 0; s < o.steps; ++s)
     {
         const auto wall_start = std::chrono::steady_clock::now();
         const double cpu_start = thread_cpu_ms();
@@ -111,26 +118,49 @@ int main(int argc, char** argv)
         const std::chrono::duration<double, std::milli> wall = std::chrono::steady_clock::now() - wall_start;
         if (s == 0)
         {
-            first_loss = r.loss.value()();
+            times.first_loss = r.loss.value()();
         }
-        if (s >= 3)  // the first steps fault in the tape's pages and warm the caches
+        if (s >= 3)
         {
-            wall_ms.push_back(wall.count());
-            cpu_ms.push_back(cpu);
+            times.wall_ms.push_back(wall.count());
+            times.cpu_ms.push_back(cpu);
         }
     }
+    return times;
+}
+
+void report(const step_config& c, const profile_options& o, const step_times& times)
+{
+    const std::size_t B = c.batch, T = c.model.block_size;
     const double flop = 2.0 * 3.0 * static_cast<double>(gpt_forward_multiply_adds(c.model, B, T).total());
-    const double wall = median(wall_ms);
-    std::printf("%s (V %zu, L %zu, d %zu, H %zu, T %zu, B %zu), %d thread%s%s: loss at step 1 %.4f\n", name.c_str(),
-                c.model.vocab_size, c.model.layers, c.model.d_model, c.model.heads, T, B, threads,
-                threads == 1 ? "" : "s", bf16 ? ", bf16 products" : "", first_loss);
+    const double wall = median(times.wall_ms);
+    const double gflops = flop / (wall * 1e6);
+    std::printf("%s (V %zu, L %zu, d %zu, H %zu, T %zu, B %zu), %d thread%s%s: loss at step 1 %.4f\n",
+                o.config.c_str(), c.model.vocab_size, c.model.layers, c.model.d_model, c.model.heads, T, B,
+                o.threads, o.threads == 1 ? "" : "s", o.bf16 ? ", bf16 products" : "", times.first_loss);
     std::printf("median of %zu steps: wall %.2f ms, calling thread's CPU %.2f ms; %.0f tokens/s, %.1f GFLOP/s "
-                "(FLOP = 2 x 3 x forward multiply-adds)\n", wall_ms.size(), wall, median(cpu_ms),
-                B * T / (wall * 1e-3), flop / (wall * 1e6));
-    if (peak_gflops > 0)
+                "(FLOP = 2 x 3 x forward multiply-adds)\n",
+                times.wall_ms.size(), wall, median(times.cpu_ms), B * T / (wall * 1e-3), gflops);
+    if (o.peak_gflops > 0)
     {
-        std::printf("share of the given FMA peak (%.1f GFLOP/s): %.1f%%\n", peak_gflops,
-                    100 * flop / (wall * 1e6) / peak_gflops);
+        std::printf("share of the given FMA peak (%.1f GFLOP/s): %.1f%%\n", o.peak_gflops,
+                    100 * gflops / o.peak_gflops);
     }
+}
+}  // namespace
+
+int main(int argc, char** argv)
+{
+    CLI::App app{"Times (and, under a profiler, shows) one GPT training step, repeated", "gpt_step_profile"};
+    profile_options o;
+    declare_options(app, o);
+    if (const auto status = examples::parse_command_line(app, argc, argv))
+    {
+        return *status;
+    }
+    const step_config& c = configs().at(o.config);
+    set_num_threads(o.threads);
+    const precision_scope precision(o.bf16 ? matmul_precision::bf16 : matmul_precision::fp32);
+    report(c, o, run_steps(c, o));
     return 0;
 }

@@ -83,6 +83,7 @@ const char* gemm_rule_in_use();
 // The CPU core OpenBLAS detected (e.g. "Haswell", "Zen", or "Prescott" when it does not know the CPU).
 const char* openblas_core();
 // Whether those are the kernels for the widest vector ISA the CPU's flags offer: the fact the rule's
-// choice for large float64 products reads (kernels/gemm.cpp).
+// choice for large float64 products reads (kernels/gemm.cpp). Off x86, where the flags are not read,
+// OpenBLAS's own choice is taken as the best: true.
 bool openblas_runs_the_cpus_best_kernels();
 }  // namespace xgrad::kernels
