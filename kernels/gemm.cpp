@@ -106,8 +106,7 @@ constexpr gemm_backend large_float = gemm_backend::openblas;
 // costs more than the packed blocks of LIBXSMM, which win there.
 gemm_backend large_double(std::size_t k)
 {
-    static const bool openblas_best = backends::openblas_runs_the_cpus_best_kernels();
-    return openblas_best && k > 64 ? gemm_backend::openblas : packed_double;
+    return backends::openblas_runs_the_cpus_best_kernels() && k > 64 ? gemm_backend::openblas : packed_double;
 }
 
 template <class T>

@@ -149,19 +149,14 @@ void run_product(const product_plan& q, bool ta, bool tb, array<T>& c, Run&& run
         });
         return;
     }
-    if (q.columns_folded && q.columns_split_by_rows())
-    {
-        // one (m, count*k) x (count*k, n) product, its rows (op(A)'s, A's columns) split across threads
-        parallel_blocks(q.m, work, [&](std::size_t r0, std::size_t r1) {
-            run(gemm_call{true, false, r1 - r0, q.n, q.count * q.k, r0, q.a_cols, 0, q.b_cols, false, r0 * q.n, q.n});
-        });
-        return;
-    }
     if (q.columns_folded)
     {
-        // one (m, count*k) x (count*k, n) product, its columns split across threads
-        parallel_blocks(q.n, work, [&](std::size_t c0, std::size_t c1) {
-            run(gemm_call{true, false, q.m, c1 - c0, q.count * q.k, 0, q.a_cols, c0, q.b_cols, false, c0, q.n});
+        // one (m, count*k) x (count*k, n) product, its rows (A's columns) or its columns split across threads
+        const bool by_rows = q.columns_split_by_rows();
+        parallel_blocks(by_rows ? q.m : q.n, work, [&](std::size_t b0, std::size_t b1) {
+            const std::size_t rows = by_rows ? b1 - b0 : q.m, cols = by_rows ? q.n : b1 - b0;
+            const std::size_t a = by_rows ? b0 : 0, b = by_rows ? 0 : b0, c = by_rows ? b0 * q.n : b0;
+            run(gemm_call{true, false, rows, cols, q.count * q.k, a, q.a_cols, b, q.b_cols, false, c, q.n});
         });
         return;
     }
