@@ -17,6 +17,11 @@
 // or backward (about half the work when Tq = Tk). A row with no visible key never enters the sums:
 // output 0, lse -inf, and no gradient. The forward splits (batch, head, query tile) across threads; the
 // backward splits (batch, key/value head), so each thread owns the dK and dV it accumulates into.
+//
+// At bf16 matmul precision (kernels/precision.hpp) every tile product takes bfloat16 operands: Q, K, V
+// and dO are rounded once per call, each P and dS tile once where it is made, and the tile products then
+// run in float32 on the rounded values (exact products, float32 sums: what the GEMM door's own rounding
+// computes, without rounding each key/value tile again for every query tile).
 #include "kernels/attention.hpp"
 
 #include <algorithm>
@@ -25,8 +30,10 @@
 #include <vector>
 
 #include "autodiff/instantiate.hpp"
+#include "kernels/bf16.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/parallel.hpp"
+#include "kernels/precision.hpp"
 #include "kernels/simd.hpp"
 
 namespace xgrad::kernels
@@ -133,8 +140,53 @@ T* grown(std::vector<T>& buffer, std::size_t size)
     return buffer.data();
 }
 
+// What the tile products read: q, k, v and, in the backward, dO; at bf16 precision (float32 only) copies of
+// them rounded to bfloat16 once, and then the P and dS tiles are rounded too (round_tile).
 template <class T>
-void forward_tile(const visibility& vis, const T* q, const T* k, const T* v, T* out, T* lse, std::size_t item)
+struct product_operands
+{
+    const T *q, *k, *v, *grad_out;
+    bool rounds_to_bf16 = false;
+    array<T> copies[4];
+
+    product_operands(const array<T>& q_, const array<T>& k_, const array<T>& v_, const array<T>* grad_out_)
+        : q(q_.data()), k(k_.data()), v(v_.data()), grad_out(grad_out_ ? grad_out_->data() : nullptr)
+    {
+        if constexpr (std::is_same_v<T, float>)
+        {
+            rounds_to_bf16 = current_matmul_precision() == matmul_precision::bf16;
+            if (rounds_to_bf16)
+            {
+                q = rounded(0, q_);
+                k = rounded(1, k_);
+                v = rounded(2, v_);
+                grad_out = grad_out_ ? rounded(3, *grad_out_) : nullptr;
+            }
+        }
+    }
+
+    const T* rounded(std::size_t slot, const array<T>& x)
+    {
+        copies[slot] = array<T>::from_shape(to_shape(x.shape()));
+        bf16::round_to_bf16_values(x.data(), x.size(), copies[slot].data());
+        return copies[slot].data();
+    }
+
+    // Rounds the first `cols` entries of each of a tile's `rows` rows (row stride tile_k) in place.
+    void round_tile(T* tile, std::size_t rows, std::size_t cols) const
+    {
+        if constexpr (std::is_same_v<T, float>)
+        {
+            for (std::size_t r = 0; rounds_to_bf16 && r < rows; ++r)
+            {
+                bf16::round_to_bf16_values(tile + r * tile_k, cols, tile + r * tile_k);
+            }
+        }
+    }
+};
+
+template <class T>
+void forward_tile(const visibility& vis, const product_operands<T>& in, T* out, T* lse, std::size_t item)
 {
     const std::size_t tiles = vis.query_tiles();
     const std::size_t bh = item / tiles, i0 = (item % tiles) * tile_q;
@@ -142,9 +194,9 @@ void forward_tile(const visibility& vis, const T* q, const T* k, const T* v, T* 
     const std::size_t rows = std::min(tile_q, vis.Tq - i0);
     const T scale = T(1) / std::sqrt(static_cast<T>(dh));
     const std::size_t qs = vis.q_stride(), ks = vis.kv_stride();
-    const T* q_tile = q + vis.q_offset(b, h, i0);
-    const T* k_head = k + vis.kv_offset(b, g, 0);
-    const T* v_head = v + vis.kv_offset(b, g, 0);
+    const T* q_tile = in.q + vis.q_offset(b, h, i0);
+    const T* k_head = in.k + vis.kv_offset(b, g, 0);
+    const T* v_head = in.v + vis.kv_offset(b, g, 0);
     T* o_tile = out + vis.q_offset(b, h, i0);
 
     thread_local std::vector<T> s_buffer, stats;
@@ -187,6 +239,7 @@ void forward_tile(const visibility& vis, const T* q, const T* k, const T* v, T* 
                 simd::scale_in_place(o_tile + r * qs, dh, shrink);
             }
         }
+        in.round_tile(s, rows, cols);
         gemm(false, false, rows, dh, cols, s, tile_k, v_head + j0 * ks, ks, T(1), o_tile, qs);  // O += P V
     }
     for (std::size_t r = 0; r < rows; ++r)
@@ -205,14 +258,14 @@ void forward_tile(const visibility& vis, const T* q, const T* k, const T* v, T* 
 
 // The backward of every query head of one (batch, key/value head) pair.
 template <class T>
-void backward_group(const visibility& vis, const T* q, const T* k, const T* v, const T* out, const T* lse,
+void backward_group(const visibility& vis, const product_operands<T>& in, const T* out, const T* lse,
                     const T* grad_out, T* dq, T* dk, T* dv, std::size_t item)
 {
     const std::size_t b = item / vis.G, g = item % vis.G, dh = vis.dh, per_group = vis.H / vis.G;
     const T scale = T(1) / std::sqrt(static_cast<T>(dh));
     const std::size_t qs = vis.q_stride(), ks = vis.kv_stride();
-    const T* k_head = k + vis.kv_offset(b, g, 0);
-    const T* v_head = v + vis.kv_offset(b, g, 0);
+    const T* k_head = in.k + vis.kv_offset(b, g, 0);
+    const T* v_head = in.v + vis.kv_offset(b, g, 0);
     T* dk_head = dk + vis.kv_offset(b, g, 0);
     T* dv_head = dv + vis.kv_offset(b, g, 0);
 
@@ -227,12 +280,12 @@ void backward_group(const visibility& vis, const T* q, const T* k, const T* v, c
         {
             const std::size_t rows = std::min(tile_q, vis.Tq - i0);
             const std::size_t offset = vis.q_offset(b, h, i0);
-            const T* q_tile = q + offset;
-            const T* do_tile = grad_out + offset;
+            const T* q_tile = in.q + offset;
+            const T* do_tile = in.grad_out + offset;  // dO as the products read it
             T* dq_tile = dq + offset;
             for (std::size_t r = 0; r < rows; ++r)
             {
-                d[r] = simd::dot(do_tile + r * qs, out + offset + r * qs, dh);  // D_i = dO_i . O_i
+                d[r] = simd::dot(grad_out + offset + r * qs, out + offset + r * qs, dh);  // D_i = dO_i . O_i
             }
             const std::size_t key_end = vis.tile_key_end(i0, rows);
             for (std::size_t j0 = 0; j0 < key_end; j0 += tile_k)
@@ -254,6 +307,8 @@ void backward_group(const visibility& vis, const T* q, const T* k, const T* v, c
                         ds_row[c] = scale * p_row[c] * (ds_row[c] - d[r]);  // dS = scale P (dP - D)
                     }
                 }
+                in.round_tile(p, rows, cols);
+                in.round_tile(dp, rows, cols);
                 gemm(true, false, cols, dh, rows, p, tile_k, do_tile, qs, T(1), dv_head + j0 * ks, ks);  // dV += P^T dO
                 gemm(false, false, rows, dh, cols, dp, tile_k, k_head + j0 * ks, ks, T(1), dq_tile, qs);  // dQ += dS K
                 gemm(true, false, cols, dh, rows, dp, tile_k, q_tile, qs, T(1), dk_head + j0 * ks, ks);  // dK += dS^T Q
@@ -299,8 +354,10 @@ attention_forward_result<T> forward_with(const visibility& vis, const array<T>& 
     result.multiply_adds = visited_multiply_adds(vis);
     T* out = result.output.data();
     T* lse = result.log_sum_exp.data();
+    const product_operands<T> in(q, k, v, nullptr);
+    const precision_scope tiles(matmul_precision::fp32);  // the operands are rounded already, if at all
     run_items(vis.B * vis.H * vis.query_tiles(), result.multiply_adds, [&](std::size_t item) {
-        forward_tile(vis, q.data(), k.data(), v.data(), out, lse, item);
+        forward_tile(vis, in, out, lse, item);
     });
     return result;
 }
@@ -314,9 +371,11 @@ attention_gradients<T> backward_with(const visibility& vis, const array<T>& q, c
     grads.q = xt::zeros<T>(to_shape(q.shape()));
     grads.k = xt::zeros<T>(to_shape(k.shape()));
     grads.v = xt::zeros<T>(to_shape(k.shape()));
+    const product_operands<T> in(q, k, v, &grad_output);
+    const precision_scope tiles(matmul_precision::fp32);  // the operands are rounded already, if at all
     run_items(vis.B * vis.G, 2 * visited_multiply_adds(vis), [&](std::size_t item) {
-        backward_group(vis, q.data(), k.data(), v.data(), output.data(), log_sum_exp.data(), grad_output.data(),
-                       grads.q.data(), grads.k.data(), grads.v.data(), item);
+        backward_group(vis, in, output.data(), log_sum_exp.data(), grad_output.data(), grads.q.data(),
+                       grads.k.data(), grads.v.data(), item);
     });
     return grads;
 }

@@ -4,6 +4,7 @@
 #include "kernels/bf16.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels/precision.hpp"
+#include "ops/bf16_operands.hpp"
 #include "ops/ops.hpp"
 
 namespace xgrad
@@ -33,78 +34,57 @@ shape_t batch_shape(const shape_t& sa, bool ta, const shape_t& sb, bool tb)
     return broadcast_shapes("matmul", batch_a, batch_b);
 }
 
-// matmul's backward at bf16 precision from bf16 copies: the same products as in matmul's rule below.
-struct rounded_backward
+// matmul's backward. At bf16 precision the forward may have rounded A and B once (ops/bf16_operands.hpp);
+// then dA reads B's copy, dB reads A's, and g is rounded once for both.
+template <class T>
+struct matmul_backward
 {
     bool ta, tb;
-    std::shared_ptr<const kernels::bf16::bf16_copy> a16, b16;  // kept while b, resp. a, needs a gradient
+    bf16_operands copies;  // A's while B needs a gradient, B's while A needs one; empty when not rounded
 
-    void operator()(backward_context<float>& ctx) const
+    void operator()(backward_context<T>& ctx) const
     {
-        const array<float>& g = ctx.grad();
-        const array<float>& A = ctx.input(0);
-        const array<float>& B = ctx.input(1);
-        const bool bf16 = current_matmul_precision() == matmul_precision::bf16;
-        const kernels::bf16::bf16_copy g16 = bf16 ? kernels::bf16::rounded_copy(g) : kernels::bf16::bf16_copy();
+        const array<T>& g = ctx.grad();
+        const array<T>& A = ctx.input(0);
+        const array<T>& B = ctx.input(1);
+        const kernels::bf16::bf16_copy g16 = copies.rounded_gradient(g);
+        const kernels::bf16::bf16_copy *a16 = copies.a16.get(), *b16 = copies.b16.get();
         if (ctx.needs_grad(0))
         {
-            array<float> dA = array<float>::from_shape(A.shape());
-            if (!bf16)
+            array<T> dA = array<T>::from_shape(A.shape());
+            if (!ta)
             {
-                ta ? kernels::matmul_into(B, tb, g, true, dA) : kernels::matmul_into(g, false, B, !tb, dA);
-            }
-            else if (!ta)
-            {
-                kernels::bf16::matmul_into(g, g16, false, B, *b16, !tb, dA);  // g op(B)^T
+                multiply_into(g, &g16, false, B, b16, !tb, dA);  // g op(B)^T
             }
             else
             {
-                kernels::bf16::matmul_into(B, *b16, tb, g, g16, true, dA);  // op(B) g^T
+                multiply_into(B, b16, tb, g, &g16, true, dA);  // (g op(B)^T)^T = op(B) g^T
             }
             ctx.accumulate(0, std::move(dA));
         }
         if (ctx.needs_grad(1))
         {
-            array<float> dB = array<float>::from_shape(B.shape());
-            if (!bf16)
+            array<T> dB = array<T>::from_shape(B.shape());
+            if (!tb)
             {
-                tb ? kernels::matmul_into(g, true, A, ta, dB) : kernels::matmul_into(A, !ta, g, false, dB);
-            }
-            else if (!tb)
-            {
-                kernels::bf16::matmul_into(A, *a16, !ta, g, g16, false, dB);  // op(A)^T g
+                multiply_into(A, a16, !ta, g, &g16, false, dB);  // op(A)^T g
             }
             else
             {
-                kernels::bf16::matmul_into(g, g16, true, A, *a16, ta, dB);  // g^T op(A)
+                multiply_into(g, &g16, true, A, a16, ta, dB);  // (op(A)^T g)^T = g^T op(A)
             }
             ctx.accumulate(1, std::move(dB));
         }
     }
 };
-
-// matmul at bf16 precision when every GEMM call goes to oneDNN's bf16 matmul: each operand is rounded
-// once and the copy serves the forward product and the backward one that reads it again (dA reads B,
-// dB reads A), and the incoming gradient is rounded once for both. A copy lives in the rule, no longer
-// than the tape's use of the operand: a parameter's value is read in place and updated only after
-// backward (autodiff/tape.hpp, `parameter`), so a copy is never stale; nothing is keyed on an address.
-var<float> matmul_rounded(const var<float>& a, const var<float>& b, bool ta, bool tb, array<float> c,
-                          std::uint64_t macs)
-{
-    using kernels::bf16::bf16_copy;
-    auto a16 = std::make_shared<const bf16_copy>(kernels::bf16::rounded_copy(a.value()));
-    auto b16 = std::make_shared<const bf16_copy>(kernels::bf16::rounded_copy(b.value()));
-    kernels::bf16::matmul_into(a.value(), *a16, ta, b.value(), *b16, tb, c);
-    rounded_backward rule{ta, tb, b.requires_grad() ? a16 : nullptr, a.requires_grad() ? b16 : nullptr};
-    return detail::record("matmul", {a, b}, std::move(c), saves_input0 | saves_input1, std::move(rule), macs);
-}
 }  // namespace
 
 // C = op(A) op(B) over the last two axes.
 //   dL/dA = g op(B)^T   (stored as op(B) g^T when A is used transposed)
 //   dL/dB = op(A)^T g   (stored as g^T op(A) when B is used transposed)
 // Batch axes a operand shares by broadcasting are summed inside the GEMM loop, not afterwards.
-// At bf16 precision, large products take the rounded-once path above (matmul_rounded).
+// At bf16 precision a large product rounds each operand once, for the forward and the backward
+// (ops/bf16_operands.hpp); the rule declares the copies' bytes to the tape.
 template <class T>
 var<T> matmul(const var<T>& a, const var<T>& b, bool ta, bool tb)
 {
@@ -126,46 +106,11 @@ var<T> matmul(const var<T>& a, const var<T>& b, bool ta, bool tb)
     batch.push_back(m);
     batch.push_back(n);
     array<T> c = array<T>::from_shape(batch);
-    if constexpr (std::is_same_v<T, float>)
-    {
-        if (kernels::bf16::matmul_takes_rounded(a.value(), ta, b.value(), tb))
-        {
-            return matmul_rounded(a, b, ta, tb, std::move(c), macs);
-        }
-    }
-    kernels::matmul_into(a.value(), ta, b.value(), tb, c);
-    auto rule = [ta, tb](backward_context<T>& ctx) {
-        const array<T>& g = ctx.grad();
-        const array<T>& A = ctx.input(0);
-        const array<T>& B = ctx.input(1);
-        if (ctx.needs_grad(0))
-        {
-            array<T> dA = array<T>::from_shape(A.shape());
-            if (!ta)
-            {
-                kernels::matmul_into(g, false, B, !tb, dA);  // g op(B)^T
-            }
-            else
-            {
-                kernels::matmul_into(B, tb, g, true, dA);  // (g op(B)^T)^T = op(B) g^T
-            }
-            ctx.accumulate(0, std::move(dA));
-        }
-        if (ctx.needs_grad(1))
-        {
-            array<T> dB = array<T>::from_shape(B.shape());
-            if (!tb)
-            {
-                kernels::matmul_into(A, !ta, g, false, dB);  // op(A)^T g
-            }
-            else
-            {
-                kernels::matmul_into(g, true, A, ta, dB);  // (op(A)^T g)^T = g^T op(A)
-            }
-            ctx.accumulate(1, std::move(dB));
-        }
-    };
-    return detail::record("matmul", {a, b}, std::move(c), saves_input0 | saves_input1, std::move(rule), macs);
+    const bf16_operands rounded = bf16_operands::for_product(a, ta, b, tb);
+    multiply_into(a.value(), rounded.a16.get(), ta, b.value(), rounded.b16.get(), tb, c);
+    matmul_backward<T> rule{ta, tb, rounded.for_backward(a.requires_grad(), b.requires_grad())};
+    const std::size_t kept = rule.copies.bytes();
+    return detail::record("matmul", {a, b}, std::move(c), saves_input0 | saves_input1, std::move(rule), macs, kept);
 }
 
 template var<float> matmul(const var<float>&, const var<float>&, bool, bool);

@@ -20,6 +20,7 @@
 #include "kernels/norm.hpp"
 #include "kernels/parallel.hpp"
 #include "kernels/simd.hpp"
+#include "ops/bf16_operands.hpp"
 #include "ops/ops.hpp"
 
 namespace xgrad::ops
@@ -114,31 +115,35 @@ std::uint64_t linear_multiply_adds(const shape_t& xs, const shape_t& ws)
     return kernels::matmul_multiply_adds(batch, xs[xs.size() - 2], ws[1], ws[0]);
 }
 
-// x W into a new array of shape (..., n).
+// x W into a new array of shape (..., n), from the bf16 copies when the node rounded its operands once
+// (ops/bf16_operands.hpp).
 template <class T>
-array<T> linear_product(const array<T>& x, const array<T>& w)
+array<T> linear_product(const array<T>& x, const array<T>& w, const bf16_operands& copies)
 {
     shape_t ys = to_shape(x.shape());
     ys.back() = w.shape()[1];
     array<T> y = array<T>::from_shape(ys);
-    kernels::matmul_into(x, false, w, false, y);
+    multiply_into(x, copies.a16.get(), false, w, copies.b16.get(), false, y);
     return y;
 }
 
-// The product's gradients given dh = dL/d(x W): dL/dx = dh W^T, dL/dW = x^T dh (inputs 0 and 1).
+// The product's gradients given dh = dL/d(x W): dL/dx = dh W^T, dL/dW = x^T dh (inputs 0 and 1). When the
+// forward rounded x and W once (`copies`: W's kept while x needs a gradient, x's while W needs one), dh
+// is rounded once for both products.
 template <class T>
-void linear_backward_products(backward_context<T>& ctx, const array<T>& dh)
+void linear_backward_products(backward_context<T>& ctx, const array<T>& dh, const bf16_operands& copies)
 {
+    const kernels::bf16::bf16_copy dh16 = copies.rounded_gradient(dh);
     if (ctx.needs_grad(0))
     {
         array<T> dx = array<T>::from_shape(ctx.input(0).shape());
-        kernels::matmul_into(dh, false, ctx.input(1), true, dx);  // dh W^T
+        multiply_into(dh, &dh16, false, ctx.input(1), copies.b16.get(), true, dx);  // dh W^T
         ctx.accumulate(0, std::move(dx));
     }
     if (ctx.needs_grad(1))
     {
         array<T> dw = array<T>::from_shape(ctx.input(1).shape());
-        kernels::matmul_into(ctx.input(0), true, dh, false, dw);  // x^T dh
+        multiply_into(ctx.input(0), copies.a16.get(), true, dh, &dh16, false, dw);  // x^T dh
         ctx.accumulate(1, std::move(dw));
     }
 }
@@ -188,18 +193,21 @@ var<T> linear(const var<T>& x, const var<T>& weight, const var<T>& bias)
 {
     check_linear_shapes("linear", x.shape(), weight.shape(), bias.shape());
     const std::uint64_t macs = linear_multiply_adds(x.shape(), weight.shape());
-    array<T> y = linear_product(x.value(), weight.value());
+    const bf16_operands rounded = bf16_operands::for_product(x, false, weight, false);
+    array<T> y = linear_product(x.value(), weight.value(), rounded);
     add_bias_rows(y, bias.value());
-    auto rule = [n = bias.shape()[0]](backward_context<T>& ctx) {
+    const bf16_operands copies = rounded.for_backward(x.requires_grad(), weight.requires_grad());
+    const std::size_t kept = copies.bytes();
+    auto rule = [n = bias.shape()[0], copies](backward_context<T>& ctx) {
         const array<T>& g = ctx.grad();
-        linear_backward_products(ctx, g);
+        linear_backward_products(ctx, g, copies);
         if (ctx.needs_grad(2))
         {
             ctx.accumulate(2, column_sums(g, n));
         }
     };
     return detail::record("linear", {x, weight, bias}, std::move(y), saves_input0 | saves_input1, std::move(rule),
-                          macs);
+                          macs, kept);
 }
 
 namespace
@@ -216,7 +224,8 @@ var<T> linear_then_gelu(const char* op, const var<T>& x, const var<T>& weight, c
 {
     check_linear_shapes(op, x.shape(), weight.shape(), bias.shape());
     const std::uint64_t macs = linear_multiply_adds(x.shape(), weight.shape());
-    array<T> slope = linear_product(x.value(), weight.value());  // x W, then gelu'(x W + b)
+    const bf16_operands rounded = bf16_operands::for_product(x, false, weight, false);
+    array<T> slope = linear_product(x.value(), weight.value(), rounded);  // x W, then gelu'(x W + b)
     array<T> y = array<T>::from_shape(slope.shape());
     const std::size_t n = bias.shape()[0], rows = slope.size() / std::max<std::size_t>(n, 1);
     const T* b = bias.value().data();
@@ -225,8 +234,9 @@ var<T> linear_then_gelu(const char* op, const var<T>& x, const var<T>& weight, c
         T* row = slope.data() + r * n;
         kernels::gelu::bias_gelu_row<Form>(row, b, y.data() + r * n, backward ? row : nullptr, n);
     });
-    const std::size_t slope_bytes = backward ? slope.size() * sizeof(T) : 0;
-    auto rule = [n, rows, slope = std::move(slope)](backward_context<T>& ctx) {
+    const bf16_operands copies = rounded.for_backward(x.requires_grad(), weight.requires_grad());
+    const std::size_t kept = backward ? slope.size() * sizeof(T) + copies.bytes() : 0;
+    auto rule = [n, rows, slope = std::move(slope), copies](backward_context<T>& ctx) {
         array<T> dh = ctx.take_grad();  // g, turned into dL/dh in place
         const std::size_t blocks = kernels::row_block_count(rows, n);
         kernels::block_sums<T> bias_sums(blocks, n);
@@ -237,7 +247,7 @@ var<T> linear_then_gelu(const char* op, const var<T>& x, const var<T>& weight, c
                 kernels::gelu::scale_by_slope_row(dh_row, slope.data() + r * n, bias_sums.of(block), n);
             }
         });
-        linear_backward_products(ctx, dh);
+        linear_backward_products(ctx, dh, copies);
         if (ctx.needs_grad(2))
         {
             array<T> db = xt::zeros<T>(shape_t{n});
@@ -246,7 +256,7 @@ var<T> linear_then_gelu(const char* op, const var<T>& x, const var<T>& weight, c
         }
     };
     return detail::record(op, {x, weight, bias}, std::move(y), saves_input0 | saves_input1, std::move(rule),
-                          macs, slope_bytes);
+                          macs, kept);
 }
 }  // namespace
 

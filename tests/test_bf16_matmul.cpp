@@ -1,6 +1,7 @@
-// ops::matmul at bf16 precision (kernels/bf16.hpp): the vectorised rounding against an independent
-// reference; the rounded-once path (forward and both backward products) against the GEMM door, which
-// rounds inside every call; a parameter updated between two tapes is never served from a stale copy.
+// ops::matmul, ops::linear and ops::linear_gelu at bf16 precision (kernels/bf16.hpp, ops/bf16_operands.hpp):
+// the vectorised rounding against an independent reference; the rounded-once path (forward and both
+// backward products) against the GEMM door, which rounds inside every call; a parameter updated between
+// two tapes is never served from a stale copy.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -171,6 +172,50 @@ TEST_CASE("bf16 matmul with rounded-once operands equals the door's per-call rou
         }
     }
     set_num_threads(1);
+}
+
+TEST_CASE("linear and linear_gelu at bf16 round x and W once: the door's per-call products, and the copies' bytes")
+{
+    if (!bf16_supported())
+    {
+        MESSAGE("this CPU has no bfloat16 dot products: nothing to compare");
+        return;
+    }
+    const shape_t x_shape{8, 64, 128}, w_shape{128, 96};
+    const array<float> x = random_float(x_shape, 21), b = random_float({96}, 23), g = random_float({8, 64, 96}, 24);
+    parameter<float> w(random_float(w_shape, 22));
+    for (bool with_gelu : {false, true})
+    {
+        CAPTURE(with_gelu);
+        const precision_scope bf16(matmul_precision::bf16);
+        REQUIRE(kernels::bf16::matmul_takes_rounded(x, false, w.value(), false));
+        // the node: y = x W + b or gelu(x W + b), loss = sum(y * g)
+        w.zero_grad();
+        tape<float> t;
+        const var<float> xv = t.input(x), wv = t.param(w), bv = t.input(b);
+        const var<float> y = with_gelu ? ops::linear_gelu(xv, wv, bv) : ops::linear(xv, wv, bv);
+        const std::size_t saved = t.bytes_saved_for_backward(false);
+        t.backward(ops::sum(ops::mul(y, t.constant(g))));
+        // the reference: h = x W + b through the door, then dh = dL/dh from gelu's own node (or g)
+        array<float> h = door_product(x, false, w.value(), false, {8, 64, 96}) + b;
+        tape<float> r;
+        const var<float> hv = r.input(h);
+        const var<float> yr = with_gelu ? ops::gelu(hv) : ops::mul(hv, r.constant(array<float>({1.0f})));
+        r.backward(ops::sum(ops::mul(yr, r.constant(g))));
+        const array<float>& dh = hv.grad();
+        CHECK(test::closeness(y.value(), yr.value(), 1e-5, 1e-6) == 0);
+        CHECK(test::closeness(xv.grad(), door_product(dh, false, w.value(), true, x_shape), 1e-5, 1e-6) == 0);
+        CHECK(test::closeness(w.grad(), door_product(x, true, dh, false, w_shape), 1e-5, 1e-6) == 0);
+        const array<float> db = xt::sum(dh, {0, 1});
+        CHECK(test::closeness(bv.grad(), db, 1e-5, 1e-5) <= 1);  // summed in another order
+        // the rule keeps both bf16 copies (x's for dW, W's for dx) beside x and W themselves
+        const std::size_t copies = (x.size() + w.value().size()) * sizeof(std::uint16_t);
+        const precision_scope fp32(matmul_precision::fp32);
+        tape<float> t32;
+        const var<float> x32 = t32.input(x), w32 = t32.param(w), b32 = t32.input(b);
+        (void)(with_gelu ? ops::linear_gelu(x32, w32, b32) : ops::linear(x32, w32, b32));
+        CHECK(saved == t32.bytes_saved_for_backward(false) + copies);
+    }
 }
 
 TEST_CASE("a parameter updated between two tapes is multiplied at its new value, never a stale copy")

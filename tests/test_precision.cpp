@@ -1,9 +1,10 @@
 // The bf16 matmul precision (kernels/precision.hpp): operands rounded to bfloat16 with ties to even and
 // accumulation in float32, for every GEMM shape class and transpose flag (on both sides of the door's
-// bf16 threshold: oneDNN's bf16 primitive, or the float32 rule on rounded operands), beta 0 and 1, padded leading
-// dimensions; the setting's scope, its reach into worker threads, float64 left alone; the fused
-// attention's products. On a CPU without bfloat16 dot products the scope must leave every product
-// float32. (A small bf16 training run against float32's losses is in test_train.cpp: it needs train/.)
+// bf16 threshold: oneDNN's bf16 primitive, or the float32 rule on rounded operands), beta 0 and 1, padded
+// leading dimensions; the setting's scope, its reach into worker threads, float64 left alone; the fused
+// attention's products, also against a float64 reference that rounds exactly what its products take. On
+// a CPU without bfloat16 dot products the scope must leave every product float32. (A small bf16 training
+// run against float32's losses is in test_train.cpp: it needs train/.)
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/attention.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/parallel.hpp"
 #include "kernels/precision.hpp"
@@ -248,4 +250,145 @@ TEST_CASE("the fused attention's products run in bf16 too, close to float32")
             CHECK(diff > 1e-5 * scale);
         }
     }
+}
+
+namespace
+{
+using xgrad::array;
+
+array<float> bf16_values(const array<float>& x)
+{
+    array<float> out = x;
+    for (float& value : out)
+    {
+        value = bf16_reference(value);
+    }
+    return out;
+}
+
+// One head of causal attention with T <= 64 (one tile), in float64, rounding exactly the operands the
+// fused kernel's products take at bf16 precision: Q, K, V and dO (given rounded), the forward's P (the
+// unnormalised exp(scale S - row max)) and the backward's P and dS. `round_tiles` false leaves P and dS
+// unrounded: the reference of a kernel that rounded only its inputs.
+struct one_head_reference
+{
+    std::vector<double> out, dq, dk, dv;
+};
+
+one_head_reference reference_head(const float* q, const float* k, const float* v, const float* d_out,
+                                  const float* d_out_rounded, std::size_t T, std::size_t dh, bool round_tiles)
+{
+    const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
+    auto rounded = [&](double x) { return round_tiles ? double(bf16_reference(static_cast<float>(x))) : x; };
+    auto dot = [dh](const float* a, const float* b) {
+        double s = 0;
+        for (std::size_t c = 0; c < dh; ++c)
+        {
+            s += double(a[c]) * double(b[c]);
+        }
+        return s;
+    };
+    one_head_reference r{std::vector<double>(T * dh), std::vector<double>(T * dh), std::vector<double>(T * dh),
+                         std::vector<double>(T * dh)};
+    std::vector<double> lse(T);
+    for (std::size_t i = 0; i < T; ++i)  // forward
+    {
+        double row_max = -INFINITY, l = 0;
+        for (std::size_t j = 0; j <= i; ++j)
+        {
+            row_max = std::max(row_max, scale * dot(q + i * dh, k + j * dh));
+        }
+        for (std::size_t j = 0; j <= i; ++j)
+        {
+            const double p = std::exp(scale * dot(q + i * dh, k + j * dh) - row_max);
+            l += p;
+            for (std::size_t c = 0; c < dh; ++c)
+            {
+                r.out[i * dh + c] += rounded(p) * v[j * dh + c];
+            }
+        }
+        for (std::size_t c = 0; c < dh; ++c)
+        {
+            r.out[i * dh + c] /= l;
+        }
+        lse[i] = row_max + std::log(l);
+    }
+    for (std::size_t i = 0; i < T; ++i)  // backward
+    {
+        double D = 0;
+        for (std::size_t c = 0; c < dh; ++c)
+        {
+            D += double(d_out[i * dh + c]) * r.out[i * dh + c];
+        }
+        for (std::size_t j = 0; j <= i; ++j)
+        {
+            const double p = std::exp(scale * dot(q + i * dh, k + j * dh) - lse[i]);
+            const double ds = rounded(scale * p * (dot(d_out_rounded + i * dh, v + j * dh) - D));
+            for (std::size_t c = 0; c < dh; ++c)
+            {
+                r.dv[j * dh + c] += rounded(p) * d_out_rounded[i * dh + c];
+                r.dq[i * dh + c] += ds * k[j * dh + c];
+                r.dk[j * dh + c] += ds * q[i * dh + c];
+            }
+        }
+    }
+    return r;
+}
+
+// ||a - b|| / ||b|| over a float array and a float64 vector of the same size.
+double relative_distance(const array<float>& a, const std::vector<double>& b)
+{
+    double diff = 0, norm = 0;
+    for (std::size_t i = 0; i < b.size(); ++i)
+    {
+        diff += (a.flat(i) - b[i]) * (a.flat(i) - b[i]);
+        norm += b[i] * b[i];
+    }
+    return std::sqrt(diff / norm);
+}
+}  // namespace
+
+TEST_CASE("the fused attention at bf16 rounds every operand of its products: Q, K, V, dO, and each P and dS tile")
+{
+    using namespace xgrad;
+    if (!bf16_supported())
+    {
+        MESSAGE("this CPU has no bfloat16 dot products: nothing to compare");
+        return;
+    }
+    const std::size_t T = 48, dh = 16;  // one head, one tile
+    const array<float> q = xt::cast<float>(test::random_array({1, 1, T, dh}, 11, -2, 2));
+    const array<float> k = xt::cast<float>(test::random_array({1, 1, T, dh}, 12, -2, 2));
+    const array<float> v = xt::cast<float>(test::random_array({1, 1, T, dh}, 13));
+    const array<float> d_out = xt::cast<float>(test::random_array({1, 1, T, dh}, 14));
+    for (int threads : {1, 2})
+    {
+        CAPTURE(threads);
+        set_num_threads(threads);
+        const precision_scope bf16(matmul_precision::bf16);
+        const auto fwd = kernels::attention_forward(q, k, v, nullptr, true);
+        const auto grads = kernels::attention_backward(q, k, v, fwd.output, fwd.log_sum_exp, d_out, nullptr, true);
+        const array<float> qr = bf16_values(q), kr = bf16_values(k), vr = bf16_values(v), dor = bf16_values(d_out);
+        for (bool round_tiles : {true, false})
+        {
+            CAPTURE(round_tiles);
+            const one_head_reference ref =
+                reference_head(qr.data(), kr.data(), vr.data(), d_out.data(), dor.data(), T, dh, round_tiles);
+            const double distances[] = {relative_distance(fwd.output, ref.out), relative_distance(grads.q, ref.dq),
+                                        relative_distance(grads.k, ref.dk), relative_distance(grads.v, ref.dv)};
+            for (double distance : distances)
+            {
+                // float32 sums against float64 ones, ~1e-7 here; an unrounded P or dS tile costs ~1e-3
+                if (round_tiles)
+                {
+                    CHECK(distance < 2e-6);
+                }
+                else
+                {
+                    CHECK(distance > 2e-4);
+                }
+            }
+        }
+    }
+    set_num_threads(1);
 }
