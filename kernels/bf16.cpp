@@ -3,12 +3,14 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <string>
 
 #include "kernels/gemm_backends.hpp"
+#include "kernels/parallel.hpp"
 
 namespace xgrad::kernels::bf16
 {
@@ -90,30 +92,53 @@ int checked(std::size_t n)
     return static_cast<int>(n);
 }
 #endif
+
+// The rounding of x[0, n) into out, on the calling thread.
+template <class U>
+void round_serially(const float* x, std::size_t n, U* out)
+{
+    if (has_avx512bw())
+    {
+        return round_avx512(x, n, out);
+    }
+    for (std::size_t i = 0; i < n; ++i)
+    {
+        if constexpr (sizeof(U) == 2)
+        {
+            out[i] = round_one(x[i]);
+        }
+        else
+        {
+            out[i] = widen(round_one(x[i]));
+        }
+    }
+}
+
+// The same in chunks across xgrad's threads (for_rows keeps a small array on the calling thread). Each
+// value is rounded alone, so the result does not depend on the thread count.
+template <class U>
+void round_in_chunks(const float* x, std::size_t n, U* out)
+{
+    constexpr std::size_t chunk = std::size_t(1) << 14;
+    if (n <= chunk)
+    {
+        return round_serially(x, n, out);  // a tile's row, a small operand
+    }
+    for_rows((n + chunk - 1) / chunk, chunk, [&](std::size_t c) {
+        const std::size_t begin = c * chunk;
+        round_serially(x + begin, std::min(chunk, n - begin), out + begin);
+    });
+}
 }  // namespace
 
 void round_to_bf16(const float* x, std::size_t n, std::uint16_t* out)
 {
-    if (has_avx512bw())
-    {
-        return round_avx512(x, n, out);
-    }
-    for (std::size_t i = 0; i < n; ++i)
-    {
-        out[i] = round_one(x[i]);
-    }
+    round_in_chunks(x, n, out);
 }
 
 void round_to_bf16_values(const float* x, std::size_t n, float* out)
 {
-    if (has_avx512bw())
-    {
-        return round_avx512(x, n, out);
-    }
-    for (std::size_t i = 0; i < n; ++i)
-    {
-        out[i] = widen(round_one(x[i]));
-    }
+    round_in_chunks(x, n, out);
 }
 
 float widen(std::uint16_t bits)

@@ -122,6 +122,33 @@ TEST_CASE("round_to_bf16: ties to even, infinities, NaN quiet, the same on the v
     CHECK(bf16_reference(halfway) == 1.0f);  // the reference itself ties to even
 }
 
+TEST_CASE("round_to_bf16 over a large array: chunks across threads, every value as the reference rounds it")
+{
+    const std::size_t n = (std::size_t(1) << 17) + 5;  // past the one-thread size, with a partial chunk
+    std::vector<float> x(n);
+    for (std::size_t i = 0; i < n; ++i)
+    {
+        x[i] = static_cast<float>(std::ldexp(1.0 + (i % 977) * 0.00097, int(i % 13) - 6)) * (i % 2 ? -1.0f : 1.0f);
+    }
+    for (int threads : {1, 2})
+    {
+        CAPTURE(threads);
+        set_num_threads(threads);
+        std::vector<std::uint16_t> bits(n);
+        std::vector<float> values(n);
+        kernels::bf16::round_to_bf16(x.data(), n, bits.data());
+        kernels::bf16::round_to_bf16_values(x.data(), n, values.data());
+        std::size_t wrong = 0;
+        for (std::size_t i = 0; i < n; ++i)
+        {
+            const float reference = bf16_reference(x[i]);
+            wrong += kernels::bf16::widen(bits[i]) != reference || values[i] != reference;
+        }
+        CHECK(wrong == 0);
+    }
+    set_num_threads(1);
+}
+
 TEST_CASE("bf16 matmul with rounded-once operands equals the door's per-call rounding, forward and backward")
 {
     if (!bf16_supported())
