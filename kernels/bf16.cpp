@@ -114,15 +114,16 @@ void round_serially(const float* x, std::size_t n, U* out)
     }
 }
 
-// The same in chunks across xgrad's threads (for_rows keeps a small array on the calling thread). Each
-// value is rounded alone, so the result does not depend on the thread count.
+// The same in chunks across xgrad's threads, from 2^18 values (~30 us of rounding; below that, waking
+// the pool costs as much as it saves). Each value is rounded alone, so the result does not depend on the
+// thread count.
 template <class U>
 void round_in_chunks(const float* x, std::size_t n, U* out)
 {
-    constexpr std::size_t chunk = std::size_t(1) << 14;
-    if (n <= chunk)
+    constexpr std::size_t chunk = std::size_t(1) << 15;
+    if (n < 8 * chunk || num_threads() == 1)
     {
-        return round_serially(x, n, out);  // a tile's row, a small operand
+        return round_serially(x, n, out);
     }
     for_rows((n + chunk - 1) / chunk, chunk, [&](std::size_t c) {
         const std::size_t begin = c * chunk;

@@ -124,7 +124,7 @@ TEST_CASE("round_to_bf16: ties to even, infinities, NaN quiet, the same on the v
 
 TEST_CASE("round_to_bf16 over a large array: chunks across threads, every value as the reference rounds it")
 {
-    const std::size_t n = (std::size_t(1) << 17) + 5;  // past the one-thread size, with a partial chunk
+    const std::size_t n = (std::size_t(1) << 19) + 5;  // past the one-thread size, with a partial chunk
     std::vector<float> x(n);
     for (std::size_t i = 0; i < n; ++i)
     {
