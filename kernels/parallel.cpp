@@ -1,10 +1,17 @@
 // A small persistent thread pool for parallel_for: workers sleep on a condition variable between calls,
-// so a call costs a wake-up, not a thread start.
+// so a call costs a wake-up, not a thread start. Before they sleep, workers (and the caller, waiting for
+// them) spin for a few tens of microseconds: a training step of a small model runs a parallel region
+// every few microseconds, and a wake-up through the kernel took longer than the work it brought (the
+// `nano` step on 2 threads spent a third of its wall time waiting; docs/performance.md).
 #include "kernels/parallel.hpp"
 
 #include "kernels/precision.hpp"
 
+#include <immintrin.h>
+
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -17,6 +24,26 @@ namespace xgrad
 {
 namespace
 {
+// Spins until done() or until about `spin_time` has passed; returns done()'s last answer.
+template <class Done>
+bool spin_until(Done&& done)
+{
+    constexpr auto spin_time = std::chrono::microseconds(50);
+    const auto start = std::chrono::steady_clock::now();
+    for (unsigned i = 1;; ++i)
+    {
+        if (done())
+        {
+            return true;
+        }
+        _mm_pause();
+        if (i % 64 == 0 && std::chrono::steady_clock::now() - start > spin_time)
+        {
+            return done();
+        }
+    }
+}
+
 class pool
 {
 public:
@@ -40,7 +67,7 @@ public:
         stopping_ = false;
         for (int i = 1; i < n; ++i)
         {
-            workers_.emplace_back([this, i, first_round = round_] { work(i, first_round); });
+            workers_.emplace_back([this, i, first_round = round_.load()] { work(i, first_round); });
         }
     }
 
@@ -77,6 +104,7 @@ public:
         {
             mine = std::current_exception();
         }
+        spin_until([this] { return pending_.load(std::memory_order_acquire) == 0; });
         std::unique_lock<std::mutex> lock(mutex_);
         done_.wait(lock, [this] { return pending_ == 0; });  // workers still read body_ until then
         if (mine || error_)
@@ -100,6 +128,7 @@ private:
     {
         for (;;)
         {
+            spin_until([&] { return round_.load(std::memory_order_acquire) != seen; });
             std::unique_lock<std::mutex> lock(mutex_);
             wake_.wait(lock, [&] { return stopping_ || round_ != seen; });
             if (stopping_)
@@ -138,9 +167,11 @@ private:
     std::mutex mutex_;      // guards the job's fields below
     std::condition_variable wake_, done_;
     const std::function<void(std::size_t)>* body_ = nullptr;
-    std::size_t count_ = 0, round_ = 0;
-    int active_ = 0, pending_ = 0;
-    bool stopping_ = false;
+    std::size_t count_ = 0;
+    std::atomic<std::size_t> round_{0};  // written under mutex_; read without it only to spin
+    int active_ = 0;
+    std::atomic<int> pending_{0};
+    bool stopping_ = false;  // resize's stop reaches a worker through the condition variable, after its spin
     std::exception_ptr error_;
 };
 

@@ -4,8 +4,12 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
+#include <stdexcept>
+#include <thread>
+#include <vector>
 
 #include "kernels/kernels.hpp"
 #include "kernels/parallel.hpp"
@@ -505,6 +509,38 @@ TEST_CASE("matmul: analytic gradients dA = G B^T, dB = A^T G on a hand-sized exa
     const f64 dB = {{-7.0, 4.5}, {-8.0, 6.0}, {-9.0, 7.5}};
     CHECK(a.grad() == dA);
     CHECK(b.grad() == dB);
+}
+
+TEST_CASE("parallel_for: each index exactly once over thousands of quick calls, spinning or asleep, across resizes")
+{
+    std::size_t wrong = 0, calls = 0;
+    for (int threads : {2, 1, 2})
+    {
+        set_num_threads(threads);
+        for (std::size_t call = 0; call < 3000; ++call, ++calls)
+        {
+            if (call % 500 == 499)
+            {
+                std::this_thread::sleep_for(std::chrono::microseconds(300));  // past the spin: workers asleep
+            }
+            std::vector<int> hits(call % 7 + 1, 0);
+            xgrad::kernels::parallel_for(hits.size(), [&](std::size_t i) { ++hits[i]; });
+            wrong += static_cast<std::size_t>(std::count_if(hits.begin(), hits.end(), [](int h) { return h != 1; }));
+        }
+    }
+    CHECK(calls == 9000);
+    CHECK(wrong == 0);
+    CHECK_THROWS_AS(xgrad::kernels::parallel_for(4, [](std::size_t i) {
+                        if (i == 3)
+                        {
+                            throw std::runtime_error("body");  // on the worker's chunk
+                        }
+                    }),
+                    std::runtime_error);
+    std::vector<int> after(5, 0);
+    xgrad::kernels::parallel_for(after.size(), [&](std::size_t i) { ++after[i]; });  // the pool still runs
+    CHECK(std::count(after.begin(), after.end(), 1) == 5);
+    set_num_threads(1);
 }
 
 TEST_CASE("matmul: a weight gradient X^T G folded over the batch splits across threads by C's rows or columns")
