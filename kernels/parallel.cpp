@@ -7,7 +7,9 @@
 
 #include "kernels/precision.hpp"
 
+#if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -24,6 +26,15 @@ namespace xgrad
 {
 namespace
 {
+// Tells the core this is a spin-wait loop (x86's PAUSE: saves power, leaves the pipeline to the other
+// hardware thread); a no-op elsewhere.
+inline void spin_pause()
+{
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_pause();
+#endif
+}
+
 // Spins until done() or until about `spin_time` has passed; returns done()'s last answer.
 template <class Done>
 bool spin_until(Done&& done)
@@ -36,7 +47,7 @@ bool spin_until(Done&& done)
         {
             return true;
         }
-        _mm_pause();
+        spin_pause();
         if (i % 64 == 0 && std::chrono::steady_clock::now() - start > spin_time)
         {
             return done();
