@@ -3,8 +3,8 @@
 //                      a time where the CPU has AVX512BW (checked at run time), else one at a time
 //   bf16_copy          a whole array's values rounded once, in the array's own layout
 //   matmul_into        kernels::matmul_into's product with both operands given also as bf16 copies: a
-//                      caller that multiplies by the same array twice (ops::matmul's forward and backward)
-//                      rounds it once, not once per product
+//                      caller that multiplies by the same array twice (the forward and backward of matmul,
+//                      linear and linear_gelu: ops/bf16_operands.hpp) rounds it once, not once per product
 // docs/performance.md, "bfloat16 mixed precision".
 #pragma once
 
