@@ -31,10 +31,11 @@ struct bf16_operands
         bf16_operands r;
         if constexpr (std::is_same_v<T, float>)
         {
+            using kernels::bf16::bf16_copy, kernels::bf16::rounded_copy;
             if (kernels::bf16::matmul_takes_rounded(a.value(), ta, b.value(), tb))
             {
-                r.a16 = std::make_shared<const kernels::bf16::bf16_copy>(kernels::bf16::rounded_copy(a.value()));
-                r.b16 = std::make_shared<const kernels::bf16::bf16_copy>(kernels::bf16::rounded_copy(b.value()));
+                r.a16 = std::make_shared<const bf16_copy>(rounded_copy(a.value()));
+                r.b16 = std::make_shared<const bf16_copy>(rounded_copy(b.value()));
             }
         }
         return r;

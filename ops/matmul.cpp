@@ -110,7 +110,8 @@ var<T> matmul(const var<T>& a, const var<T>& b, bool ta, bool tb)
     multiply_into(a.value(), rounded.a16.get(), ta, b.value(), rounded.b16.get(), tb, c);
     matmul_backward<T> rule{ta, tb, rounded.for_backward(a.requires_grad(), b.requires_grad())};
     const std::size_t kept = rule.copies.bytes();
-    return detail::record("matmul", {a, b}, std::move(c), saves_input0 | saves_input1, std::move(rule), macs, kept);
+    return detail::record("matmul", {a, b}, std::move(c), saves_input0 | saves_input1, std::move(rule), macs,
+                          kept);
 }
 
 template var<float> matmul(const var<float>&, const var<float>&, bool, bool);

@@ -128,7 +128,8 @@ TEST_CASE("round_to_bf16 over a large array: chunks across threads, every value 
     std::vector<float> x(n);
     for (std::size_t i = 0; i < n; ++i)
     {
-        x[i] = static_cast<float>(std::ldexp(1.0 + (i % 977) * 0.00097, int(i % 13) - 6)) * (i % 2 ? -1.0f : 1.0f);
+        const float sign = i % 2 ? -1.0f : 1.0f;
+        x[i] = sign * static_cast<float>(std::ldexp(1.0 + (i % 977) * 0.00097, int(i % 13) - 6));
     }
     for (int threads : {1, 2})
     {
@@ -209,7 +210,8 @@ TEST_CASE("linear and linear_gelu at bf16 round x and W once: the door's per-cal
         return;
     }
     const shape_t x_shape{8, 64, 128}, w_shape{128, 96};
-    const array<float> x = random_float(x_shape, 21), b = random_float({96}, 23), g = random_float({8, 64, 96}, 24);
+    const array<float> x = random_float(x_shape, 21), b = random_float({96}, 23);
+    const array<float> g = random_float({8, 64, 96}, 24);
     parameter<float> w(random_float(w_shape, 22));
     for (bool with_gelu : {false, true})
     {

@@ -289,8 +289,8 @@ one_head_reference reference_head(const float* q, const float* k, const float* v
         }
         return s;
     };
-    one_head_reference r{std::vector<double>(T * dh), std::vector<double>(T * dh), std::vector<double>(T * dh),
-                         std::vector<double>(T * dh)};
+    const std::vector<double> zeros(T * dh, 0.0);
+    one_head_reference r{zeros, zeros, zeros, zeros};
     std::vector<double> lse(T);
     for (std::size_t i = 0; i < T; ++i)  // forward
     {
@@ -376,8 +376,10 @@ TEST_CASE("the fused attention at bf16 rounds every operand of its products: Q, 
         set_num_threads(threads);
         const precision_scope bf16(matmul_precision::bf16);
         const auto fwd = kernels::attention_forward(q, k, v, nullptr, true);
-        const auto grads = kernels::attention_backward(q, k, v, fwd.output, fwd.log_sum_exp, d_out, nullptr, true);
-        const array<float> qr = bf16_values(q), kr = bf16_values(k), vr = bf16_values(v), dor = bf16_values(d_out);
+        const auto grads =
+            kernels::attention_backward(q, k, v, fwd.output, fwd.log_sum_exp, d_out, nullptr, true);
+        const array<float> qr = bf16_values(q), kr = bf16_values(k), vr = bf16_values(v);
+        const array<float> dor = bf16_values(d_out);
         for (bool round_tiles : {true, false})
         {
             CAPTURE(round_tiles);
