@@ -20,6 +20,7 @@ template <class T>
 void parameter<T>::zero_grad()
 {
     s_->grad = xt::zeros<T>(s_->value.shape());
+    s_->grad_is_zero = true;
 }
 
 template class parameter<float>;

@@ -25,7 +25,11 @@ public:
     const array<T>& value() const { return s_->value; }
     array<T>& value() { return s_->value; }  // for optimiser updates
     const array<T>& grad() const { return s_->grad; }
-    array<T>& grad() { return s_->grad; }  // for gradient clipping
+    array<T>& grad()  // for gradient clipping; the gradient may then hold anything
+    {
+        s_->grad_is_zero = false;
+        return s_->grad;
+    }
     const std::string& name() const { return s_->name; }
     void zero_grad();
 
@@ -34,6 +38,9 @@ public:
         array<T> value;
         array<T> grad;
         std::string name;
+        // True from zero_grad (or the constructor) until a backward or a caller's write access: a tape's
+        // backward then takes its gradient array as the parameter's instead of adding it to zeros.
+        bool grad_is_zero = true;
     };
 
 private:

@@ -280,7 +280,16 @@ void tape<T>::walk(std::uint32_t root, bool retain_graph)
     {
         if (n->param && n->has_grad)
         {
-            xt::noalias(n->param->grad) += n->grad;  // parameters accumulate across backward calls
+            auto& p = *n->param;
+            if (p.grad_is_zero)
+            {
+                p.grad = std::move(n->grad);  // nothing to add to since zero_grad: the array itself
+            }
+            else
+            {
+                xt::noalias(p.grad) += n->grad;  // parameters accumulate across backward calls
+            }
+            p.grad_is_zero = false;
             n->grad = array<T>();
             n->has_grad = false;
         }

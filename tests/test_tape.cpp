@@ -443,6 +443,28 @@ TEST_CASE("parameter: the gradient accumulates across tapes and backward calls u
     CHECK(p.grad() == filled<double>({2, 3}, 3.0));
 }
 
+TEST_CASE("parameter: after zero_grad a backward takes the tape's gradient; a write through grad() is kept")
+{
+    const f64 X = random_array({2, 3}, 93);
+    parameter<double> p(random_array({2, 3}, 94));
+    const auto backward_once = [&] {
+        tape<double> t;
+        t.backward(ops::sum(t.param(p) * t.constant(X)));  // dL/dp = X
+    };
+    const parameter<double>& read_only = p;
+    p.zero_grad();
+    backward_once();
+    CHECK(read_only.grad() == X);  // taken, not added to zeros: exactly X
+    backward_once();
+    const f64 twice = ref_binary<double>(X, X, [](double a, double b) { return a + b; });
+    XGRAD_CHECK_CLOSE(read_only.grad(), twice, 0.0, 0.0);
+    p.zero_grad();
+    p.grad() += 1.0;  // a caller's write after zero_grad (clipping, an all-reduce) must not be overwritten
+    backward_once();
+    XGRAD_CHECK_CLOSE(read_only.grad(), ref_binary<double>(X, X, [](double a, double) { return a + 1.0; }), 0.0,
+                      0.0);
+}
+
 TEST_CASE("parameter: retained double backward counts twice")
 {
     parameter<double> p(filled<double>({2}, 1.5));
