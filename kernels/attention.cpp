@@ -177,7 +177,11 @@ struct product_operands
     {
         if constexpr (std::is_same_v<T, float>)
         {
-            for (std::size_t r = 0; rounds_to_bf16 && r < rows; ++r)
+            if (!rounds_to_bf16)
+            {
+                return;
+            }
+            for (std::size_t r = 0; r < rows; ++r)
             {
                 bf16::round_to_bf16_values(tile + r * tile_k, cols, tile + r * tile_k);
             }

@@ -443,7 +443,7 @@ TEST_CASE("parameter: the gradient accumulates across tapes and backward calls u
     CHECK(p.grad() == filled<double>({2, 3}, 3.0));
 }
 
-TEST_CASE("parameter: after zero_grad a backward takes the tape's gradient; a write through grad() is kept")
+TEST_CASE("parameter: after zero_grad a backward gives exactly the tape's gradient; a later write is kept")
 {
     const f64 X = random_array({2, 3}, 93);
     parameter<double> p(random_array({2, 3}, 94));
