@@ -31,9 +31,6 @@ struct checkpoint
     std::map<std::string, stored_tensor> optimiser;  // the "optim.*" tensors as stored
 };
 
-// The metadata keys that hold the model's sizes, in docs/spec.md's order.
-extern const char* const size_keys[6];
-
 // Writes `params` (F32 for float, F64 for double) with its sizes and `extras`, atomically (see
 // write_safetensors). Throws std::invalid_argument naming "save_checkpoint" when an extra tensor's name
 // does not begin with "optim." or an extra metadata key names a size with another value, and

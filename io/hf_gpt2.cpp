@@ -196,11 +196,11 @@ void check_config_settings(const json& config, const std::string& path, model_la
     const std::string activation = config.value("activation_function", std::string("gelu_new"));
     if (activation == "gelu_new" || activation == "gelu_pytorch_tanh")
     {
-        layout.mlp = "gelu_tanh";
+        layout.mlp = models::mlp_kind::gelu_tanh;
     }
     else if (activation == "gelu")
     {
-        layout.mlp = "gelu";
+        layout.mlp = models::mlp_kind::gelu;
     }
     else
     {
@@ -394,7 +394,7 @@ safetensors_file read_hf_gpt2(const std::string& folder, model_layout& layout)
     layout.layers = config_size(config, "n_layer", config_path);
     layout.block_size = config_size(config, "n_positions", config_path);
     layout.vocab_size = config_size(config, "vocab_size", config_path);
-    layout.bias = "all";
+    layout.bias = models::bias_kind::all;
     if (layout.d_model % layout.heads != 0)
     {
         fail(config_path,
@@ -506,7 +506,7 @@ safetensors_file read_hf_gpt2(const std::string& folder, model_layout& layout)
     if (recorded == "mlp" || recorded == "none")
     {
         model_layout fewer = layout;
-        fewer.bias = recorded;
+        models::read_field("bias", recorded, fewer.bias);
         const auto keep = fewer.tensor_shapes();
         bool zero = true;
         for (const auto& [name, tensor] : out.tensors)
@@ -539,21 +539,18 @@ void write_hf_gpt2(const std::string& folder, const safetensors_file& model, con
           "hf-gpt2 cannot express metadata \"" + key + "\" = " + value +
           " (GPT-2 is norm layernorm, position learned, mlp gelu_tanh or gelu, kv_heads = heads)");
     };
-    if (layout.norm != "layernorm")
+    // What GPT-2's files can say: its sizes with G = H, LayerNorm, learned positions, a GELU MLP of any
+    // width, any biases, a tied or untied head. Anything else in the model is refused by name.
+    models::gpt_config expressible = models::with_default_variant(layout);
+    expressible.kv_heads = layout.heads;
+    expressible.mlp = layout.mlp == models::mlp_kind::gelu ? models::mlp_kind::gelu : models::mlp_kind::gelu_tanh;
+    expressible.mlp_hidden = layout.mlp_hidden;
+    expressible.bias = layout.bias;
+    expressible.tied_head = layout.tied_head;
+    std::string value;
+    if (const std::string key = models::first_difference(layout, expressible, &value); !key.empty())
     {
-        refuse("norm", layout.norm);
-    }
-    if (layout.position != "learned")
-    {
-        refuse("position", layout.position);
-    }
-    if (layout.mlp == "swiglu")
-    {
-        refuse("mlp", layout.mlp);
-    }
-    if (layout.kv_heads != layout.heads)
-    {
-        refuse("kv_heads", std::to_string(layout.kv_heads));
+        refuse(key, value);
     }
     safetensors_file hf;
     hf.metadata["format"] = "pt";
@@ -614,7 +611,7 @@ void write_hf_gpt2(const std::string& folder, const safetensors_file& model, con
                     { "vocab_size", layout.vocab_size },
                     { "n_inner", nullptr },
                     { "layer_norm_epsilon", 1e-5 },
-                    { "activation_function", layout.mlp == "gelu" ? "gelu" : "gelu_new" },
+                    { "activation_function", layout.mlp == models::mlp_kind::gelu ? "gelu" : "gelu_new" },
                     { "tie_word_embeddings", layout.tied_head },
                     { "resid_pdrop", 0.0 },
                     { "embd_pdrop", 0.0 },

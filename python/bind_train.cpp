@@ -149,10 +149,9 @@ void bind_trainer(py::module_& m)
         .def_readwrite("plots", &o::plots)
         .def_readwrite("detect_anomaly", &o::detect_anomaly)
         .def_readwrite("dropout", &o::dropout)
-        // The model's sizes (vocab_size comes from the data) and its variant, as metadata spells it.
-        .def("set_model", [](o& x, std::size_t block, std::size_t layers, std::size_t d, std::size_t heads,
-                             std::size_t kv_heads, const std::map<std::string, std::string>& variant) {
-            x.model = models::with_variant_metadata({0, block, layers, d, heads, kv_heads}, variant);
+        // The model's config fields as text, by key (vocab_size comes from the data).
+        .def("set_model", [](o& x, const std::map<std::string, std::string>& fields) {
+            x.model = models::config_with_values({}, fields);
         });
     m.def("run_training", [](o options, bool progress) {
         train::train_summary s;

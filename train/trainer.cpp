@@ -240,33 +240,17 @@ struct gpt_module
 
     static void check_same_model(const models::gpt_config& have, const models::gpt_config& want, const std::string& path)
     {
-        auto differs = [&](const char* field, std::size_t a, std::size_t b) {
-            if (a != b)
-            {
-                throw option_error("{}: " + option_error::literal(path) + " was trained with {} " + std::to_string(a) +
-                                   ", not " + std::to_string(b), {"resume", field});
-            }
-        };
-        differs("model.layers", have.layers, want.layers);
-        differs("model.d_model", have.d_model, want.d_model);
-        differs("model.heads", have.heads, want.heads);
-        differs("model.kv_heads", have.kv_head_count(), want.kv_head_count());
-        differs("model.block_size", have.block_size, want.block_size);
-        if (have.tied_head != want.tied_head)
+        models::gpt_config wanted = want;
+        wanted.vocab_size = have.vocab_size;  // the tokenizer's, checked apart
+        std::string trained;
+        const std::string key = models::first_difference(have, wanted, &trained);
+        if (!key.empty())
         {
-            const auto kind = [](bool tied) { return tied ? std::string("a tied head") : std::string("an untied head"); };
-            throw option_error("{}: " + option_error::literal(path) + " was trained with " + kind(have.tied_head) +
-                               ", not " + kind(want.tied_head) + " ({})", {"resume", "model.tied_head"});
-        }
-        const auto a = models::variant_metadata(have), b = models::variant_metadata(want);
-        for (const char* key : models::variant_keys)
-        {
-            if (a.at(key) != b.at(key))
-            {
-                throw option_error("{}: " + option_error::literal(path) + " was trained with {} " +
-                                       option_error::literal(a.at(key)) + ", not " + option_error::literal(b.at(key)),
-                                   {"resume", std::string("model.") + key});
-            }
+            std::string asked;
+            models::first_difference(wanted, have, &asked);
+            throw option_error("{}: " + option_error::literal(path) + " was trained with {} " +
+                                   option_error::literal(trained) + ", not " + option_error::literal(asked),
+                               {"resume", "model." + key});
         }
     }
 };
