@@ -381,7 +381,7 @@ TEST_CASE("--tokenizer gpt2:DIR trains on the folder's two files")
     }
     catch (const option_error& e)
     {
-        CHECK(e.problem == option_problem::disagrees_with_files);
+        CHECK(e.problem == option_problem::bad_value);
         CHECK(std::string(e.what()).find("tokenizer gpt2:/nonexistent: /nonexistent/vocab.json: does not exist") == 0);
     }
 }

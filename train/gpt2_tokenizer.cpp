@@ -784,8 +784,40 @@ std::shared_ptr<const gpt2_tokenizer> gpt2_tokenizer_of(const tokenizer_spec& sp
     catch (const std::invalid_argument& e)
     {
         throw option_error("{} gpt2:" + option_error::literal(spec.folder) + ": " + option_error::literal(e.what()),
-                           { "tokenizer" }, option_problem::disagrees_with_files);
+                           { "tokenizer" }); // a flag naming files that are not a tokenizer: exit 2
     }
+}
+
+void read_hf_gpt2_tokenizer(const std::string& folder, metadata_map& metadata)
+{
+    std::error_code ec;
+    const bool vocab = fs::exists(fs::path(folder) / "vocab.json", ec);
+    const bool merges = fs::exists(fs::path(folder) / "merges.txt", ec);
+    if (vocab != merges)
+    {
+        fail((fs::path(folder) / (vocab ? "vocab.json" : "merges.txt")).string(),
+             std::string("has no ") + (vocab ? "merges.txt" : "vocab.json") +
+               " beside it (GPT-2's tokenizer is the two files)");
+    }
+    if (vocab)
+    {
+        gpt2_tokenizer::from_folder(folder)->to_metadata(metadata);
+    }
+}
+
+std::map<std::string, std::string> take_hf_gpt2_tokenizer(metadata_map& metadata, const std::string& source)
+{
+    const auto kind = metadata.find("tokenizer");
+    if (kind == metadata.end() || kind->second != "gpt2")
+    {
+        return {};
+    }
+    const auto tokenizer = gpt2_tokenizer_from_metadata(metadata, source);
+    for (const char* key : { "tokenizer", "tokenizer_vocab", "tokenizer_merges" })
+    {
+        metadata.erase(key);
+    }
+    return { { "vocab.json", tokenizer->vocab_json() }, { "merges.txt", tokenizer->merges_txt() } };
 }
 
 // ---- UTF-8 --------------------------------------------------------------------------------------------

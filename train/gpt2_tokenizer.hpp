@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -78,8 +79,17 @@ private:
 std::shared_ptr<const gpt2_tokenizer> gpt2_tokenizer_from_metadata(const metadata_map& metadata,
                                                                    const std::string& source);
 
-// --tokenizer gpt2:DIR: the two files of spec.folder. Throws option_error naming --tokenizer and the file.
+// --tokenizer gpt2:DIR: the two files of spec.folder. Throws option_error (a bad value) naming --tokenizer
+// and the file.
 std::shared_ptr<const gpt2_tokenizer> gpt2_tokenizer_of(const tokenizer_spec& spec);
+
+// Hugging Face GPT-2 folders hold the tokenizer as vocab.json and merges.txt beside the model. Reads
+// both into `metadata` (to_metadata's keys) when `folder` has them; does nothing when it has neither.
+// Throws std::invalid_argument naming the file when only one is there or they do not parse.
+void read_hf_gpt2_tokenizer(const std::string& folder, metadata_map& metadata);
+// The files that give `metadata`'s GPT-2 tokenizer back ("vocab.json" and "merges.txt" -> their bytes),
+// the keys that held them taken out of `metadata`; no files when the metadata's tokenizer is not GPT-2's.
+std::map<std::string, std::string> take_hf_gpt2_tokenizer(metadata_map& metadata, const std::string& source);
 
 // `bytes` with each maximal ill-formed subpart of UTF-8 replaced by U+FFFD (Unicode's recommended practice,
 // which Python's errors="replace" follows): valid UTF-8 comes back unchanged.
