@@ -5,8 +5,8 @@
 //   tokenizer_speed [--gpt2 DIR] [--text FILE] [--bytes N] [--repeat R]
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -77,8 +77,13 @@ void measure(const char* name, const tokenizer& tok, const std::string& text, in
     const double encode = best_seconds(repeat, [&] { ids = tok.encode_allowing_unknown(text); });
     std::string back;
     const double decode = best_seconds(repeat, [&] { back = tok.decode(ids); });
-    std::printf("%-28s encode %8.3f s (%6.2f MB/s)  decode %7.3f s  %zu tokens%s\n", name, encode,
-                text.size() / encode / 1e6, decode, ids.size(), back == text ? "" : "  (decode differs)");
+    std::printf("%-28s encode %8.3f s (%6.2f MB/s)  decode %7.3f s  %zu tokens%s\n",
+                name,
+                encode,
+                text.size() / encode / 1e6,
+                decode,
+                ids.size(),
+                back == text ? "" : "  (decode differs)");
 }
 } // namespace
 
@@ -103,7 +108,8 @@ int main(int argc, char** argv)
     const std::string spec = "bpe:" + std::to_string(gpt2->size());
     const auto start = std::chrono::steady_clock::now();
     const auto sentencepiece = sentencepiece_tokenizer::train(tokenizer_spec::parse(spec), text);
-    std::printf("(SentencePiece %s trained on the same text in %.1f s)\n", spec.c_str(),
+    std::printf("(SentencePiece %s trained on the same text in %.1f s)\n",
+                spec.c_str(),
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     measure(("sentencepiece " + spec).c_str(), *sentencepiece, text, repeat);
     return 0;

@@ -32,10 +32,13 @@ std::shared_ptr<const gpt2_tokenizer> fixed_tokenizer()
     {
         const bool printable = (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || b >= 0xae;
         const std::string piece = utf8_of(printable ? b : extra++);
-        vocab += "\"" + (piece == "\"" || piece == "\\" ? "\\" + piece : piece) + "\": " + std::to_string(b) + ", ";
+        vocab +=
+          "\"" + (piece == "\"" || piece == "\\" ? "\\" + piece : piece) + "\": " + std::to_string(b) + ", ";
     }
-    vocab += "\"\xc4\xa0t\": 256, \"he\": 257, \"\xc4\xa0the\": 258, \"\xc4\xa0\xc4\xa0\": 259, \"<|endoftext|>\": 260}";
-    return gpt2_tokenizer::from_files(vocab, "#version: 0.2\n\xc4\xa0 t\nh e\n\xc4\xa0t he\n\xc4\xa0 \xc4\xa0\n");
+    vocab += "\"\xc4\xa0t\": 256, \"he\": 257, \"\xc4\xa0the\": 258, \"\xc4\xa0\xc4\xa0\": 259, "
+             "\"<|endoftext|>\": 260}";
+    return gpt2_tokenizer::from_files(vocab,
+                                      "#version: 0.2\n\xc4\xa0 t\nh e\n\xc4\xa0t he\n\xc4\xa0 \xc4\xa0\n");
 }
 
 void check_text(const gpt2_tokenizer& tok, const std::string& text)
@@ -45,7 +48,8 @@ void check_text(const gpt2_tokenizer& tok, const std::string& text)
     const std::string decoded = tok.decode(ids);
     fuzz::require(replace_invalid_utf8(decoded) == decoded, "decode gave invalid UTF-8");
     bool valid = true;
-    for (std::size_t i = 0; i < text.size() && valid; i += std::max<std::size_t>(1, utf8_character_length(text, i)))
+    for (std::size_t i = 0; i < text.size() && valid;
+         i += std::max<std::size_t>(1, utf8_character_length(text, i)))
     {
         valid = utf8_character_length(text, i) > 0;
     }

@@ -158,7 +158,8 @@ def gpt2_tokenizer_seeds():
     merges = "#version: 0.2\n\u0120 t\nh e\n\u0120t he\n"
     join = lambda v, m, text: json.dumps(v).encode() + b"\0" + m.encode() + b"\0" + text
     return {
-        "valid": join(vocab, merges, "the theme: then, 'll they're 42 \u00e9t\u00e9 \U0001f600 <|endoftext|>!".encode()),
+        "valid": join(vocab, merges,
+                      "the theme: then, 'll they're 42 \u00e9t\u00e9 \U0001f600 <|endoftext|>!".encode()),
         "invalid_utf8": join(vocab, merges, b"ok \xff\xe2\x82 \xed\xa0\x80 the"),
         "ids_gap": join(dict(vocab, extra=300), merges, b"the"),
         "merge_unknown": join(vocab, merges + "q \u4e2d\n", b"the"),

@@ -5,7 +5,8 @@
 # those in XGRAD_FUZZ_NEEDS_TRAIN reach train/ as well.
 set(XGRAD_FUZZ_TARGETS npy safetensors checkpoint mha_npy_args gpt_npy_args train_args gpt2_tokenizer)
 set(XGRAD_FUZZ_WHOLE_LIBRARY checkpoint train_args gpt2_tokenizer)
-set(XGRAD_FUZZ_NEEDS_TRAIN train_args gpt2_tokenizer)  # the normal build's replay links xgrad, not only xgrad::core
+# The normal build's replay links xgrad, not only xgrad::core, for these:
+set(XGRAD_FUZZ_NEEDS_TRAIN train_args gpt2_tokenizer)
 set(XGRAD_FUZZ_SOURCES_checkpoint "")
 set(XGRAD_FUZZ_SOURCES_npy "")
 set(XGRAD_FUZZ_SOURCES_safetensors "")

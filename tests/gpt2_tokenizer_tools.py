@@ -65,10 +65,11 @@ def hf_folder(path, vocab_size=VOCAB, with_files=("vocab.json", "merges.txt"), d
     t = {"transformer.wte.weight": w(vocab_size, d), "transformer.wpe.weight": w(block, d),
          "transformer.ln_f.weight": 1 + w(d) / 10, "transformer.ln_f.bias": w(d) / 10}
     h = "transformer.h.0."
-    for name, shape in [("ln_1.weight", (d,)), ("ln_1.bias", (d,)), ("attn.c_attn.weight", (d, 3 * d)),
-                        ("attn.c_attn.bias", (3 * d,)), ("attn.c_proj.weight", (d, d)), ("attn.c_proj.bias", (d,)),
-                        ("ln_2.weight", (d,)), ("ln_2.bias", (d,)), ("mlp.c_fc.weight", (d, 4 * d)),
-                        ("mlp.c_fc.bias", (4 * d,)), ("mlp.c_proj.weight", (4 * d, d)), ("mlp.c_proj.bias", (d,))]:
+    shapes = [("ln_1.weight", (d,)), ("ln_1.bias", (d,)), ("attn.c_attn.weight", (d, 3 * d)),
+              ("attn.c_attn.bias", (3 * d,)), ("attn.c_proj.weight", (d, d)), ("attn.c_proj.bias", (d,)),
+              ("ln_2.weight", (d,)), ("ln_2.bias", (d,)), ("mlp.c_fc.weight", (d, 4 * d)),
+              ("mlp.c_fc.bias", (4 * d,)), ("mlp.c_proj.weight", (4 * d, d)), ("mlp.c_proj.bias", (d,))]
+    for name, shape in shapes:
         t[h + name] = w(*shape)
     os.makedirs(path)
     write_safetensors(os.path.join(path, "model.safetensors"), t)
@@ -83,9 +84,10 @@ def hf_folder(path, vocab_size=VOCAB, with_files=("vocab.json", "merges.txt"), d
 def refused(expected, tool, *args, out=None):
     before = sorted(os.listdir(SCRATCH))
     status, stdout, stderr = run(tool, *args)
-    ok = status == 2 and stderr.count("\n") == 1 and expected in stderr and sorted(os.listdir(SCRATCH)) == before
-    check(ok, f"{tool} {' '.join(args)}: status {status}, stderr {stderr!r}, expected {expected!r} and nothing "
-              "written")
+    ok = status == 2 and stderr.count("\n") == 1 and expected in stderr
+    ok = ok and sorted(os.listdir(SCRATCH)) == before
+    check(ok, f"{tool} {' '.join(args)}: status {status}, stderr {stderr!r}, expected {expected!r} "
+              "and nothing written")
 
 
 def main():
@@ -105,8 +107,8 @@ def main():
 
     # A text prompt in, words out.
     prompt = "The meaning of life is"
-    status, out, err = run("xgrad-sample", "--checkpoint", "gpt2.safetensors", "--prompt", prompt, "--tokens", "24",
-                           "--seed", "3")
+    status, out, err = run("xgrad-sample", "--checkpoint", "gpt2.safetensors", "--prompt", prompt,
+                           "--tokens", "24", "--seed", "3")
     print("xgrad-sample:", out.rstrip())
     check(status == 0 and out.startswith(prompt), f"xgrad-sample continues the prompt: {status} {err}")
     check(re.search(r"[A-Za-z]{2,}", out[len(prompt):]) is not None, f"the continuation holds words: {out!r}")
@@ -122,16 +124,17 @@ def main():
     back_meta = safetensors_metadata(os.path.join(SCRATCH, "back", "model.safetensors"))
     check(not any("tokenizer" in k for k in back_meta), f"no tokenizer keys in the model: {list(back_meta)}")
     status, _, err = run("xgrad-convert", "--from", "hf-gpt2", "--to", "xgrad", "back", "again.safetensors")
-    check(status == 0 and safetensors_metadata(os.path.join(SCRATCH, "again.safetensors")).get("tokenizer_vocab")
-          == meta["tokenizer_vocab"], f"the round trip keeps the tokenizer: {err}")
+    again = safetensors_metadata(os.path.join(SCRATCH, "again.safetensors"))
+    check(status == 0 and again.get("tokenizer_vocab") == meta["tokenizer_vocab"],
+          f"the round trip keeps the tokenizer: {err}")
 
     # Bad folders and a tokenizer that disagrees with the model.
     hf_folder(os.path.join(SCRATCH, "only_vocab"), with_files=("vocab.json",))
-    refused("has no merges.txt beside it", "xgrad-convert", "--from", "hf-gpt2", "--to", "xgrad", "only_vocab",
-            "x.safetensors")
+    refused("has no merges.txt beside it", "xgrad-convert", "--from", "hf-gpt2", "--to", "xgrad",
+            "only_vocab", "x.safetensors")
     hf_folder(os.path.join(SCRATCH, "wider"), vocab_size=VOCAB + 7)
-    refused(f"the tokenizer in the metadata has {VOCAB} tokens but \"vocab_size\" is {VOCAB + 7}", "xgrad-convert",
-            "--from", "hf-gpt2", "--to", "xgrad", "wider", "x.safetensors")
+    refused(f"the tokenizer in the metadata has {VOCAB} tokens but \"vocab_size\" is {VOCAB + 7}",
+            "xgrad-convert", "--from", "hf-gpt2", "--to", "xgrad", "wider", "x.safetensors")
     hf_folder(os.path.join(SCRATCH, "bad_merges"), with_files=("vocab.json",))
     with open(os.path.join(SCRATCH, "bad_merges", "merges.txt"), "w") as f:
         f.write("#version: 0.2\nĠt he\nq \u4e2d\n")

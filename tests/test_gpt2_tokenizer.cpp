@@ -55,7 +55,9 @@ std::string utf8_of(std::uint32_t cp)
     }
     else
     {
-        s += { char(0xf0 | cp >> 18), char(0x80 | ((cp >> 12) & 0x3f)), char(0x80 | ((cp >> 6) & 0x3f)),
+        s += { char(0xf0 | cp >> 18),
+               char(0x80 | ((cp >> 12) & 0x3f)),
+               char(0x80 | ((cp >> 6) & 0x3f)),
                char(0x80 | (cp & 0x3f)) };
     }
     return s;
@@ -151,9 +153,12 @@ TEST_CASE("decoding replaces ill-formed UTF-8 as Python's errors=\"replace\" doe
         CAPTURE(c["name"].get<std::string>());
         CHECK(tok->decode(c["ids"].get<std::vector<std::int32_t>>()) == c["text"].get<std::string>());
     }
-    CHECK(replace_invalid_utf8("a\xe2\x82" "b") == "a\xef\xbf\xbd" "b");
+    CHECK(replace_invalid_utf8("a\xe2\x82"
+                               "b") == "a\xef\xbf\xbd"
+                                       "b");
     CHECK(replace_invalid_utf8("\xed\xa0\x80") == "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");
-    CHECK_THROWS_WITH_AS(tok->decode({ 3257 }), doctest::Contains("token 3257 is outside the vocabulary of 3257"),
+    CHECK_THROWS_WITH_AS(tok->decode({ 3257 }),
+                         doctest::Contains("token 3257 is outside the vocabulary of 3257"),
                          std::invalid_argument);
     CHECK_THROWS_AS(tok->decode({ -1 }), std::invalid_argument);
 }
@@ -185,13 +190,14 @@ TEST_CASE("the pattern sees every code point as Python's regex module does")
             }
             if (seen != expected)
             {
-                FAIL_CHECK("U+" << first << ".." << last << " at " << cp << ": " << seen << " against " << expected);
+                FAIL_CHECK("U+" << first << ".." << last << " at " << cp << ": " << seen << " against "
+                                << expected);
             }
         }
     }
     CHECK(checked == 0x110000 - 0x800);
     MESSAGE(newer << " code points unassigned in Unicode 14 have a class in the regex module's newer tables");
-    CHECK(newer < 20000);
+    CHECK(newer < 6000);
 }
 
 TEST_CASE("~1 MiB of the fortunes text encodes as the reference does")
@@ -201,8 +207,10 @@ TEST_CASE("~1 MiB of the fortunes text encodes as the reference does")
     REQUIRE(hex64(fnv1a(text.data(), text.size())) == expected["text_fnv1a"].get<std::string>());
     const std::vector<std::int32_t> ids = test_vocabulary()->encode(text);
     REQUIRE(ids.size() == expected["ids"].get<std::size_t>());
-    CHECK(std::vector<std::int32_t>(ids.begin(), ids.begin() + 64) == expected["first_ids"].get<std::vector<int>>());
-    CHECK(std::vector<std::int32_t>(ids.end() - 64, ids.end()) == expected["last_ids"].get<std::vector<int>>());
+    CHECK(std::vector<std::int32_t>(ids.begin(), ids.begin() + 64) ==
+          expected["first_ids"].get<std::vector<int>>());
+    CHECK(std::vector<std::int32_t>(ids.end() - 64, ids.end()) ==
+          expected["last_ids"].get<std::vector<int>>());
     std::string bytes;
     for (std::int32_t id : ids)
     {
@@ -217,8 +225,8 @@ TEST_CASE("decode(encode(x)) == x for random valid UTF-8")
     const auto tok = test_vocabulary();
     std::mt19937 rng(36);
     const std::vector<std::pair<std::uint32_t, std::uint32_t>> ranges = {
-        { 0x0, 0x7f }, { 0x20, 0x7e }, { 0x80, 0x7ff }, { 0x800, 0xd7ff }, { 0xe000, 0xffff }, { 0x10000, 0x10ffff },
-        { 0x300, 0x36f }, { 0x1f300, 0x1faff }, { 0x2000, 0x206f }
+        { 0x0, 0x7f },         { 0x20, 0x7e },   { 0x80, 0x7ff },      { 0x800, 0xd7ff }, { 0xe000, 0xffff },
+        { 0x10000, 0x10ffff }, { 0x300, 0x36f }, { 0x1f300, 0x1faff }, { 0x2000, 0x206f }
     };
     for (int round = 0; round < 300; ++round)
     {
@@ -226,7 +234,8 @@ TEST_CASE("decode(encode(x)) == x for random valid UTF-8")
         const int length = std::uniform_int_distribution<int>(0, 200)(rng);
         for (int i = 0; i < length; ++i)
         {
-            const auto& [lo, hi] = ranges[std::uniform_int_distribution<std::size_t>(0, ranges.size() - 1)(rng)];
+            const auto& [lo, hi] =
+              ranges[std::uniform_int_distribution<std::size_t>(0, ranges.size() - 1)(rng)];
             text += utf8_of(std::uniform_int_distribution<std::uint32_t>(lo, hi)(rng));
         }
         CAPTURE(text);
@@ -237,9 +246,11 @@ TEST_CASE("decode(encode(x)) == x for random valid UTF-8")
 TEST_CASE("invalid UTF-8 is an error in encode, and its own byte tokens when unknowns are allowed")
 {
     const auto tok = test_vocabulary();
-    CHECK_THROWS_WITH_AS(tok->encode("ok \xff"), doctest::Contains("byte 0xff at position 3 is not valid UTF-8"),
+    CHECK_THROWS_WITH_AS(tok->encode("ok \xff"),
+                         doctest::Contains("byte 0xff at position 3 is not valid UTF-8"),
                          std::invalid_argument);
-    CHECK_THROWS_WITH_AS(tok->encode("\xe2\x82"), doctest::Contains("byte 0xe2 at position 0"), std::invalid_argument);
+    CHECK_THROWS_WITH_AS(
+      tok->encode("\xe2\x82"), doctest::Contains("byte 0xe2 at position 0"), std::invalid_argument);
     const std::string text = "caf\xe9 ok\xed\xa0\x80!";
     const auto ids = tok->encode_allowing_unknown(text);
     CHECK(tok->decode_bytes(ids) == text);
@@ -288,12 +299,15 @@ TEST_CASE("bad vocab.json and merges.txt are refused with one line naming the pr
     CHECK(refusal("{\"a\": 1", tiny_merges).find("vocab.json: is not valid JSON") == 0);
     CHECK(refusal("7", tiny_merges).find("not a JSON object of piece -> id") != std::string::npos);
     CHECK(refusal("{}", tiny_merges).find("has no tokens") != std::string::npos);
-    CHECK(refusal("{\"a\": \"x\"}", tiny_merges).find("the id of piece 'a' is a string") != std::string::npos);
+    CHECK(refusal("{\"a\": \"x\"}", tiny_merges).find("the id of piece 'a' is a string") !=
+          std::string::npos);
     CHECK(refusal("{\"a\": -1}", tiny_merges).find("is a negative number") != std::string::npos);
     CHECK(refusal("{\"a\": 1.5}", tiny_merges).find("is a fraction") != std::string::npos);
-    CHECK(refusal("{\"a\": {\"b\": 1}}", tiny_merges).find("holds an object inside the object") != std::string::npos);
-    CHECK(refusal(std::string(100000, '[') , tiny_merges).find("vocab.json: is an array") == 0);
-    CHECK(refusal("{\"a\": 0, \"b\": 0}", tiny_merges).find("pieces 'a' and 'b' share id 0") != std::string::npos);
+    CHECK(refusal("{\"a\": {\"b\": 1}}", tiny_merges).find("holds an object inside the object") !=
+          std::string::npos);
+    CHECK(refusal(std::string(100000, '['), tiny_merges).find("vocab.json: is an array") == 0);
+    CHECK(refusal("{\"a\": 0, \"b\": 0}", tiny_merges).find("pieces 'a' and 'b' share id 0") !=
+          std::string::npos);
     CHECK(refusal("{\"a\": 0, \"b\": 2}", tiny_merges).find("piece 'b' has id 2, outside 0..1") !=
           std::string::npos);
     CHECK(refusal("{\"a\": 0, \"a\": 1}", tiny_merges).find("piece 'a' appears twice") != std::string::npos);
@@ -302,10 +316,11 @@ TEST_CASE("bad vocab.json and merges.txt are refused with one line naming the pr
           std::string::npos);
 
     CHECK(refusal(v, "a b\n").find("merges.txt: does not start with its \"#version\" line") == 0);
-    CHECK(refusal(v, "#version: 0.2\na b c\n").find("line 2 is 'a b c', not two pieces") != std::string::npos);
-    CHECK(refusal(v, "#version: 0.2\n\na\n").find("line 3 is 'a'") != std::string::npos);
-    CHECK(refusal(v, "#version: 0.2\nq \xe4\xb8\xad\n").find("line 2: piece '\\xe4\\xb8\\xad' is not in the vocabulary") !=
+    CHECK(refusal(v, "#version: 0.2\na b c\n").find("line 2 is 'a b c', not two pieces") !=
           std::string::npos);
+    CHECK(refusal(v, "#version: 0.2\n\na\n").find("line 3 is 'a'") != std::string::npos);
+    CHECK(refusal(v, "#version: 0.2\nq \xe4\xb8\xad\n")
+            .find("line 2: piece '\\xe4\\xb8\\xad' is not in the vocabulary") != std::string::npos);
     CHECK(refusal(v, "#version: 0.2\nb c\n").find("line 2: the merged piece 'bc' is not in the vocabulary") !=
           std::string::npos);
     CHECK(refusal(std::string(gpt2_limits::max_file_bytes + 1, ' '), tiny_merges).find("more than the") !=
@@ -317,16 +332,19 @@ TEST_CASE("bad vocab.json and merges.txt are refused with one line naming the pr
 TEST_CASE("from_folder names the files, refusing huge or missing ones unread")
 {
     temp_dir s;
-    CHECK_THROWS_WITH_AS(gpt2_tokenizer::from_folder(s.path.string()), doctest::Contains("vocab.json: does not exist"),
+    CHECK_THROWS_WITH_AS(gpt2_tokenizer::from_folder(s.path.string()),
+                         doctest::Contains("vocab.json: does not exist"),
                          std::invalid_argument);
     write_bytes(s / "vocab.json", tiny_vocabulary().dump());
     fs::create_directory(s / "merges.txt");
     CHECK_THROWS_WITH_AS(gpt2_tokenizer::from_folder(s.path.string()),
-                         doctest::Contains("merges.txt: is not a regular file"), std::invalid_argument);
+                         doctest::Contains("merges.txt: is not a regular file"),
+                         std::invalid_argument);
     fs::remove(s / "merges.txt");
     write_bytes(s / "merges.txt", "");
     fs::resize_file(s / "merges.txt", std::uintmax_t(1) << 40); // sparse: a terabyte that is never read
-    CHECK_THROWS_WITH_AS(gpt2_tokenizer::from_folder(s.path.string()), doctest::Contains("1099511627776 bytes"),
+    CHECK_THROWS_WITH_AS(gpt2_tokenizer::from_folder(s.path.string()),
+                         doctest::Contains("1099511627776 bytes"),
                          std::invalid_argument);
 }
 
@@ -349,7 +367,8 @@ TEST_CASE("the tokenizer stores itself in metadata and comes back from it")
 
     const auto bad = [](metadata_map m, const std::string& expected)
     {
-        CHECK_THROWS_WITH_AS(tokenizer_from_metadata(m, "ck.safetensors"), doctest::Contains(expected.c_str()),
+        CHECK_THROWS_WITH_AS(tokenizer_from_metadata(m, "ck.safetensors"),
+                             doctest::Contains(expected.c_str()),
                              std::invalid_argument);
     };
     metadata_map g{ { "tokenizer", "gpt2" } };
@@ -382,6 +401,7 @@ TEST_CASE("--tokenizer gpt2:DIR trains on the folder's two files")
     catch (const option_error& e)
     {
         CHECK(e.problem == option_problem::bad_value);
-        CHECK(std::string(e.what()).find("tokenizer gpt2:/nonexistent: /nonexistent/vocab.json: does not exist") == 0);
+        CHECK(std::string(e.what()).find(
+                "tokenizer gpt2:/nonexistent: /nonexistent/vocab.json: does not exist") == 0);
     }
 }

@@ -100,12 +100,14 @@ utf8_lead lead_of(unsigned char c)
     }
     if (c >= 0xe0 && c <= 0xef)
     {
-        return { 3, static_cast<unsigned char>(c == 0xe0 ? 0xa0 : 0x80),
+        return { 3,
+                 static_cast<unsigned char>(c == 0xe0 ? 0xa0 : 0x80),
                  static_cast<unsigned char>(c == 0xed ? 0x9f : 0xbf) }; // no overlong form, no surrogate
     }
     if (c >= 0xf0 && c <= 0xf4)
     {
-        return { 4, static_cast<unsigned char>(c == 0xf0 ? 0x90 : 0x80),
+        return { 4,
+                 static_cast<unsigned char>(c == 0xf0 ? 0x90 : 0x80),
                  static_cast<unsigned char>(c == 0xf4 ? 0x8f : 0xbf) }; // nothing past U+10FFFF
     }
     return { 0, 0, 0 };
@@ -242,8 +244,8 @@ std::string read_bounded_file(const std::string& path)
     if (size > gpt2_limits::max_file_bytes)
     {
         fail(path,
-             "is " + std::to_string(size) + " bytes, more than the " + std::to_string(gpt2_limits::max_file_bytes) +
-               " GPT-2's tokenizer files may have");
+             "is " + std::to_string(size) + " bytes, more than the " +
+               std::to_string(gpt2_limits::max_file_bytes) + " GPT-2's tokenizer files may have");
     }
     std::ifstream in(path, std::ios::binary);
     std::string bytes(size, '\0');
@@ -256,7 +258,8 @@ std::string read_bounded_file(const std::string& path)
 
 std::uint64_t pair_key(std::int32_t left, std::int32_t right)
 {
-    return static_cast<std::uint64_t>(static_cast<std::uint32_t>(left)) << 32 | static_cast<std::uint32_t>(right);
+    return static_cast<std::uint64_t>(static_cast<std::uint32_t>(left)) << 32 |
+           static_cast<std::uint32_t>(right);
 }
 
 struct merge_rule
@@ -289,13 +292,16 @@ std::vector<std::string> split_at_spaces(const std::string& line)
 struct gpt2_tokenizer::tables
 {
     std::string vocab_json, merges_txt;
-    std::vector<std::string> bytes_of;                  // id -> the bytes it decodes to
+    std::vector<std::string> bytes_of;                   // id -> the bytes it decodes to
     std::unordered_map<std::string, std::int32_t> id_of; // vocab.json's piece -> id
     std::array<std::int32_t, 256> byte_token{};          // byte -> the id of its one-character piece
     std::unordered_map<std::uint64_t, merge_rule> merges;
     std::int32_t end_of_text_id = -1;
     pcre2_code* pattern = nullptr;
 
+    tables() = default;
+    tables(const tables&) = delete;
+    tables& operator=(const tables&) = delete;
     ~tables() { pcre2_code_free(pattern); }
     void read_vocabulary(const std::string& source);
     void read_merges(const std::string& source);
@@ -319,12 +325,14 @@ void gpt2_tokenizer::tables::read_vocabulary(const std::string& source)
         {
             fail(source,
                  "piece " + io::quoted(piece) + " has id " + std::to_string(id) + ", outside 0.." +
-                   std::to_string(n - 1) + " for " + std::to_string(n) + " tokens (ids must be 0..V-1, each once)");
+                   std::to_string(n - 1) + " for " + std::to_string(n) +
+                   " tokens (ids must be 0..V-1, each once)");
         }
         if (piece_of[id])
         {
-            fail(source, "pieces " + io::quoted(*piece_of[id]) + " and " + io::quoted(piece) + " share id " +
-                           std::to_string(id));
+            fail(source,
+                 "pieces " + io::quoted(*piece_of[id]) + " and " + io::quoted(piece) + " share id " +
+                   std::to_string(id));
         }
         if (!id_of.emplace(piece, static_cast<std::int32_t>(id)).second)
         {
@@ -341,8 +349,9 @@ void gpt2_tokenizer::tables::read_vocabulary(const std::string& source)
         const auto it = id_of.find(utf8_of(code_point[b]));
         if (it == id_of.end())
         {
-            fail(source, "has no token for byte " + hex_byte(static_cast<unsigned char>(b)) + " (its piece " +
-                           io::quoted(utf8_of(code_point[b])) + ")");
+            fail(source,
+                 "has no token for byte " + hex_byte(static_cast<unsigned char>(b)) + " (its piece " +
+                   io::quoted(utf8_of(code_point[b])) + ")");
         }
         byte_token[b] = it->second;
     }
@@ -410,8 +419,9 @@ void gpt2_tokenizer::tables::read_merges(const std::string& source)
             const auto it = id_of.find(pieces[k]);
             if (it == id_of.end())
             {
-                fail(source, where + ": " + (k < 2 ? "piece " : "the merged piece ") + io::quoted(pieces[k]) +
-                               " is not in the vocabulary");
+                fail(source,
+                     where + ": " + (k < 2 ? "piece " : "the merged piece ") + io::quoted(pieces[k]) +
+                       " is not in the vocabulary");
             }
             ids[k] = it->second;
         }
@@ -423,8 +433,12 @@ void gpt2_tokenizer::tables::compile_pattern()
 {
     int error = 0;
     PCRE2_SIZE offset = 0;
-    pattern = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pretokenizing_pattern), PCRE2_ZERO_TERMINATED,
-                            PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &error, &offset, nullptr);
+    pattern = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pretokenizing_pattern),
+                            PCRE2_ZERO_TERMINATED,
+                            PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK,
+                            &error,
+                            &offset,
+                            nullptr);
     if (!pattern)
     {
         throw std::logic_error("gpt2_tokenizer: PCRE2 does not compile the pattern (error " +
@@ -543,19 +557,23 @@ struct match_data_deleter
 
 // Calls piece(begin, end) for each piece of valid UTF-8 text[begin, end) that the pattern cuts.
 template<class F>
-void for_each_piece(const pcre2_code* pattern, const std::string& text, std::size_t begin, std::size_t end, F piece)
+void for_each_piece(const pcre2_code* pattern,
+                    const std::string& text,
+                    std::size_t begin,
+                    std::size_t end,
+                    F piece)
 {
     std::unique_ptr<pcre2_match_data, match_data_deleter> match(pcre2_match_data_create(1, nullptr));
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
     for (std::size_t at = begin; at < end;)
     {
         // Every character is a letter, a number, white space or other, so a piece starts at every end.
-        const int found = pcre2_match(pattern, subject, end, at, PCRE2_ANCHORED | PCRE2_NO_UTF_CHECK,
-                                      match.get(), nullptr);
+        const int found =
+          pcre2_match(pattern, subject, end, at, PCRE2_ANCHORED | PCRE2_NO_UTF_CHECK, match.get(), nullptr);
         if (found < 0)
         {
-            throw std::logic_error("gpt2_tokenizer: the pattern matches nothing at byte " + std::to_string(at) +
-                                   " (PCRE2 error " + std::to_string(found) + ")");
+            throw std::logic_error("gpt2_tokenizer: the pattern matches nothing at byte " +
+                                   std::to_string(at) + " (PCRE2 error " + std::to_string(found) + ")");
         }
         const std::size_t stop = pcre2_get_ovector_pointer(match.get())[1];
         piece(at, stop);
@@ -576,12 +594,14 @@ std::shared_ptr<const gpt2_tokenizer> gpt2_tokenizer::from_files(const std::stri
                                                                  const std::string& vocab_name,
                                                                  const std::string& merges_name)
 {
-    for (const auto& [bytes, name] : { std::pair(&vocab_json, &vocab_name), std::pair(&merges_txt, &merges_name) })
+    for (const auto& [bytes, name] :
+         { std::pair(&vocab_json, &vocab_name), std::pair(&merges_txt, &merges_name) })
     {
         if (bytes->size() > gpt2_limits::max_file_bytes)
         {
-            fail(*name, "is " + std::to_string(bytes->size()) + " bytes, more than the " +
-                          std::to_string(gpt2_limits::max_file_bytes) + " GPT-2's tokenizer files may have");
+            fail(*name,
+                 "is " + std::to_string(bytes->size()) + " bytes, more than the " +
+                   std::to_string(gpt2_limits::max_file_bytes) + " GPT-2's tokenizer files may have");
         }
     }
     auto t = std::make_unique<tables>();
@@ -613,13 +633,16 @@ std::vector<std::string> gpt2_tokenizer::pretokenize(const std::string& text) co
         const std::size_t length = utf8_character_length(text, i);
         if (length == 0)
         {
-            throw std::invalid_argument("byte " + hex_byte(static_cast<unsigned char>(text[i])) + " at position " +
-                                        std::to_string(i) + " is not valid UTF-8");
+            throw std::invalid_argument("byte " + hex_byte(static_cast<unsigned char>(text[i])) +
+                                        " at position " + std::to_string(i) + " is not valid UTF-8");
         }
         i += length;
     }
     std::vector<std::string> pieces;
-    for_each_piece(tables_->pattern, text, 0, text.size(),
+    for_each_piece(tables_->pattern,
+                   text,
+                   0,
+                   text.size(),
                    [&](std::size_t b, std::size_t e) { pieces.push_back(text.substr(b, e - b)); });
     return pieces;
 }
@@ -651,6 +674,10 @@ std::vector<std::int32_t> gpt2_tokenizer::encode_text(const std::string& text, b
         }
         merger.merge(word);
         ids.insert(ids.end(), word.begin(), word.end());
+        if (key.size() > gpt2_limits::max_cached_word_bytes)
+        {
+            return;
+        }
         if (cache.size() == gpt2_limits::cache_words)
         {
             cache.clear();
@@ -713,8 +740,8 @@ std::string gpt2_tokenizer::decode_bytes(const std::vector<std::int32_t>& ids) c
     {
         if (id < 0 || static_cast<std::size_t>(id) >= size())
         {
-            throw std::invalid_argument("decode: token " + std::to_string(id) + " is outside the vocabulary of " +
-                                        std::to_string(size()));
+            throw std::invalid_argument("decode: token " + std::to_string(id) +
+                                        " is outside the vocabulary of " + std::to_string(size()));
         }
         out += tables_->bytes_of[static_cast<std::size_t>(id)];
     }
@@ -771,7 +798,9 @@ std::shared_ptr<const gpt2_tokenizer> gpt2_tokenizer_from_metadata(const metadat
             fail(source, std::string("metadata \"") + keys[k] + "\" is not base64");
         }
     }
-    return gpt2_tokenizer::from_files(files[0], files[1], source + ": metadata \"tokenizer_vocab\" (vocab.json)",
+    return gpt2_tokenizer::from_files(files[0],
+                                      files[1],
+                                      source + ": metadata \"tokenizer_vocab\" (vocab.json)",
                                       source + ": metadata \"tokenizer_merges\" (merges.txt)");
 }
 
@@ -783,7 +812,8 @@ std::shared_ptr<const gpt2_tokenizer> gpt2_tokenizer_of(const tokenizer_spec& sp
     }
     catch (const std::invalid_argument& e)
     {
-        throw option_error("{} gpt2:" + option_error::literal(spec.folder) + ": " + option_error::literal(e.what()),
+        throw option_error("{} gpt2:" + option_error::literal(spec.folder) + ": " +
+                             option_error::literal(e.what()),
                            { "tokenizer" }); // a flag naming files that are not a tokenizer: exit 2
     }
 }

@@ -24,10 +24,11 @@ namespace xgrad::train
 // hostile file from sizing anything, and the two files base64-encoded within a checkpoint's header.
 struct gpt2_limits
 {
-    static constexpr std::size_t max_file_bytes = 16u << 20;  // each of vocab.json and merges.txt
+    static constexpr std::size_t max_file_bytes = 16u << 20; // each of vocab.json and merges.txt
     static constexpr std::size_t max_tokens = 1u << 21;
     static constexpr std::size_t max_piece_bytes = 1024;      // a vocabulary piece, as UTF-8
     static constexpr std::size_t cache_words = 1u << 16;      // merged words remembered by one encode
+    static constexpr std::size_t max_cached_word_bytes = 256; // longer words are merged every time
 };
 
 class gpt2_tokenizer : public tokenizer
@@ -57,7 +58,7 @@ public:
     std::string decode(const std::vector<std::int32_t>& ids) const override;
     // The tokens' bytes as they are.
     std::string decode_bytes(const std::vector<std::int32_t>& ids) const;
-    std::string piece(std::size_t id) const override;  // the token's bytes
+    std::string piece(std::size_t id) const override; // the token's bytes
     float score(std::size_t) const override { return 0.0f; }
     // "tokenizer" = "gpt2", "tokenizer_vocab" and "tokenizer_merges": the two files' bytes in base64.
     void to_metadata(metadata_map& metadata) const override;

@@ -179,7 +179,8 @@ tokenizer_spec tokenizer_spec::parse(const std::string& text)
 {
     const auto bad = [&]
     {
-        return option_error("{}: '" + option_error::literal(text) + "' is not one of bytes, bpe:N, unigram:N (N a vocabulary size, 8 to 65536), gpt2:DIR",
+        return option_error("{}: '" + option_error::literal(text) +
+                              "' is not one of bytes, bpe:N, unigram:N (N a vocabulary size, 8 to 65536), gpt2:DIR",
                             {"tokenizer"});
     };
     if (text == "bytes")

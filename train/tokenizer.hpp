@@ -119,7 +119,8 @@ private:
 };
 
 // The tokenizer a checkpoint's metadata describes: "tokenizer" absent or "bytes" -> "vocab";
-// "sentencepiece" -> "tokenizer_model" (base64); "gpt2" -> "tokenizer_vocab" and "tokenizer_merges". Throws std::invalid_argument starting with `source` and
+// "sentencepiece" -> "tokenizer_model" (base64); "gpt2" -> "tokenizer_vocab" and "tokenizer_merges".
+// Throws std::invalid_argument starting with `source` and
 // naming the key: missing, an unknown "tokenizer" value (and the values allowed), base64 or a model that
 // does not parse.
 std::shared_ptr<const tokenizer> tokenizer_from_metadata(const metadata_map& metadata,

@@ -14,7 +14,8 @@ Layout: checkpoints/NAME.safetensors (for xgrad-gpt-npy, xgrad-sample, xgrad-tra
 in/ and text.txt below); gpt_in/NAME/ (tokens for xgrad-gpt-npy with checkpoints/base.safetensors or the
 checkpoint named in gpt_in/NAME/checkpoint); mha_in/NAME/ (inputs of xgrad-mha-npy, and its flags in
 mha_in/NAME/args); tokenizer_in/NAME/ (GPT-2's vocab.json and merges.txt, for xgrad-convert --from
-hf-gpt2 beside a model of the valid files' size, and for xgrad-train --tokenizer gpt2:DIR). Cases named valid_* must be accepted: they show that the tools and the replay work at
+hf-gpt2 beside a model of the valid files' size, and for xgrad-train --tokenizer gpt2:DIR). Cases named
+valid_* must be accepted: they show that the tools and the replay work at
 all; valid_gpt_* checkpoints are run by xgrad-gpt-npy only (they hold no vocabulary to sample from).
 """
 import json
@@ -255,7 +256,7 @@ def checkpoint_cases():
     cases["gpt2_vocab_not_base64"] = checkpoint(gpt2_metadata(tokens="@@@@"))
     cases["gpt2_vocab_deep"] = checkpoint(gpt2_metadata(vocab_text='{"a": ' + "[" * 100000))
     cases["gpt2_merges_unknown_piece"] = checkpoint(gpt2_metadata(merges_text="#version: 0.2\nq z\n"))
-    # A model of the GPT-2 tokenizer's size, converted to a Hugging Face folder by replay.sh for tokenizer_in/.
+    # A model of the GPT-2 tokenizer's size: replay.sh makes it a Hugging Face folder for tokenizer_in/.
     cases["valid_gpt_gpt2_vocab"] = file_bytes(*big_model(dict(SIZES, vocab_size=259)))
     # Big sizes that match their tensors: a tiny model with a vocabulary or context a tool must not
     # multiply by a batch it cannot hold (see gpt_in/).

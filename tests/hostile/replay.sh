@@ -117,8 +117,11 @@ done
 # here from checkpoints/valid_gpt_gpt2_vocab), and as xgrad-train --tokenizer gpt2:DIR. A huge, sparse
 # vocab.json is made here too (the repository keeps small files).
 hf_base="$work/hf_base"
-"$bin/xgrad-convert" --from xgrad --to hf-gpt2 "$here/checkpoints/valid_gpt_gpt2_vocab.safetensors" "$hf_base" \
-    >/dev/null || { echo "cannot make the Hugging Face folder for tokenizer_in/" >&2; failures=$((failures + 1)); }
+if ! "$bin/xgrad-convert" --from xgrad --to hf-gpt2 "$here/checkpoints/valid_gpt_gpt2_vocab.safetensors" \
+    "$hf_base" >/dev/null; then
+    echo "cannot make the Hugging Face folder for tokenizer_in/" >&2
+    failures=$((failures + 1))
+fi
 mkdir -p "$work/tokenizer_in" && cp -r "$here/tokenizer_in/." "$work/tokenizer_in/"
 mkdir -p "$work/tokenizer_in/vocab_huge_sparse"
 cp "$here/tokenizer_in/valid_gpt2/merges.txt" "$work/tokenizer_in/vocab_huge_sparse/"
