@@ -152,6 +152,10 @@ def main():
     check("val_bpb" in log[0].split(","), f"log.csv has val_bpb: {log[0]}")
     check(safetensors_metadata(os.path.join(SCRATCH, "run", "model.safetensors")).get("tokenizer_merges") ==
           meta["tokenizer_merges"], "the trained checkpoint holds the tokenizer")
+    status, _, err = run("xgrad-train", "--data", "text.txt", "--out", "run", "--steps", "5", "--layers", "1",
+                         "--d-model", "16", "--heads", "2", "--block", "16", "--batch", "4", "--tokenizer",
+                         "gpt2:" + FIXTURES, "--quiet", "--no-plots", "--sample-tokens", "0", "--resume")
+    check(status == 0, f"--resume with the same GPT-2 tokenizer: {err}")
     status, out, err = run("xgrad-sample", "--checkpoint", "run/model.safetensors", "--prompt", "The dog",
                            "--tokens", "8")
     check(status == 0 and out.startswith("The dog"), f"sampling the trained model: {err}")
