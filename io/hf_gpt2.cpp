@@ -531,7 +531,8 @@ safetensors_file read_hf_gpt2(const std::string& folder, model_layout& layout)
     return out;
 }
 
-void write_hf_gpt2(const std::string& folder, const safetensors_file& model, const model_layout& layout)
+void write_hf_gpt2(const std::string& folder, const safetensors_file& model, const model_layout& layout,
+                   const std::map<std::string, std::string>& files)
 {
     const auto refuse = [](const std::string& key, const std::string& value)
     {
@@ -622,6 +623,10 @@ void write_hf_gpt2(const std::string& folder, const safetensors_file& model, con
     }
     staged_folder out(folder);
     out.write_file("config.json", config.dump(2) + "\n");
+    for (const auto& [name, bytes] : files)
+    {
+        out.write_file(name, bytes);
+    }
     write_safetensors(out.path("model.safetensors"), hf);
     out.commit();
 }

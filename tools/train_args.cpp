@@ -23,8 +23,9 @@ void add_train_flags(CLI::App& app, train::train_options& o, std::int64_t& warmu
     app.add_option("--seed", o.seed, "seeds the initial weights and the batches")->capture_default_str();
     app.add_option("--threads", o.threads, "threads per process")->capture_default_str();
     app.add_flag("--resume", o.resume, "continue from --out/model.safetensors up to --steps");
-    app.add_option("--tokenizer", o.tokenizer, "bytes, or a SentencePiece model trained on the training split: "
-                   "bpe:N or unigram:N (vocabulary N)")->capture_default_str();
+    app.add_option("--tokenizer", o.tokenizer, "bytes, a SentencePiece model trained on the training split: "
+                   "bpe:N or unigram:N (vocabulary N), or GPT-2's: gpt2:DIR (DIR/vocab.json, DIR/merges.txt)")
+        ->capture_default_str();
     app.add_option("--time", o.time_limit_s, "stop after the step that passes this many seconds of training "
                    "(validation and checkpoint there; 0: no limit)")->capture_default_str();
     app.add_option("--weight-decay", o.weight_decay, "AdamW weight decay on matrices")->capture_default_str();

@@ -13,6 +13,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "train/gpt2_tokenizer.hpp"
+
 namespace xgrad::train
 {
 namespace
@@ -44,6 +46,10 @@ text_corpus text_corpus::of_text(const std::string& text, std::size_t block_size
     if (spec.type == tokenizer_spec::kind::bytes)
     {
         c.tokens = std::make_shared<byte_vocabulary>(c.vocabulary);
+    }
+    else if (spec.type == tokenizer_spec::kind::gpt2)
+    {
+        c.tokens = gpt2_tokenizer_of(spec);
     }
     else
     {

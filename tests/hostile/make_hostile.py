@@ -13,7 +13,9 @@ them quickly, with one line on stderr and exit status 2.
 Layout: checkpoints/NAME.safetensors (for xgrad-gpt-npy, xgrad-sample, xgrad-train --resume, each with
 in/ and text.txt below); gpt_in/NAME/ (tokens for xgrad-gpt-npy with checkpoints/base.safetensors or the
 checkpoint named in gpt_in/NAME/checkpoint); mha_in/NAME/ (inputs of xgrad-mha-npy, and its flags in
-mha_in/NAME/args). Cases named valid_* must be accepted: they show that the tools and the replay work at
+mha_in/NAME/args); tokenizer_in/NAME/ (GPT-2's vocab.json and merges.txt, for xgrad-convert --from
+hf-gpt2 beside a model of the valid files' size, and for xgrad-train --tokenizer gpt2:DIR). Cases named
+valid_* must be accepted: they show that the tools and the replay work at
 all; valid_gpt_* checkpoints are run by xgrad-gpt-npy only (they hold no vocabulary to sample from).
 """
 import json
@@ -249,6 +251,13 @@ def checkpoint_cases():
         "truncated": checkpoint()[:-100],
         "empty": b"",
     }
+    # A GPT-2 tokenizer in the metadata that does not parse, or has another size than the model's 5.
+    cases["gpt2_size_disagrees"] = checkpoint(gpt2_metadata())
+    cases["gpt2_vocab_not_base64"] = checkpoint(gpt2_metadata(tokens="@@@@"))
+    cases["gpt2_vocab_deep"] = checkpoint(gpt2_metadata(vocab_text='{"a": ' + "[" * 100000))
+    cases["gpt2_merges_unknown_piece"] = checkpoint(gpt2_metadata(merges_text="#version: 0.2\nq z\n"))
+    # A model of the GPT-2 tokenizer's size: replay.sh makes it a Hugging Face folder for tokenizer_in/.
+    cases["valid_gpt_gpt2_vocab"] = file_bytes(*big_model(dict(SIZES, vocab_size=259)))
     # Big sizes that match their tensors: a tiny model with a vocabulary or context a tool must not
     # multiply by a batch it cannot hold (see gpt_in/).
     wide = dict(SIZES, vocab_size=65536, d_model=1, heads=1, kv_heads=1)
@@ -256,6 +265,68 @@ def checkpoint_cases():
     long_context = dict(SIZES, block_size=65536, d_model=1, heads=1, kv_heads=1)
     cases["valid_gpt_long_context"] = file_bytes(*big_model(long_context))
     return cases
+
+
+def gpt2_files(extra_tokens=0):
+    """GPT-2's tokenizer files: the 256 byte pieces of its byte-to-unicode table, three merges (259 tokens),
+    and ``extra_tokens`` added tokens."""
+    printable = [b for b in range(256) if 0x21 <= b <= 0x7E or 0xA1 <= b <= 0xAC or b >= 0xAE]
+    others = [b for b in range(256) if b not in printable]
+    vocab = {(chr(b) if b in printable else chr(256 + others.index(b))): b for b in range(256)}
+    vocab.update({"ab": 256, "abc": 257, "\u0120abc": 258})
+    vocab.update({"<extra%d>" % k: 259 + k for k in range(extra_tokens)})
+    return vocab, "#version: 0.2\na b\nab c\n\u0120 abc\n"
+
+
+def tokenizer_cases():
+    """Folders of GPT-2 tokenizer files (tokenizer_in/NAME/), each with one hostile change."""
+    vocab, merges = gpt2_files()
+    dump = lambda v: json.dumps(v)
+    case = lambda v=None, m=None: {"vocab.json": dump(vocab) if v is None else v,
+                                   "merges.txt": merges if m is None else m}
+    with_id = lambda piece, value: dump(vocab)[:-1] + ', "%s": %s}' % (piece, value)
+    return {
+        "valid_gpt2": case(),
+        "valid_gpt2_crlf": case(m=merges.replace("\n", "\r\n")),
+        "size_disagrees": case(dump(dict(vocab, **{"<extra%d>" % k: 259 + k for k in range(41)}))),
+        "vocab_not_object": case("[1, 2, 3]"),
+        "vocab_not_json": case(dump(vocab)[:-1]),
+        "vocab_deep": case('{"a": ' + "[" * 100000),
+        "vocab_nested_object": case(dump(vocab)[:-1] + ', "x": {"y": 1}}'),
+        "vocab_id_string": case(with_id("x", '"259"')),
+        "vocab_id_negative": case(with_id("x", "-1")),
+        "vocab_id_fraction": case(with_id("x", "259.5")),
+        "vocab_id_huge": case(with_id("x", "18446744073709551615")),
+        "vocab_id_past_u64": case(with_id("x", "1" + "0" * 400)),
+        "vocab_ids_collide": case(with_id("x", "3")),
+        "vocab_ids_gap": case(with_id("x", "300")),
+        "vocab_duplicate_piece": case(with_id("ab", "259")),
+        "vocab_missing_byte": case(dump({k: v for k, v in vocab.items() if v != 0} | {"zz": 0})),
+        "vocab_piece_long": case(with_id("x" * 5000, "259")),
+        "vocab_not_utf8": case(dump(vocab)[:-1].encode() + b', "\xff\xfe": 259}'),
+        "vocab_empty": case(""),
+        "merges_no_header": case(m="a b\n"),
+        "merges_unknown_piece": case(m=merges + "q \u4e2d\n"),
+        "merges_merged_unknown": case(m=merges + "b c\n"),
+        "merges_three_pieces": case(m=merges + "a b c\n"),
+        "merges_missing": {"vocab.json": dump(vocab)},
+        "vocab_missing": {"merges.txt": merges},
+    }
+
+
+def gpt2_metadata(vocab_text=None, merges_text=None, tokens=None):
+    """Checkpoint metadata holding a GPT-2 tokenizer (and no byte vocabulary) instead of the base's."""
+    import base64
+    vocab, merges = gpt2_files()
+    encode = lambda t: base64.b64encode(t.encode() if isinstance(t, str) else t).decode()
+
+    def change(m):
+        del m["vocab"]
+        m.update(tokenizer="gpt2", tokenizer_vocab=encode(vocab_text or json.dumps(vocab)),
+                 tokenizer_merges=encode(merges_text or merges))
+        if tokens is not None:
+            m["tokenizer_vocab"] = tokens
+    return change
 
 
 def big_model(sizes):
@@ -351,6 +422,12 @@ OUTCOMES = {
     ("vocab_deep", "resume"): 1, ("vocab_long", "resume"): 1,  # the trainer refuses another vocabulary
     # an empty batch, but its (B, H, Tq, Tk) attention weights would have strides past 2^63: refused
     ("valid_zero_batch_huge_t", "mha-npy"): 2,
+    # xgrad-gpt-npy reads no tokenizer; --resume with bytes refuses a checkpoint without "vocab" (status 1)
+    **{(case, "gpt-npy"): 0 for case in ("gpt2_size_disagrees", "gpt2_vocab_not_base64", "gpt2_vocab_deep",
+                                          "gpt2_merges_unknown_piece")},
+    **{(case, "resume"): 1 for case in ("gpt2_size_disagrees", "gpt2_vocab_not_base64", "gpt2_vocab_deep",
+                                         "gpt2_merges_unknown_piece")},
+    ("size_disagrees", "train"): 0,  # a valid tokenizer of 300 tokens trains; the 259-token model refuses it
 }
 
 
@@ -371,6 +448,7 @@ def main():
     write_tree(os.path.join(HERE, "checkpoints"), checkpoints)
     write_tree(os.path.join(HERE, "gpt_in"), gpt_cases())
     write_tree(os.path.join(HERE, "mha_in"), mha_cases())
+    write_tree(os.path.join(HERE, "tokenizer_in"), tokenizer_cases())
     with open(os.path.join(HERE, "outcomes.txt"), "w") as f:
         f.write("# case tool status: the exceptions to 'valid_* exit 0, all else exit 2' (make_hostile.py)\n")
         for (case, tool), status in sorted(OUTCOMES.items()):

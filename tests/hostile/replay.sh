@@ -113,5 +113,34 @@ for dir in "$here"/mha_in/*/; do
         "$bin/xgrad-mha-npy" --in "$dir" --out "$out" "${args[@]}"
 done
 
+# GPT-2's tokenizer files: beside a valid model of the valid files' size as a Hugging Face folder (made
+# here from checkpoints/valid_gpt_gpt2_vocab), and as xgrad-train --tokenizer gpt2:DIR. A huge, sparse
+# vocab.json is made here too (the repository keeps small files).
+hf_base="$work/hf_base"
+if ! "$bin/xgrad-convert" --from xgrad --to hf-gpt2 "$here/checkpoints/valid_gpt_gpt2_vocab.safetensors" \
+    "$hf_base" >/dev/null; then
+    echo "cannot make the Hugging Face folder for tokenizer_in/" >&2
+    failures=$((failures + 1))
+fi
+mkdir -p "$work/tokenizer_in" && cp -r "$here/tokenizer_in/." "$work/tokenizer_in/"
+mkdir -p "$work/tokenizer_in/vocab_huge_sparse"
+cp "$here/tokenizer_in/valid_gpt2/merges.txt" "$work/tokenizer_in/vocab_huge_sparse/"
+truncate -s 20G "$work/tokenizer_in/vocab_huge_sparse/vocab.json"
+for dir in "$work"/tokenizer_in/*/; do
+    name=$(basename "$dir")
+    selected "$name" || continue
+    folder="$work/hf"
+    rm -rf "$folder" && cp -r "$hf_base" "$folder" && cp "$dir"* "$folder/"
+    out="$work/out"
+    rm -rf "$out" && mkdir -p "$out"
+    watch "convert  tokenizer_in/$name" "$(expect_for "$name" convert)" "$out" \
+        "$bin/xgrad-convert" --from hf-gpt2 --to xgrad "$folder" "$out/model.safetensors"
+    run="$work/run"
+    rm -rf "$run"
+    watch "train    tokenizer_in/$name" "$(expect_for "$name" train)" "$run" \
+        "$bin/xgrad-train" --data "$here/text.txt" --out "$run" --tokenizer "gpt2:$dir" --steps 1 --layers 1 \
+        --d-model 4 --heads 2 --block 4 --batch 2 --eval-windows 4 --sample-tokens 0 --no-plots --quiet
+done
+
 echo "hostile files: $runs runs, $failures failed"
 [ "$failures" -eq 0 ]

@@ -166,12 +166,26 @@ class GPT:
         return None if vocab is None else _core.ByteVocabulary.from_json(vocab)
 
     def encode(self, text):
-        """Token ids of ``text`` (str, UTF-8, or bytes) under the model's byte vocabulary."""
+        """Token ids of ``text`` (str, UTF-8, or bytes) under the model's tokenizer: its byte vocabulary,
+        or the metadata's "tokenizer" (SentencePiece, GPT-2's; xgrad.Tokenizer)."""
+        if "tokenizer" in self.metadata:
+            return self._tokenizer().encode(text)
         return self._need_vocabulary().encode(text.encode() if isinstance(text, str) else bytes(text))
 
     def decode(self, ids):
-        """The bytes token ids stand for, as str (undecodable bytes replaced)."""
+        """The text token ids stand for, as str (undecodable bytes replaced)."""
+        if "tokenizer" in self.metadata:
+            return self._tokenizer().decode(ids)
         return self._need_vocabulary().decode([int(i) for i in ids]).decode("utf-8", "replace")
+
+    def _tokenizer(self):
+        from ..tokenizer import Tokenizer
+        metadata = self.metadata
+        keys = ("tokenizer", "tokenizer_model", "tokenizer_vocab", "tokenizer_merges")
+        key = tuple(metadata.get(k) for k in keys)
+        if getattr(self, "_tokenizer_key", None) != key:  # parsed once per metadata, not per call
+            self._tokenizer_cached, self._tokenizer_key = Tokenizer.from_metadata(metadata, "GPT"), key
+        return self._tokenizer_cached
 
     def sample(self, prompt, tokens=200, temperature=1.0, top_k=0, seed=1):
         """Continues ``prompt`` through a KV cache: ``tokens`` new ids drawn at ``temperature`` (0: the most
