@@ -43,7 +43,7 @@ void run(const tools::train_cli::sample_command& command)
         std::fputs(command.help_text.c_str(), stdout);
         return;
     }
-    const io::checkpoint<float> ck = io::load_checkpoint<float>(command.checkpoint);
+    const io::checkpoint<float> ck = io::load_checkpoint<float>(command.checkpoint, io::optimiser_state::skip);
     const auto vocab = tokenizer_of(ck, command.checkpoint);
     const std::string& prompt = command.prompt;
     if (prompt.empty())
