@@ -363,9 +363,8 @@ void check_module_file(const safetensors_reader& file,
         const auto found = file.metadata().find(key);
         if (found == file.metadata().end() || found->second != value)
         {
-            fail(path, "metadata '" + key + "' is " +
-                           (found == file.metadata().end() ? std::string("missing") : printable(found->second)) +
-                           " but the model has " + printable(value));
+            const std::string held = found == file.metadata().end() ? "missing" : printable(found->second);
+            fail(path, "metadata '" + key + "' is " + held + " but the model has " + printable(value));
         }
     }
     std::set<std::string> names;

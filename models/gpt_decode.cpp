@@ -30,8 +30,8 @@ void check_decode(const gpt_parameters<T>& params, const ids_t& tokens, const kv
     }
     if (cache.length() > 0 && cache.batch() != tokens.shape()[0])
     {
-        fail("gpt_decode", "tokens " + shape_str(to_shape(tokens.shape())) + " do not match the cache's batch of " +
-                               std::to_string(cache.batch()));
+        fail("gpt_decode", "tokens " + shape_str(to_shape(tokens.shape())) +
+                               " do not match the cache's batch of " + std::to_string(cache.batch()));
     }
 }
 }  // namespace
@@ -145,47 +145,6 @@ namespace
 template <class T>
 using batch = xsimd::batch<T>;
 
-// y[j] = b[j] + sum_i x[i] w[i][j] for j in [begin, end): w is (k, n) row-major, b may be null. Four rows
-// at a time, so that each batch of y is loaded and stored once per four rows of w.
-template <class T>
-void matvec_columns(const T* x, const T* w, const T* b, T* y, std::size_t k, std::size_t n, std::size_t begin,
-                    std::size_t end)
-{
-    constexpr std::size_t width = batch<T>::size;
-    for (std::size_t j = begin; j < end; ++j)
-    {
-        y[j] = b ? b[j] : T(0);
-    }
-    std::size_t i = 0;
-    for (; i + 4 <= k; i += 4)
-    {
-        const T *w0 = w + i * n, *w1 = w0 + n, *w2 = w1 + n, *w3 = w2 + n;
-        const batch<T> x0(x[i]), x1(x[i + 1]), x2(x[i + 2]), x3(x[i + 3]);
-        std::size_t j = begin;
-        for (; j + width <= end; j += width)
-        {
-            batch<T> acc = batch<T>::load_unaligned(y + j);
-            acc = xsimd::fma(x0, batch<T>::load_unaligned(w0 + j), acc);
-            acc = xsimd::fma(x1, batch<T>::load_unaligned(w1 + j), acc);
-            acc = xsimd::fma(x2, batch<T>::load_unaligned(w2 + j), acc);
-            acc = xsimd::fma(x3, batch<T>::load_unaligned(w3 + j), acc);
-            acc.store_unaligned(y + j);
-        }
-        for (; j < end; ++j)
-        {
-            y[j] += x[i] * w0[j] + x[i + 1] * w1[j] + x[i + 2] * w2[j] + x[i + 3] * w3[j];
-        }
-    }
-    for (; i < k; ++i)
-    {
-        const T* wi = w + i * n;
-        for (std::size_t j = begin; j < end; ++j)
-        {
-            y[j] += x[i] * wi[j];
-        }
-    }
-}
-
 // sum_i a[i] b[i], in batches.
 template <class T>
 T dot(const T* a, const T* b, std::size_t n)
@@ -196,7 +155,8 @@ T dot(const T* a, const T* b, std::size_t n)
     for (; i + 2 * width <= n; i += 2 * width)
     {
         acc0 = xsimd::fma(batch<T>::load_unaligned(a + i), batch<T>::load_unaligned(b + i), acc0);
-        acc1 = xsimd::fma(batch<T>::load_unaligned(a + i + width), batch<T>::load_unaligned(b + i + width), acc1);
+        acc1 = xsimd::fma(batch<T>::load_unaligned(a + i + width), batch<T>::load_unaligned(b + i + width),
+                          acc1);
     }
     for (; i + width <= n; i += width)
     {
@@ -219,7 +179,8 @@ void add_scaled(T* y, T a, const T* x, std::size_t n)
     std::size_t i = 0;
     for (; i + width <= n; i += width)
     {
-        xsimd::fma(va, batch<T>::load_unaligned(x + i), batch<T>::load_unaligned(y + i)).store_unaligned(y + i);
+        xsimd::fma(va, batch<T>::load_unaligned(x + i), batch<T>::load_unaligned(y + i))
+            .store_unaligned(y + i);
     }
     for (; i < n; ++i)
     {
@@ -243,23 +204,38 @@ void split_range(std::size_t n, std::size_t cost, const F& body)
     kernels::parallel_for(threads, std::cref(chunk));
 }
 
-// y = x w (+ b) for x (k,), w (k, n).
+// y[r] = x . w[r] (+ b[r]) for the rows r of w (rows, k), b possibly null: x W (+ b) for w = W^T.
 template <class T>
-void matvec(const T* x, const T* w, const T* b, T* y, std::size_t k, std::size_t n)
+void matvec(const T* x, const T* w, const T* b, T* y, std::size_t rows, std::size_t k)
 {
-    split_range(n, k * n, [&](std::size_t begin, std::size_t end) { matvec_columns(x, w, b, y, k, n, begin, end); });
+    split_range(rows, rows * k,
+                [&](std::size_t begin, std::size_t end)
+                {
+                    for (std::size_t r = begin; r < end; ++r)
+                    {
+                        y[r] = dot(x, w + r * k, k) + (b ? b[r] : T(0));
+                    }
+                });
 }
 
-// y[r] = x . w[r] for the rows r of w (rows, k): the tied head's x wte^T.
+// out = w^T for w (rows, columns) row-major, in tiles that stay in cache.
 template <class T>
-void row_dots(const T* x, const T* w, T* y, std::size_t rows, std::size_t k)
+void transpose(const T* w, std::size_t rows, std::size_t columns, T* out)
 {
-    split_range(rows, rows * k, [&](std::size_t begin, std::size_t end) {
-        for (std::size_t r = begin; r < end; ++r)
+    constexpr std::size_t tile = 32;
+    for (std::size_t i0 = 0; i0 < rows; i0 += tile)
+    {
+        for (std::size_t j0 = 0; j0 < columns; j0 += tile)
         {
-            y[r] = dot(x, w + r * k, k);
+            for (std::size_t i = i0; i < std::min(rows, i0 + tile); ++i)
+            {
+                for (std::size_t j = j0; j < std::min(columns, j0 + tile); ++j)
+                {
+                    out[j * rows + i] = w[i * columns + j];
+                }
+            }
         }
-    });
+    }
 }
 
 // The norm of one row of n entries: LayerNorm (weight, bias) or RMSNorm (weight), eps 1e-5 as layers.hpp.
@@ -319,25 +295,56 @@ const T* data_or_null(const parameter<T>& p)
 }
 }  // namespace
 
+// The matrix (in, out) copied into transposed_ as (out, in); this decoder's handle to it let go.
 template <class T>
-decoder<T>::decoder(const gpt_parameters<T>& params)
-    : params_(params), c_(params.config), d_(c_.d_model), dh_(c_.d_model / c_.heads),
+const T* decoder<T>::take_transposed(parameter<T>& matrix)
+{
+    if (matrix.value().dimension() != 2)
+    {
+        return nullptr;  // a matrix the variant lacks
+    }
+    const std::size_t rows = matrix.value().shape()[0], columns = matrix.value().shape()[1];
+    array<T> out = array<T>::from_shape({columns, rows});
+    transpose(matrix.value().data(), rows, columns, out.data());
+    matrix = parameter<T>();
+    transposed_.push_back(std::move(out));  // the buffer moves with it: the pointer stays valid
+    return transposed_.back().data();
+}
+
+template <class T>
+decoder<T>::decoder(gpt_parameters<T> params)
+    : params_(std::move(params)), c_(params_.config), d_(c_.d_model), dh_(c_.d_model / c_.heads),
       kv_dim_(c_.kv_head_count() * dh_), hidden_(c_.hidden_width()), zeros_(std::max(d_, hidden_), T(0)),
       x_(d_), xn_(d_), q_(d_), heads_(d_), out_(d_), hidden_a_(hidden_), hidden_b_(hidden_),
       scores_(c_.heads * c_.block_size), logits_(c_.vocab_size),
       keys_(new T[c_.layers * c_.block_size * kv_dim_]), values_(new T[c_.layers * c_.block_size * kv_dim_])
 {
     const bool swiglu = c_.mlp == mlp_kind::swiglu;
-    for (const gpt_block_parameters<T>& b : params.blocks)
+    transposed_.reserve(7 * c_.layers + 1);
+    for (gpt_block_parameters<T>& b : params_.blocks)
     {
-        layers_.push_back({data_or_null(b.ln_1_weight), data_or_null(b.ln_1_bias), data_or_null(b.ln_2_weight),
-                           data_or_null(b.ln_2_bias), data_or_null(b.W_Q), data_or_null(b.W_K),
-                           data_or_null(b.W_V), data_or_null(b.W_O), data_or_null(b.b_Q), data_or_null(b.b_K),
-                           data_or_null(b.b_V), data_or_null(b.b_O), data_or_null(swiglu ? b.W_up : b.W_fc),
-                           data_or_null(swiglu ? b.b_up : b.b_fc), swiglu ? data_or_null(b.W_gate) : nullptr,
-                           swiglu ? data_or_null(b.b_gate) : nullptr, data_or_null(swiglu ? b.W_down : b.W_proj),
-                           data_or_null(swiglu ? b.b_down : b.b_proj)});
+        layer_weights w{};
+        w.ln_1_weight = data_or_null(b.ln_1_weight);
+        w.ln_1_bias = data_or_null(b.ln_1_bias);
+        w.ln_2_weight = data_or_null(b.ln_2_weight);
+        w.ln_2_bias = data_or_null(b.ln_2_bias);
+        w.W_Q = take_transposed(b.W_Q);
+        w.W_K = take_transposed(b.W_K);
+        w.W_V = take_transposed(b.W_V);
+        w.W_O = take_transposed(b.W_O);
+        w.b_Q = data_or_null(b.b_Q);
+        w.b_K = data_or_null(b.b_K);
+        w.b_V = data_or_null(b.b_V);
+        w.b_O = data_or_null(b.b_O);
+        w.W_in = take_transposed(swiglu ? b.W_up : b.W_fc);
+        w.b_in = data_or_null(swiglu ? b.b_up : b.b_fc);
+        w.W_gate = swiglu ? take_transposed(b.W_gate) : nullptr;
+        w.b_gate = swiglu ? data_or_null(b.b_gate) : nullptr;
+        w.W_out = take_transposed(swiglu ? b.W_down : b.W_proj);
+        w.b_out = data_or_null(swiglu ? b.b_down : b.b_proj);
+        layers_.push_back(w);
     }
+    head_ = c_.tied_head ? params_.wte.value().data() : take_transposed(params_.lm_head);
     if (c_.position == position_kind::rope)  // angle[t][i] = t base^(-2i/dh), as ops::rope computes it
     {
         const std::size_t pairs = dh_ / 2;
@@ -345,7 +352,8 @@ decoder<T>::decoder(const gpt_parameters<T>& params)
         rope_sin_.resize(c_.block_size * pairs);
         for (std::size_t i = 0; i < pairs; ++i)
         {
-            const double frequency = std::pow(c_.rope_base, -static_cast<double>(2 * i) / static_cast<double>(dh_));
+            const double frequency =
+                std::pow(c_.rope_base, -static_cast<double>(2 * i) / static_cast<double>(dh_));
             for (std::size_t t = 0; t < c_.block_size; ++t)
             {
                 const double angle = static_cast<double>(t) * frequency;
@@ -366,7 +374,8 @@ void decoder<T>::attend(std::size_t layer)
     const T* keys = keys_.get() + layer * c_.block_size * kv_dim_;
     const T* values = values_.get() + layer * c_.block_size * kv_dim_;
     const T scale = T(1) / std::sqrt(static_cast<T>(dh_));
-    const auto heads = [&](std::size_t begin, std::size_t end) {
+    const auto heads = [&](std::size_t begin, std::size_t end)
+    {
         for (std::size_t h = begin; h < end; ++h)
         {
             const T* q = q_.data() + h * dh_;
@@ -408,25 +417,25 @@ template <class T>
 void decoder<T>::feed_forward(const layer_weights& w)
 {
     T* a = hidden_a_.data();
-    matvec(xn_.data(), w.W_in, w.b_in, a, d_, hidden_);
+    matvec(xn_.data(), w.W_in, w.b_in, a, hidden_, d_);
     if (c_.mlp == mlp_kind::swiglu)
     {
         T* gate = hidden_b_.data();
-        matvec(xn_.data(), w.W_gate, w.b_gate, gate, d_, hidden_);
+        matvec(xn_.data(), w.W_gate, w.b_gate, gate, hidden_, d_);
         swiglu_in_place(gate, a, hidden_);
         a = gate;
     }
     else if (c_.mlp == mlp_kind::gelu)
     {
         kernels::gelu::bias_gelu_row<kernels::gelu::exact_form>(a, zeros_.data(), a, static_cast<T*>(nullptr),
-                                                                 hidden_);
+                                                                hidden_);
     }
     else
     {
         kernels::gelu::bias_gelu_row<kernels::gelu::tanh_form>(a, zeros_.data(), a, static_cast<T*>(nullptr),
                                                                hidden_);
     }
-    matvec(a, w.W_out, w.b_out, out_.data(), hidden_, d_);
+    matvec(a, w.W_out, w.b_out, out_.data(), d_, hidden_);
     add_scaled(x_.data(), T(1), out_.data(), d_);
 }
 
@@ -436,7 +445,7 @@ const T* decoder<T>::step(std::int32_t token)
     if (length_ >= c_.block_size)
     {
         fail("decoder", "the cache is full: " + std::to_string(length_) + " positions, block_size " +
-                          std::to_string(c_.block_size));
+                            std::to_string(c_.block_size));
     }
     if (token < 0 || static_cast<std::size_t>(token) >= c_.vocab_size)
     {
@@ -460,8 +469,8 @@ const T* decoder<T>::step(std::int32_t token)
         T* k = keys_.get() + (l * c_.block_size + pos) * kv_dim_;
         T* v = values_.get() + (l * c_.block_size + pos) * kv_dim_;
         matvec(xn_.data(), w.W_Q, w.b_Q, q_.data(), d_, d_);
-        matvec(xn_.data(), w.W_K, w.b_K, k, d_, kv_dim_);
-        matvec(xn_.data(), w.W_V, w.b_V, v, d_, kv_dim_);
+        matvec(xn_.data(), w.W_K, w.b_K, k, kv_dim_, d_);
+        matvec(xn_.data(), w.W_V, w.b_V, v, kv_dim_, d_);
         if (c_.position == position_kind::rope)
         {
             const T* cos = rope_cos_.data() + pos * (dh_ / 2);
@@ -479,33 +488,25 @@ const T* decoder<T>::step(std::int32_t token)
     // logits = N(x; ln_f) wte^T, or N(x; ln_f) lm_head
     const T* ln_f_bias = c_.norm_has_bias() ? params_.ln_f_bias.value().data() : no_bias;
     norm_row(x_.data(), params_.ln_f_weight.value().data(), ln_f_bias, xn_.data(), d_, c_.norm);
-    if (c_.tied_head)
-    {
-        row_dots(xn_.data(), params_.wte.value().data(), logits_.data(), c_.vocab_size, d_);
-    }
-    else
-    {
-        matvec(xn_.data(), params_.lm_head.value().data(), static_cast<const T*>(nullptr), logits_.data(), d_,
-               c_.vocab_size);
-    }
+    matvec(xn_.data(), head_, static_cast<const T*>(nullptr), logits_.data(), c_.vocab_size, d_);
     ++length_;
     return logits_.data();
 }
 
 template <class T>
-std::vector<std::int32_t> sample(const gpt_parameters<T>& params, const std::vector<std::int32_t>& prompt,
+std::vector<std::int32_t> sample(decoder<T>& model, const std::vector<std::int32_t>& prompt,
                                  const sampling_options& options)
 {
     if (prompt.empty())
     {
         fail("sample", "the prompt needs at least one token");
     }
-    const std::size_t block = params.config.block_size;
-    token_sampler sampler(params.config.vocab_size, options.temperature, options.top_k, options.seed);
-    decoder<T> model(params);
+    const std::size_t block = model.config().block_size;
+    token_sampler sampler(model.config().vocab_size, options.temperature, options.top_k, options.seed);
+    model.clear();
     // The ids the cache holds; when it is full, its last half refills it.
-    std::vector<std::int32_t> context(prompt.end() - static_cast<std::ptrdiff_t>(std::min(prompt.size(), block)),
-                                      prompt.end());
+    std::vector<std::int32_t> context(
+        prompt.end() - static_cast<std::ptrdiff_t>(std::min(prompt.size(), block)), prompt.end());
     context.reserve(block + 1);
     const T* logits = nullptr;
     for (const std::int32_t id : context)
@@ -519,6 +520,10 @@ std::vector<std::int32_t> sample(const gpt_parameters<T>& params, const std::vec
         const std::int32_t next = sampler.draw(logits);
         out.push_back(next);
         context.push_back(next);
+        if (n + 1 == options.tokens)
+        {
+            break;  // no logits wanted after the last token
+        }
         if (model.length() == block)
         {
             const std::size_t keep = std::max<std::size_t>(1, block / 2);
@@ -537,11 +542,26 @@ std::vector<std::int32_t> sample(const gpt_parameters<T>& params, const std::vec
     return out;
 }
 
-#define XGRAD_GPT_DECODE(T)                                                                          \
-    template array<T> gpt_decode(const gpt_parameters<T>&, const ids_t&, kv_cache<T>&, std::vector<array<T>>*); \
-    template std::vector<std::int32_t> sample(const gpt_parameters<T>&, const std::vector<std::int32_t>&, \
-                                              const sampling_options&);                                     \
-    template class decoder<T>;                                                                              \
+template <class T>
+std::vector<std::int32_t> sample(const gpt_parameters<T>& params, const std::vector<std::int32_t>& prompt,
+                                 const sampling_options& options)
+{
+    if (prompt.empty())
+    {
+        fail("sample", "the prompt needs at least one token");
+    }
+    decoder<T> model(params);
+    return sample(model, prompt, options);
+}
+
+#define XGRAD_GPT_DECODE(T)                                                                                  \
+    template array<T> gpt_decode(const gpt_parameters<T>&, const ids_t&, kv_cache<T>&,                       \
+                                 std::vector<array<T>>*);                                                    \
+    template std::vector<std::int32_t> sample(const gpt_parameters<T>&, const std::vector<std::int32_t>&,    \
+                                              const sampling_options&);                                      \
+    template std::vector<std::int32_t> sample(decoder<T>&, const std::vector<std::int32_t>&,                 \
+                                              const sampling_options&);                                      \
+    template class decoder<T>;                                                                               \
     template std::int32_t token_sampler::draw(const T*);
 XGRAD_INSTANTIATE_FOR_FLOAT_TYPES(XGRAD_GPT_DECODE)
 }  // namespace xgrad::models

@@ -197,7 +197,8 @@ TEST_CASE("the decoder's logits equal gpt_decode's at every position, for every 
     const gpt_config sizes{13, 9, 2, 24, 4, 2};
     const std::vector<std::map<std::string, std::string>> variants{
       {},
-      {{"norm", "rmsnorm"}, {"position", "rope"}, {"mlp", "swiglu"}, {"bias", "none"}, {"tied_head", "false"}},
+      {{"norm", "rmsnorm"}, {"position", "rope"}, {"mlp", "swiglu"}, {"bias", "none"},
+       {"tied_head", "false"}},
       {{"mlp", "gelu"}, {"bias", "all"}, {"position", "none"}, {"mlp_hidden", "40"}},
       {{"mlp", "swiglu"}, {"bias", "all"}, {"position", "rope"}, {"rope_base", "500"}, {"mlp_hidden", "36"}},
       {{"bias", "none"}, {"tied_head", "false"}},
