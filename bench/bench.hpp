@@ -133,7 +133,7 @@ struct decode_spec
     std::string name;
     std::size_t V, L, d, H, block;
     std::size_t hidden = 0;  // llama2.c's shape: the SwiGLU's width
-    bool llama = false;      // norm rmsnorm, position rope, mlp swiglu, bias none (llama2.c); else the default GPT
+    bool llama = false;      // rmsnorm, rope, swiglu, no bias (llama2.c); else the default GPT
 };
 struct decode_weights
 {

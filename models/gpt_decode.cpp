@@ -1,12 +1,16 @@
 #include "models/gpt_decode.hpp"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <numeric>
 
 #include "autodiff/instantiate.hpp"
+#include "autodiff/memory.hpp"
 #include "kernels/gelu.hpp"
 #include "kernels/norm.hpp"
 #include "kernels/parallel.hpp"
@@ -296,6 +300,50 @@ const T* data_or_null(const parameter<T>& p)
 }
 }  // namespace
 
+namespace
+{
+// The number of values of the model's matrices (those the decoder keeps transposed).
+template <class T>
+std::size_t matrix_values(const gpt_parameters<T>& params)
+{
+    std::size_t n = params.config.tied_head ? 0 : params.lm_head.value().size();
+    for (const gpt_block_parameters<T>& b : params.blocks)
+    {
+        for (const parameter<T>* m :
+             {&b.W_Q, &b.W_K, &b.W_V, &b.W_O, &b.W_fc, &b.W_proj, &b.W_gate, &b.W_up, &b.W_down})
+        {
+            n += m->value().dimension() == 2 ? m->value().size() : 0;
+        }
+    }
+    return n;
+}
+
+constexpr std::size_t huge_page = std::size_t(2) << 20;
+
+// Memory for n values on 2 MiB boundaries, marked for transparent huge pages (a hint the kernel may
+// ignore); untouched until written.
+template <class T>
+T* huge_page_buffer(std::size_t n)
+{
+    const std::size_t pages = std::max<std::size_t>(1, (n * sizeof(T) + huge_page - 1) / huge_page);
+    const std::size_t bytes = pages * huge_page;
+    void* p = std::aligned_alloc(huge_page, bytes);
+    if (!p)
+    {
+        throw std::bad_alloc();
+    }
+    ::madvise(p, bytes, MADV_HUGEPAGE);
+    return static_cast<T*>(p);
+}
+
+}  // namespace
+
+template <class T>
+void decoder<T>::free_memory::operator()(T* p) const
+{
+    std::free(p);
+}
+
 // The matrix (in, out) copied into transposed_ as (out, in); this decoder's handle to it let go.
 template <class T>
 const T* decoder<T>::take_transposed(parameter<T>& matrix)
@@ -305,23 +353,24 @@ const T* decoder<T>::take_transposed(parameter<T>& matrix)
         return nullptr;  // a matrix the variant lacks
     }
     const std::size_t rows = matrix.value().shape()[0], columns = matrix.value().shape()[1];
-    array<T> out = array<T>::from_shape({columns, rows});
-    transpose(matrix.value().data(), rows, columns, out.data());
+    T* out = transposed_.get() + filled_;
+    transpose(matrix.value().data(), rows, columns, out);
+    filled_ += rows * columns;
     matrix = parameter<T>();
-    transposed_.push_back(std::move(out));  // the buffer moves with it: the pointer stays valid
-    return transposed_.back().data();
+    release_cached_buffers();  // the original's memory back to the system, not kept by the pool
+    return out;
 }
 
 template <class T>
 decoder<T>::decoder(gpt_parameters<T> params)
     : params_(std::move(params)), c_(params_.config), d_(c_.d_model), dh_(c_.d_model / c_.heads),
-      kv_dim_(c_.kv_head_count() * dh_), hidden_(c_.hidden_width()), zeros_(std::max(d_, hidden_), T(0)),
+      kv_dim_(c_.kv_head_count() * dh_), hidden_(c_.hidden_width()),
+      transposed_(huge_page_buffer<T>(matrix_values(params_))), zeros_(std::max(d_, hidden_), T(0)),
       x_(d_), xn_(d_), q_(d_), heads_(d_), out_(d_), hidden_a_(hidden_), hidden_b_(hidden_),
       scores_(c_.heads * c_.block_size), logits_(c_.vocab_size),
       keys_(new T[c_.layers * c_.block_size * kv_dim_]), values_(new T[c_.layers * c_.block_size * kv_dim_])
 {
     const bool swiglu = c_.mlp == mlp_kind::swiglu;
-    transposed_.reserve(7 * c_.layers + 1);
     for (gpt_block_parameters<T>& b : params_.blocks)
     {
         layer_weights w{};

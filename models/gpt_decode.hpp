@@ -47,17 +47,18 @@ struct sampling_options
 // for block_size positions, one token's activations, the logits) is sized here, once. It computes
 // gpt_decode's function for one new position (every variant; RoPE at the absolute position) in plain
 // loops over raw rows; a test checks its logits against gpt_decode's. Its matrices are kept transposed,
-// (out, in), so that each output is one dot product over a contiguous row and the weights stream from
-// memory in one pass (1.7x the bandwidth of the (in, out) layout's row updates, measured with
-// bench/decode_vs_llama2c.sh's model); the outputs are split across num_threads() threads. The cache's
-// memory is taken as positions fill it.
+// (out, in), in one buffer on transparent huge pages where the kernel grants them, so that each output
+// is one dot product over a contiguous row and the weights stream from memory in one pass with few TLB
+// misses (each measured at 1.7x the memory bandwidth of the (in, out) row updates and of 4 KiB pages,
+// on an AMD EPYC VM, docs/performance.md); the outputs are split across num_threads() threads. The
+// cache's memory is taken as positions fill it.
 template <class T>
 class decoder
 {
 public:
-    // Holds `params`' handles, and lets go of each matrix's once it holds the transposed copy (whose
-    // buffer the next matrix of that size then reuses, autodiff/memory.hpp): a caller that moves its only
-    // handles in (std::move) holds the model's memory once, plus one matrix; another one twice.
+    // Holds `params`' handles, and lets go of each matrix's once it holds the transposed copy, emptying
+    // the buffer pool of autodiff/memory.hpp each time (release_cached_buffers): a caller that moves its
+    // only handles in (std::move) holds the model's memory once, plus one matrix; another one twice.
     explicit decoder(gpt_parameters<T> params);
 
     // Runs `token` at position length(), appends its keys and values to the cache, and returns the
@@ -86,7 +87,12 @@ private:
     gpt_parameters<T> params_;  // the embeddings, norms and biases (matrices released)
     const gpt_config c_;
     std::size_t d_, dh_, kv_dim_, hidden_, length_ = 0;
-    std::vector<array<T>> transposed_;  // every matrix, (out, in)
+    struct free_memory
+    {
+        void operator()(T* p) const;
+    };
+    std::unique_ptr<T, free_memory> transposed_;  // every matrix, (out, in), on huge pages when granted
+    std::size_t filled_ = 0;                      // values of transposed_ written
     std::vector<layer_weights> layers_;
     const T* head_ = nullptr;  // (V, d): wte, or lm_head transposed
     std::vector<T> zeros_;     // a missing bias
