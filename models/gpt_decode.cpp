@@ -259,7 +259,7 @@ void norm_row(const T* x, const T* weight, const T* bias, T* y, std::size_t n, n
 }
 
 // Each pair (2i, 2i+1) of each of `heads` heads of dh entries turned by the angle whose cos and sin are
-// cos[i], sin[i] (docs/spec.md, "Rotary embedding").
+// cos[i], sin[i] (docs/spec.md, "Architecture variants").
 template <class T>
 void rotate_heads(T* x, std::size_t heads, std::size_t dh, const T* cos, const T* sin)
 {
