@@ -284,6 +284,7 @@ void tape<T>::walk(std::uint32_t root, bool retain_graph)
             if (p.grad_is_zero)
             {
                 p.grad = std::move(n->grad);  // nothing to add to since zero_grad: the array itself
+                p.grad_allocated = true;
             }
             else
             {

@@ -67,31 +67,31 @@ array<To> converted(const array<From>& values)
 }
 
 // Every expected tensor present with its shape, and nothing else but optimiser state.
-void check_tensors(const std::string& path, const safetensors_file& file, const models::gpt_config& c,
-                   const std::vector<expected_tensor>& expected)
+void check_tensors(const std::string& path, const std::map<std::string, tensor_info>& tensors,
+                   const models::gpt_config& c, const std::vector<expected_tensor>& expected)
 {
     std::set<std::string> names;
     for (const expected_tensor& e : expected)
     {
         names.insert(e.name);
-        const auto found = file.tensors.find(e.name);
-        if (found == file.tensors.end())
+        const auto found = tensors.find(e.name);
+        if (found == tensors.end())
         {
             fail(path, "tensor '" + e.name + "' is missing (the metadata's sizes: " + sizes_str(c) + ")");
         }
-        const shape_t got = to_shape(found->second.values.shape());
+        const shape_t& got = found->second.shape;
         if (got != e.shape)
         {
             fail(path, "tensor '" + e.name + "' has shape " + shape_str(got) + ", expected " + e.formula +
                          " = " + shape_str(e.shape) + " (the metadata's sizes: " + sizes_str(c) + ")");
         }
     }
-    for (const auto& [name, t] : file.tensors)
+    for (const auto& [name, t] : tensors)
     {
         if (!names.count(name) && !is_optimiser_state(name))
         {
-            fail(path, "unknown tensor " + printable(name) + " with shape " +
-                         shape_str(to_shape(t.values.shape())) + " (not a parameter of a model with " +
+            fail(path, "unknown tensor " + printable(name) + " with shape " + shape_str(t.shape) +
+                         " (not a parameter of a model with " +
                          sizes_str(c) + "; optimiser state must be named 'optim.*')");
         }
     }
@@ -205,23 +205,23 @@ void save_checkpoint(const std::string& path, const models::gpt_parameters<T>& p
 }
 
 template <class T>
-checkpoint<T> load_checkpoint(const std::string& path)
+checkpoint<T> load_checkpoint(const std::string& path, optimiser_state optimiser)
 {
-    safetensors_file file = read_safetensors(path);
-    check_checkpoint_limits(path, file);
-    const models::gpt_config c = config_from_metadata(path, file.metadata);
+    const safetensors_reader file(path);
+    check_checkpoint_limits(file);
+    const models::gpt_config c = config_from_metadata(path, file.metadata());
     const std::vector<expected_tensor> expected = spec_tensors(c);
-    check_tensors(path, file, c, expected);
+    check_tensors(path, file.tensors(), c, expected);
 
-    checkpoint<T> out{models::gpt_parameters<T>::declare(c), std::move(file.metadata), {}};
+    checkpoint<T> out{models::gpt_parameters<T>::declare(c), file.metadata(), {}};
     out.params.visit([&file](const std::string& name, parameter<T>& p, const models::declaration&) {
-        p = parameter<T>(converted<T>(file.tensors.at(name).values), name);  // check_tensors found it
+        p = parameter<T>(file.read<T>(name), name);  // check_tensors found it
     });
-    for (auto& [name, t] : file.tensors)
+    for (const auto& [name, t] : file.tensors())
     {
-        if (is_optimiser_state(name))
+        if (optimiser == optimiser_state::load && is_optimiser_state(name))
         {
-            out.optimiser.emplace(name, std::move(t));
+            out.optimiser.emplace(name, stored_tensor{t.dtype, file.read<double>(name)});
         }
     }
     return out;
@@ -274,46 +274,59 @@ void write_module_file(const std::string& path, const std::vector<std::pair<std:
     write_safetensors(path, file);
 }
 
-safetensors_file read_module_file(const std::string& path,
-                                  const std::vector<std::pair<std::string, models::declaration>>& declared,
-                                  const std::map<std::string, std::string>& metadata)
+void check_module_file(const safetensors_reader& file,
+                       const std::vector<std::pair<std::string, models::declaration>>& declared,
+                       const std::map<std::string, std::string>& metadata)
 {
-    safetensors_file file = read_safetensors(path);
+    const std::string& path = file.path();
     for (const auto& [key, value] : metadata)
     {
-        const auto found = file.metadata.find(key);
-        if (found == file.metadata.end() || found->second != value)
+        const auto found = file.metadata().find(key);
+        if (found == file.metadata().end() || found->second != value)
         {
-            fail(path, "metadata '" + key + "' is " +
-                           (found == file.metadata.end() ? std::string("missing") : printable(found->second)) +
-                           " but the model has " + printable(value));
+            const std::string held = found == file.metadata().end() ? "missing" : printable(found->second);
+            fail(path, "metadata '" + key + "' is " + held + " but the model has " + printable(value));
         }
     }
     std::set<std::string> names;
     for (const auto& [name, d] : declared)
     {
         names.insert(name);
-        const auto found = file.tensors.find(name);
-        if (found == file.tensors.end())
+        const auto found = file.tensors().find(name);
+        if (found == file.tensors().end())
         {
             fail(path, "tensor '" + name + "' is missing");
         }
-        const shape_t got = to_shape(found->second.values.shape());
+        const shape_t& got = found->second.shape;
         if (got != d.shape)
         {
             fail(path, "tensor '" + name + "' has shape " + shape_str(got) + ", the model declares " +
                            (d.formula.empty() ? "" : d.formula + " = ") + shape_str(d.shape));
         }
     }
-    for (const auto& [name, t] : file.tensors)
+    for (const auto& [name, t] : file.tensors())
     {
         if (!names.count(name) && !is_optimiser_state(name))
         {
-            fail(path, "unknown tensor " + printable(name) + " with shape " + shape_str(to_shape(t.values.shape())) +
+            fail(path, "unknown tensor " + printable(name) + " with shape " + shape_str(t.shape) +
                            " (not a parameter of the model; optimiser state must be named 'optim.*')");
         }
     }
-    return file;
+}
+
+safetensors_file read_module_file(const std::string& path,
+                                  const std::vector<std::pair<std::string, models::declaration>>& declared,
+                                  const std::map<std::string, std::string>& metadata)
+{
+    const safetensors_reader file(path);
+    check_module_file(file, declared, metadata);
+    safetensors_file out;
+    out.metadata = file.metadata();
+    for (const auto& [name, t] : file.tensors())
+    {
+        out.tensors.emplace(name, stored_tensor{t.dtype, file.read<double>(name)});
+    }
+    return out;
 }
 
 template stored_tensor to_stored(const parameter<float>&);
@@ -325,6 +338,6 @@ template void save_checkpoint<float>(const std::string&, const models::gpt_param
                                      const checkpoint_extras&);
 template void save_checkpoint<double>(const std::string&, const models::gpt_parameters<double>&,
                                       const checkpoint_extras&);
-template checkpoint<float> load_checkpoint<float>(const std::string&);
-template checkpoint<double> load_checkpoint<double>(const std::string&);
+template checkpoint<float> load_checkpoint<float>(const std::string&, optimiser_state);
+template checkpoint<double> load_checkpoint<double>(const std::string&, optimiser_state);
 }  // namespace xgrad::io

@@ -112,21 +112,16 @@ bool checkpoint_demand_of(const std::map<std::string, std::string>& metadata, ch
     return true;
 }
 
-void check_checkpoint_limits(const std::string& path, const safetensors_file& file)
+namespace
+{
+// The demand of `metadata` against `tensors` parameter tensors of `values` values in all.
+void check_demand(const std::string& path, const std::map<std::string, std::string>& metadata,
+                  std::uint64_t tensors, std::uint64_t values)
 {
     checkpoint_demand demand;
-    if (!checkpoint_demand_of(file.metadata, demand))
+    if (!checkpoint_demand_of(metadata, demand))
     {
         return;
-    }
-    std::uint64_t tensors = 0, values = 0;
-    for (const auto& [name, t] : file.tensors)
-    {
-        if (name.rfind("optim.", 0) != 0)
-        {
-            ++tensors;
-            values = saturating_add(values, t.values.size());
-        }
     }
     // A claim within twice what the file holds costs at most twice the file: the loader then names the
     // missing or misshapen tensor itself. Beyond that, the claim is refused here.
@@ -136,7 +131,7 @@ void check_checkpoint_limits(const std::string& path, const safetensors_file& fi
     const std::string many = std::to_string(demand.tensors);
     if (far_beyond(demand.tensors, tensors))
     {
-        throw format_error(path + ": metadata says layers = " + value_of(file.metadata, "layers") +
+        throw format_error(path + ": metadata says layers = " + value_of(metadata, "layers") +
                            ", which needs " + (demand.tensors == saturated ? "over " + many : many) +
                            " tensors; the file holds " + std::to_string(tensors) +
                            " (besides optimiser state)");
@@ -149,5 +144,34 @@ void check_checkpoint_limits(const std::string& path, const safetensors_file& fi
                            count(demand.largest) + "); the file's parameter tensors hold " +
                            std::to_string(values));
     }
+}
+}  // namespace
+
+void check_checkpoint_limits(const std::string& path, const safetensors_file& file)
+{
+    std::uint64_t tensors = 0, values = 0;
+    for (const auto& [name, t] : file.tensors)
+    {
+        if (name.rfind("optim.", 0) != 0)
+        {
+            ++tensors;
+            values = saturating_add(values, t.values.size());
+        }
+    }
+    check_demand(path, file.metadata, tensors, values);
+}
+
+void check_checkpoint_limits(const safetensors_reader& file)
+{
+    std::uint64_t tensors = 0, values = 0;
+    for (const auto& [name, t] : file.tensors())
+    {
+        if (name.rfind("optim.", 0) != 0)
+        {
+            ++tensors;
+            values = saturating_add(values, t.count());
+        }
+    }
+    check_demand(file.path(), file.metadata(), tensors, values);
 }
 }  // namespace xgrad::io

@@ -34,4 +34,6 @@ bool checkpoint_demand_of(const std::map<std::string, std::string>& metadata, ch
 // gaps are left to the loader, which names the missing tensor. Call it on the parsed file before sizing
 // anything by the metadata.
 void check_checkpoint_limits(const std::string& path, const safetensors_file& file);
+// The same on a file's checked header, before any of its tensors is read.
+void check_checkpoint_limits(const safetensors_reader& file);
 }  // namespace xgrad::io

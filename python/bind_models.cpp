@@ -175,7 +175,7 @@ void bind_gpt(py::module_& m)
             return model{models::gpt_parameters<T>::init(config, seed), {}};
         }))
         .def_static("load", [](const std::string& path) {
-            io::checkpoint<T> ck = io::load_checkpoint<T>(path);
+            io::checkpoint<T> ck = io::load_checkpoint<T>(path, io::optimiser_state::skip);
             return model{std::move(ck.params), std::move(ck.metadata)};
         })
         .def("save", [](const model& mo, const std::string& path, const strings& extra) {

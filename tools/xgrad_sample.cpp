@@ -3,6 +3,7 @@
 // checkpoint's tokenizer (bytes or SentencePiece, train/tokenizer.hpp).
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "io/checkpoint.hpp"
@@ -43,7 +44,8 @@ void run(const tools::train_cli::sample_command& command)
         std::fputs(command.help_text.c_str(), stdout);
         return;
     }
-    const io::checkpoint<float> ck = io::load_checkpoint<float>(command.checkpoint);
+    // Sampling needs the parameters alone: the optimiser's state stays on disk.
+    auto ck = io::load_checkpoint<float>(command.checkpoint, io::optimiser_state::skip);
     const auto vocab = tokenizer_of(ck, command.checkpoint);
     const std::string& prompt = command.prompt;
     if (prompt.empty())
@@ -59,7 +61,8 @@ void run(const tools::train_cli::sample_command& command)
     {
         throw std::invalid_argument("--prompt: " + std::string(e.what()));
     }
-    const std::string text = vocab->decode(models::sample(ck.params, ids, command.run));
+    models::decoder<float> model(std::move(ck.params));  // the only copy: the model's memory is held once
+    const std::string text = vocab->decode(models::sample(model, ids, command.run));
     std::printf("%s%s\n", prompt.c_str(), text.c_str());
 }
 }  // namespace
