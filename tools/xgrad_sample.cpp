@@ -19,8 +19,8 @@ namespace
 {
 const char* const program = "xgrad-sample";
 
-// docs/spec.md, "Exit statuses": 2 bad flags, an empty prompt, a malformed checkpoint or tokenizer, a
-// prompt its tokenizer cannot encode; 1 any other failure.
+// docs/spec.md, "Exit statuses": 2 bad flags, an empty prompt, a checkpoint that is missing, unreadable or
+// malformed, a tokenizer it refuses, a prompt its tokenizer cannot encode; 1 any other failure.
 const tools::error_rules errors{program, tools::wording::first_line,
                                 {/*bad_value*/ 2, /*bad_file*/ 2, /*anomaly*/ 1, /*failure*/ 1}};
 
