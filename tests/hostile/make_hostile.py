@@ -244,6 +244,9 @@ def checkpoint_cases():
         "layers_negative": checkpoint(set_meta(layers="-1")),
         "layers_hex": checkpoint(set_meta(layers="0x10")),
         "layers_padded": checkpoint(set_meta(layers=" 1")),
+        # control bytes in a value that messages quote: they must reach stderr escaped
+        "metadata_control_bytes": checkpoint(set_meta(norm="layer\x1b[2J\x00norm")),
+        "tokenizer_control_bytes": checkpoint(set_meta(tokenizer="\x1b[2J\x00words")),
         "step_huge": checkpoint(set_meta(step="99999999999999999999999999")),
         "vocab_deep": checkpoint(set_meta(vocab="[" * 100000)),
         "vocab_long": checkpoint(set_meta(vocab="[" + ", ".join(["97"] * 100000) + "]")),
@@ -516,6 +519,7 @@ OUTCOMES = {
     # another vocabulary than the checkpoint's: exit 1, as for vocab_deep
     ("sentencepiece_charsmap", "gpt-npy"): 0, ("sentencepiece_denormalizer", "gpt-npy"): 0,
     ("sentencepiece_not_protobuf", "gpt-npy"): 0, ("valid_sentencepiece", "resume"): 1,
+    ("tokenizer_control_bytes", "gpt-npy"): 0, ("tokenizer_control_bytes", "resume"): 0,  # bytes kept
     ("sentencepiece_charsmap", "resume"): 1, ("sentencepiece_denormalizer", "resume"): 1,
     ("sentencepiece_not_protobuf", "resume"): 1,
 }

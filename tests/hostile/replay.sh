@@ -48,6 +48,8 @@ watch() {
         problem="exit status $status, expected $expected"
     elif [ "$expected" -ne 0 ] && [ "$lines" -ne 1 ]; then
         problem="$lines lines on stderr, expected 1"
+    elif tr -d '\n' <"$err" | LC_ALL=C grep -qa '[[:cntrl:]]'; then
+        problem="a control byte on stderr (a message must escape what it quotes)"
     elif [ "$(wc -c <"$err")" -gt 4096 ]; then
         problem="a message of $(wc -c <"$err") bytes (at most 4096)"
     elif [ "$expected" -ne 0 ] && [ -n "$out" ] && [ -n "$(ls -A "$out" 2>/dev/null)" ]; then
