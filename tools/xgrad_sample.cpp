@@ -53,7 +53,8 @@ void refuse_negative_counts(const std::vector<std::string>& args)
             const std::string value = joined ? args[i].substr(flag.size() + 1) : separate ? args[i + 1] : "";
             if (!value.empty() && value[0] == '-')
             {
-                throw tools::train_cli::input_error(flag + " " + io::quoted(value) + ": must be a count >= 0");
+                throw tools::train_cli::input_error(flag + " " + io::quoted(value) +
+                                                    ": must be a count >= 0");
             }
         }
     }

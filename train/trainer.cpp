@@ -49,9 +49,12 @@ void check_loop_options(const train_options& o)
     {
         throw option_error("{} must be >= 0 and {} >= 1", {"warmup", "decay_steps"});
     }
-    if (o.threads < 1)
+    constexpr int max_threads = 1024;  // more than any machine's cores; beyond it thread creation fails
+    if (o.threads < 1 || o.threads > max_threads)
     {
-        throw option_error("{} must be at least 1, got " + std::to_string(o.threads), {"threads"});
+        throw option_error("{} must be from 1 to " + std::to_string(max_threads) + ", got " +
+                             std::to_string(o.threads),
+                           {"threads"});
     }
     if (!(o.dropout >= 0 && o.dropout < 1))
     {

@@ -502,6 +502,15 @@ SAMPLE_FLAGS = {
 }
 
 
+# ---- xgrad-train's flags (a tiny run on text.txt): each refused with exit 2
+
+TRAIN_FLAGS = {
+    "threads_huge": "--threads 100000",  # once "Resource temporarily unavailable" from thread creation
+    "threads_zero": "--threads 0",
+    "valid_train_flags": "--threads 2",
+}
+
+
 # Outcomes other than the rule "valid_* exit 0, every other case exit 2", by (case, tool): files that
 # are hostile to one tool only, and the trainer's own --resume checks, which exit 1. "x" accepts any exit
 # status (the memory and time limits still hold): a context that no tensor bounds is valid once the
@@ -544,6 +553,10 @@ def main():
     write_tree(os.path.join(HERE, "mha_in"), mha_cases())
     write_tree(os.path.join(HERE, "convert"), convert_cases())
     write_tree(os.path.join(HERE, "specs"), spec_cases())
+    with open(os.path.join(HERE, "train_flags.txt"), "w") as f:
+        f.write("# case flags: xgrad-train on text.txt, one step of a tiny model, with FLAGS\n")
+        for case, flags in TRAIN_FLAGS.items():
+            f.write("%s %s\n" % (case, flags))
     with open(os.path.join(HERE, "sample_flags.txt"), "w") as f:
         f.write("# case flags: xgrad-sample --checkpoint checkpoints/valid_base.safetensors --prompt ab FLAGS\n")
         for case, flags in SAMPLE_FLAGS.items():

@@ -162,5 +162,16 @@ while read -r name flags; do
         "$bin/xgrad-sample" "${checkpoint[@]}" --prompt ab "${extra[@]}"
 done <"$here/sample_flags.txt"
 
+# xgrad-train's flags, on a tiny run.
+while read -r name flags; do
+    case "$name" in '#'* | '') continue ;; esac
+    selected "$name" || continue
+    read -r -a extra <<<"$flags"
+    rm -rf "$work/train"
+    watch "train    flags/$name" "$(expect_for "$name" train)" "" \
+        "$bin/xgrad-train" --data "$here/text.txt" --out "$work/train" --steps 1 --layers 1 --d-model 4 \
+        --heads 2 --block 4 --batch 2 --eval-windows 4 --sample-tokens 0 --no-plots --quiet "${extra[@]}"
+done <"$here/train_flags.txt"
+
 echo "hostile files: $runs runs, $failures failed"
 [ "$failures" -eq 0 ]
