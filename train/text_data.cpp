@@ -8,9 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <random>
-#include <sstream>
 #include <stdexcept>
 
 namespace xgrad::train
@@ -27,6 +25,53 @@ void check_split_length(const std::string& name, const char* split, std::size_t 
                                  " (the file has " + std::to_string(file_bytes) + " bytes)");
     }
 }
+// The file's bytes in a string of exactly their size (reading through a stream iterator grows the string
+// by doubling: up to three times the file at once).
+std::string read_text_file(const std::string& path)
+{
+    std::error_code not_regular;  // a FIFO or /dev/zero would be read without end
+    if (std::filesystem::exists(path, not_regular) && !std::filesystem::is_regular_file(path, not_regular))
+    {
+        throw std::runtime_error(path + " is not a regular file");
+    }
+    std::ifstream in(path, std::ios::binary | std::ios::ate);
+    if (!in)
+    {
+        throw std::runtime_error("cannot read " + path);
+    }
+    const std::streamoff size = in.tellg();
+    std::string text(size > 0 ? static_cast<std::size_t>(size) : 0, '\0');
+    in.seekg(0);
+    if (size < 0 || !in.read(text.data(), static_cast<std::streamsize>(text.size())) || in.peek() != EOF)
+    {
+        throw std::runtime_error("cannot read " + path + " (it changed while being read)");
+    }
+    return text;
+}
+
+// The tokens of text[begin, end), encoded piece by piece without copying the split: each piece ends after
+// a newline (or at `end`), and SentencePiece encodes line by line, so the pieces' tokens are the split's.
+// Bytes encode to exactly one token each: their vector is sized once, never grown by doubling.
+std::vector<std::int32_t> encode_split(const tokenizer& t, const std::string& text, std::size_t begin,
+                                       std::size_t end)
+{
+    constexpr std::size_t piece_bytes = std::size_t(1) << 20;
+    std::vector<std::int32_t> ids;
+    if (dynamic_cast<const byte_vocabulary*>(&t))
+    {
+        ids.reserve(end - begin);
+    }
+    for (std::size_t at = begin; at < end;)
+    {
+        const std::size_t newline =
+            at + piece_bytes < end ? text.find('\n', at + piece_bytes) : std::string::npos;
+        const std::size_t stop = newline < end ? newline + 1 : end;
+        const std::vector<std::int32_t> piece = t.encode_allowing_unknown(text.substr(at, stop - at));
+        ids.insert(ids.end(), piece.begin(), piece.end());
+        at = stop;
+    }
+    return ids;
+}
 }  // namespace
 
 text_corpus text_corpus::of_text(const std::string& text, std::size_t block_size, const std::string& name,
@@ -40,17 +85,16 @@ text_corpus text_corpus::of_text(const std::string& text, std::size_t block_size
     c.vocabulary = byte_vocabulary::of_text(text);
     c.train_bytes = text.size() * 9 / 10;  // floor(0.9 n)
     c.validation_bytes = text.size() - c.train_bytes;
-    const std::string training_text = text.substr(0, c.train_bytes);
     if (spec.type == tokenizer_spec::kind::bytes)
     {
         c.tokens = std::make_shared<byte_vocabulary>(c.vocabulary);
     }
     else
     {
-        c.tokens = sentencepiece_tokenizer::train(spec, training_text);
+        c.tokens = sentencepiece_tokenizer::train(spec, text.substr(0, c.train_bytes));
     }
-    c.train = c.tokens->encode_allowing_unknown(training_text);
-    c.validation = c.tokens->encode_allowing_unknown(text.substr(c.train_bytes));
+    c.train = encode_split(*c.tokens, text, 0, c.train_bytes);
+    c.validation = encode_split(*c.tokens, text, c.train_bytes, text.size());
     check_split_length(name, "training", c.train.size(), block_size, text.size());
     check_split_length(name, "validation", c.validation.size(), block_size, text.size());
     return c;
@@ -58,22 +102,7 @@ text_corpus text_corpus::of_text(const std::string& text, std::size_t block_size
 
 text_corpus text_corpus::load(const std::string& path, std::size_t block_size, const tokenizer_spec& spec)
 {
-    std::error_code not_regular;  // a FIFO or /dev/zero would be read without end
-    if (std::filesystem::exists(path, not_regular) && !std::filesystem::is_regular_file(path, not_regular))
-    {
-        throw std::runtime_error(path + " is not a regular file");
-    }
-    std::ifstream in(path, std::ios::binary);
-    if (!in)
-    {
-        throw std::runtime_error("cannot read " + path);
-    }
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (in.bad())
-    {
-        throw std::runtime_error("cannot read " + path);
-    }
-    return of_text(text, block_size, path, spec);
+    return of_text(read_text_file(path), block_size, path, spec);
 }
 
 double text_corpus::validation_bits_per_byte(double nats_per_token) const

@@ -19,6 +19,7 @@
 #include "train/progress.hpp"
 #include "train/text_data.hpp"
 #include "train/option_error.hpp"
+#include "train/data_memory.hpp"
 #include "train/memory_estimate.hpp"  // refuse a run the machine cannot hold, before allocating
 
 namespace xgrad::train
@@ -365,6 +366,7 @@ train_summary run_training(const train_options& o, std::FILE* progress, bool ter
     probe.vocab_size = 1;
     probe.validate("train_options.model");  // d % H, H % G, zero sizes, dh odd with RoPE
     set_num_threads(o.threads);
+    require_data_memory(o.data, o.max_memory);  // before reading: the text and its tokens must fit
     const text_corpus data = text_corpus::load(o.data, o.model.block_size, tokenizer_spec::parse(o.tokenizer));
     models::gpt_config config = o.model;
     config.vocab_size = data.tokens->size();

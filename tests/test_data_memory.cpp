@@ -1,0 +1,78 @@
+// The training data's memory (train/data_memory.hpp): text_corpus::load's peak resident memory for a file
+// of n bytes stays within text_data_bytes(n) (the text and a 4-byte token per byte; reading through a
+// stream iterator and copying the splits once took about 7 n), and a file whose loading would not fit
+// --max-memory is refused before it is read.
+#include <doctest/doctest.h>
+
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "train/data_memory.hpp"
+#include "train/option_error.hpp"
+#include "train/text_data.hpp"
+
+using namespace xgrad::train;
+namespace fs = std::filesystem;
+
+namespace
+{
+std::uint64_t peak_resident_bytes()
+{
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    return static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;  // Linux: kibibytes
+}
+
+// A text file of `bytes` bytes: lines of a few words.
+std::string write_text(const std::string& name, std::size_t bytes)
+{
+    const std::string path = (fs::temp_directory_path() / name).string();
+    std::ofstream out(path, std::ios::binary);
+    const std::string line = "the quick brown fox jumps over the lazy dog, and the dog sleeps on\n";
+    for (std::size_t written = 0; written < bytes; written += line.size())
+    {
+        out << line.substr(0, std::min(line.size(), bytes - written));
+    }
+    return path;
+}
+}  // namespace
+
+TEST_CASE("loading a text holds at most the text and a token per byte")
+{
+    // First in this process (doctest runs test cases in file order), so the peak so far is small.
+    const std::size_t n = std::size_t(64) << 20;
+    const std::string path = write_text("xgrad_data_memory_64m.txt", n);
+    const std::uint64_t before = peak_resident_bytes();
+    {
+        const text_corpus c = text_corpus::load(path, 16);
+        CHECK(c.train.size() + c.validation.size() == n);
+    }
+    const std::uint64_t growth = peak_resident_bytes() - before;
+    fs::remove(path);
+    CAPTURE(growth);
+    CHECK(growth >= 4 * n);                       // the tokens are really there ...
+    CHECK(growth <= text_data_bytes(n) + (n / 10));  // ... and little else (pages, the 1 MiB pieces)
+}
+
+TEST_CASE("text_data_bytes is five bytes per byte, saturating")
+{
+    CHECK(text_data_bytes(400000000) == 2000000000);
+    CHECK(text_data_bytes(UINT64_MAX / 2) == UINT64_MAX);
+}
+
+TEST_CASE("a data file whose loading exceeds --max-memory is refused before it is read")
+{
+    const std::string path = write_text("xgrad_data_memory_1m.txt", std::size_t(1) << 20);
+    const std::string expected = "data " + path + ": loading its 1048576 bytes needs about 5.0 MiB (the text "
+                                 "and a 4-byte token per byte), more than the 2.0 MiB available (max_memory); use "
+                                 "a smaller file, or max_memory BYTES to insist";
+    CHECK_THROWS_WITH_AS(require_data_memory(path, "2M"), expected.c_str(), option_error);
+    CHECK_NOTHROW(require_data_memory(path, "6M"));
+    CHECK_NOTHROW(require_data_memory(path + ".missing", "2M"));  // the loader names a missing file
+    CHECK_NOTHROW(require_data_memory(path, "lots"));             // the run's own check names the flag
+    fs::remove(path);
+}
