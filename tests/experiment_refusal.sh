@@ -56,6 +56,8 @@ refused "lists a seed twice" --spec "$dir/twice.json" --data "$dir/text.txt" --s
 refused "two variants are named" "${tiny[@]}" --variant a:heads=1 --variant a:heads=2
 refused "cannot read $dir/missing.txt" --data "$dir/missing.txt" --seeds 1 --steps 5
 refused "--jobs" "${tiny[@]}" --jobs 0
+refused "--jobs: Value 100000 not in range 1 to 1024" "${tiny[@]}" --jobs 100000
+refused "--threads: Value 100000 not in range 1 to 1024" "${tiny[@]}" --threads 100000
 refused "--steps" --data "$dir/text.txt" --seeds 2 --steps -4
 # Hostile specs (tests/hostile/ has more): bounded files, nesting, counts and budgets; names kept in --out.
 refused "is a directory, not a file" --spec "$dir" "${tiny[@]}"

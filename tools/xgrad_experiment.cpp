@@ -245,8 +245,9 @@ std::optional<command_line> parse_arguments(int argc, char** argv)
     app.add_option("--tokens", c.tokens, "budget per run in training tokens")->check(CLI::PositiveNumber);
     app.add_option("--seconds", c.seconds, "budget per run in seconds of training (steps from a timed probe)")
         ->check(CLI::PositiveNumber);
-    app.add_option("--jobs", c.jobs, "runs at a time (default: the number of cores)")->check(CLI::PositiveNumber);
-    app.add_option("--threads", c.threads, "threads per run (default: cores / jobs)")->check(CLI::PositiveNumber);
+    // At most 1024 processes at a time, and 1024 threads each (xgrad-train's own bound).
+    app.add_option("--jobs", c.jobs, "runs at a time (default: the number of cores)")->check(CLI::Range(1, 1024));
+    app.add_option("--threads", c.threads, "threads per run (default: cores / jobs)")->check(CLI::Range(1, 1024));
     app.add_option("--xgrad-train", c.xgrad_train, "the xgrad-train to run (default: the one beside this program)");
     app.add_flag("--replot", c.replot, "no training: the report and pictures from the runs in --out");
     app.add_flag("--dry-run", c.dry_run, "check the spec and every variant's flags, print the commands, run nothing");
