@@ -1,7 +1,8 @@
 // The training data's memory (train/data_memory.hpp): text_corpus::load's peak resident memory for a file
-// of n bytes stays within text_data_bytes(n) (the text and a 4-byte token per byte; reading through a
-// stream iterator and copying the splits once took about 7 n), and a file whose loading would not fit
-// --max-memory is refused before it is read.
+// of n bytes stays within text_data_bytes (the text and a one-byte token per byte for the byte
+// vocabulary; reading through a stream iterator, copying the splits and an int32 a token once took 6 n),
+// the tokens are stored in the fewest bytes their vocabulary allows, and a file whose loading would not
+// fit --max-memory is refused before it is read.
 #include <doctest/doctest.h>
 
 #include <sys/resource.h>
@@ -54,25 +55,52 @@ TEST_CASE("loading a text holds at most the text and a token per byte")
     const std::uint64_t growth = peak_resident_bytes() - before;
     fs::remove(path);
     CAPTURE(growth);
-    CHECK(growth >= 4 * n);                       // the tokens are really there ...
-    CHECK(growth <= text_data_bytes(n) + (n / 10));  // ... and little else (pages, the 1 MiB pieces)
+    CHECK(growth >= 2 * n - n / 10);                      // the text and the tokens are really there ...
+    CHECK(growth <= text_data_bytes(n, {}) + (n / 10));  // ... and little else (pages, the 1 MiB pieces)
 }
 
-TEST_CASE("text_data_bytes is five bytes per byte, saturating")
+TEST_CASE("text_data_bytes: the text and a token of 1, 2 or 4 bytes per byte, saturating")
 {
-    CHECK(text_data_bytes(400000000) == 2000000000);
-    CHECK(text_data_bytes(UINT64_MAX / 2) == UINT64_MAX);
+    CHECK(text_data_bytes(400000000, {}) == 800000000);  // bytes: V <= 256
+    CHECK(text_data_bytes(400000000, tokenizer_spec::parse("bpe:256")) == 800000000);
+    CHECK(text_data_bytes(400000000, tokenizer_spec::parse("bpe:4096")) == 1200000000);
+    CHECK(text_data_bytes(400000000, tokenizer_spec::parse("unigram:65536")) == 1200000000);
+    CHECK(text_data_bytes(UINT64_MAX / 2 + 1, {}) == UINT64_MAX);
+}
+
+TEST_CASE("a split keeps every id in the fewest bytes its vocabulary needs")
+{
+    for (const std::size_t V : {std::size_t(5), std::size_t(256), std::size_t(257), std::size_t(65536),
+                                std::size_t(65537), std::size_t(1) << 31})
+    {
+        CAPTURE(V);
+        const std::vector<std::int32_t> ids{0, 1, static_cast<std::int32_t>(V - 1), 2,
+                                            static_cast<std::int32_t>(V / 2)};
+        token_split split(V);
+        split.append(ids);
+        split.append({3});
+        CHECK(split.bytes_per_token() == (V <= 256 ? 1u : V <= 65536 ? 2u : 4u));
+        CHECK(split.size() == 6);
+        CHECK(split[2] == V - 1);
+        CHECK(split[5] == 3);
+        CHECK(split.front() == 0);
+        std::vector<std::int32_t> all = ids;
+        all.push_back(3);
+        CHECK(split.ids() == all);
+    }
 }
 
 TEST_CASE("a data file whose loading exceeds --max-memory is refused before it is read")
 {
     const std::string path = write_text("xgrad_data_memory_1m.txt", std::size_t(1) << 20);
-    const std::string expected = "data " + path + ": loading its 1048576 bytes needs about 5.0 MiB (the text "
-                                 "and a 4-byte token per byte), more than the 2.0 MiB available (max_memory); use "
-                                 "a smaller file, or max_memory BYTES to insist";
-    CHECK_THROWS_WITH_AS(require_data_memory(path, "2M"), expected.c_str(), option_error);
-    CHECK_NOTHROW(require_data_memory(path, "6M"));
-    CHECK_NOTHROW(require_data_memory(path + ".missing", "2M"));  // the loader names a missing file
-    CHECK_NOTHROW(require_data_memory(path, "lots"));             // the run's own check names the flag
+    const std::string expected = "data " + path + ": loading its 1048576 bytes needs about 2.0 MiB (the text "
+                                 "and a token per byte), more than the 1.0 MiB available (max_memory); use a "
+                                 "smaller file, or max_memory BYTES to insist";
+    CHECK_THROWS_WITH_AS(require_data_memory(path, "1M", {}), expected.c_str(), option_error);
+    // 3 n with two-byte tokens
+    CHECK_THROWS_AS(require_data_memory(path, "3000000", tokenizer_spec::parse("bpe:4096")), option_error);
+    CHECK_NOTHROW(require_data_memory(path, "3M", {}));
+    CHECK_NOTHROW(require_data_memory(path + ".missing", "1M", {}));  // the loader names a missing file
+    CHECK_NOTHROW(require_data_memory(path, "lots", {}));             // the run's own check names the flag
     fs::remove(path);
 }

@@ -7,6 +7,7 @@
 
 #include "train/memory_estimate.hpp"
 #include "train/option_error.hpp"
+#include "train/text_data.hpp"
 
 namespace xgrad::train
 {
@@ -20,16 +21,17 @@ std::string mebibytes(std::uint64_t bytes)
 }
 } // namespace
 
-std::uint64_t text_data_bytes(std::uint64_t file_bytes)
+std::uint64_t text_data_bytes(std::uint64_t file_bytes, const tokenizer_spec& spec)
 {
-    constexpr std::uint64_t bytes_per_byte = 1 + sizeof(std::int32_t); // the text and its token
+    const std::size_t vocab = spec.type == tokenizer_spec::kind::bytes ? 256 : spec.vocab_size;
+    const std::uint64_t bytes_per_byte = 1 + token_split::width_for(vocab); // the text and its token
     std::uint64_t need = 0;
     return __builtin_mul_overflow(file_bytes, bytes_per_byte, &need)
              ? std::numeric_limits<std::uint64_t>::max()
              : need;
 }
 
-void require_data_memory(const std::string& path, const std::string& max_memory)
+void require_data_memory(const std::string& path, const std::string& max_memory, const tokenizer_spec& spec)
 {
     std::error_code ec;
     const std::uintmax_t size = std::filesystem::file_size(path, ec);
@@ -46,18 +48,18 @@ void require_data_memory(const std::string& path, const std::string& max_memory)
     {
         return;
     }
-    const std::uint64_t need = text_data_bytes(size);
+    const std::uint64_t need = text_data_bytes(size, spec);
     if (need > budget.bytes)
     {
         const std::string source =
           budget.source == "max_memory" ? "{}" : option_error::literal(budget.source);
-        throw option_error(
-          "{} " + option_error::literal(path) + ": loading its " + std::to_string(size) +
-            " bytes needs about " + mebibytes(need) +
-            " (the text and a 4-byte token per byte), more than the " + mebibytes(budget.bytes) +
-            " available (" + source + "); use a smaller file, or {} BYTES to insist",
-          budget.source == "max_memory" ? std::vector<std::string>{ "data", "max_memory", "max_memory" }
-                                        : std::vector<std::string>{ "data", "max_memory" });
+        throw option_error("{} " + option_error::literal(path) + ": loading its " + std::to_string(size) +
+                             " bytes needs about " + mebibytes(need) +
+                             " (the text and a token per byte), more than the " + mebibytes(budget.bytes) +
+                             " available (" + source + "); use a smaller file, or {} BYTES to insist",
+                           budget.source == "max_memory"
+                             ? std::vector<std::string>{ "data", "max_memory", "max_memory" }
+                             : std::vector<std::string>{ "data", "max_memory" });
     }
 }
 } // namespace xgrad::train

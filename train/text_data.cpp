@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cctype>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -13,6 +14,66 @@
 
 namespace xgrad::train
 {
+std::size_t token_split::width_for(std::size_t vocab_size)
+{
+    return vocab_size <= 256 ? 1 : vocab_size <= 65536 ? 2 : 4;
+}
+
+token_split::token_split(std::size_t vocab_size) : width_(width_for(vocab_size)) {}
+
+void token_split::append(const std::vector<std::int32_t>& ids)
+{
+    const std::size_t at = raw_.size();
+    raw_.resize(at + ids.size() * width_);
+    std::uint8_t* out = raw_.data() + at;
+    for (const std::int32_t id : ids)
+    {
+        const auto value = static_cast<std::uint32_t>(id);
+        if (width_ == 1)
+        {
+            *out = static_cast<std::uint8_t>(value);
+        }
+        else if (width_ == 2)
+        {
+            const auto narrow = static_cast<std::uint16_t>(value);
+            std::memcpy(out, &narrow, 2);
+        }
+        else
+        {
+            std::memcpy(out, &value, 4);
+        }
+        out += width_;
+    }
+}
+
+std::int32_t token_split::operator[](std::size_t i) const
+{
+    const std::uint8_t* at = raw_.data() + i * width_;
+    if (width_ == 1)
+    {
+        return *at;
+    }
+    if (width_ == 2)
+    {
+        std::uint16_t narrow = 0;
+        std::memcpy(&narrow, at, 2);
+        return narrow;
+    }
+    std::int32_t value = 0;
+    std::memcpy(&value, at, 4);
+    return value;
+}
+
+std::vector<std::int32_t> token_split::ids() const
+{
+    std::vector<std::int32_t> out(size());
+    for (std::size_t i = 0; i < out.size(); ++i)
+    {
+        out[i] = (*this)[i];
+    }
+    return out;
+}
+
 namespace
 {
 void check_split_length(const std::string& name, const char* split, std::size_t tokens, std::size_t block_size,
@@ -51,12 +112,11 @@ std::string read_text_file(const std::string& path)
 
 // The tokens of text[begin, end), encoded piece by piece without copying the split: each piece ends after
 // a newline (or at `end`), and SentencePiece encodes line by line, so the pieces' tokens are the split's.
-// Bytes encode to exactly one token each: their vector is sized once, never grown by doubling.
-std::vector<std::int32_t> encode_split(const tokenizer& t, const std::string& text, std::size_t begin,
-                                       std::size_t end)
+// Bytes encode to exactly one token each: their split is sized once, never grown by doubling.
+token_split encode_split(const tokenizer& t, const std::string& text, std::size_t begin, std::size_t end)
 {
     constexpr std::size_t piece_bytes = std::size_t(1) << 20;
-    std::vector<std::int32_t> ids;
+    token_split ids(t.size());
     if (dynamic_cast<const byte_vocabulary*>(&t))
     {
         ids.reserve(end - begin);
@@ -66,8 +126,7 @@ std::vector<std::int32_t> encode_split(const tokenizer& t, const std::string& te
         const std::size_t newline =
             at + piece_bytes < end ? text.find('\n', at + piece_bytes) : std::string::npos;
         const std::size_t stop = newline < end ? newline + 1 : end;
-        const std::vector<std::int32_t> piece = t.encode_allowing_unknown(text.substr(at, stop - at));
-        ids.insert(ids.end(), piece.begin(), piece.end());
+        ids.append(t.encode_allowing_unknown(text.substr(at, stop - at)));
         at = stop;
     }
     return ids;
@@ -113,7 +172,7 @@ double text_corpus::validation_bits_per_byte(double nats_per_token) const
 
 std::string prose_sample(const text_corpus& corpus, std::size_t length)
 {
-    const std::string text = corpus.tokens->decode(corpus.validation);
+    const std::string text = corpus.tokens->decode(corpus.validation.ids());
     std::size_t start = 0;
     for (std::size_t i = 1; i < text.size(); ++i)
     {
@@ -186,7 +245,7 @@ std::vector<std::size_t> validation_offsets(std::size_t split_length, std::size_
     return offsets;
 }
 
-token_batch make_batch(const std::vector<std::int32_t>& split, const std::vector<std::size_t>& offsets,
+token_batch make_batch(const token_split& split, const std::vector<std::size_t>& offsets,
                        std::size_t block_size, std::size_t first, std::size_t count)
 {
     count = std::min(count, offsets.size() - std::min(first, offsets.size()));

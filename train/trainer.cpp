@@ -366,8 +366,9 @@ train_summary run_training(const train_options& o, std::FILE* progress, bool ter
     probe.vocab_size = 1;
     probe.validate("train_options.model");  // d % H, H % G, zero sizes, dh odd with RoPE
     set_num_threads(o.threads);
-    require_data_memory(o.data, o.max_memory);  // before reading: the text and its tokens must fit
-    const text_corpus data = text_corpus::load(o.data, o.model.block_size, tokenizer_spec::parse(o.tokenizer));
+    const tokenizer_spec tokenizer = tokenizer_spec::parse(o.tokenizer);
+    require_data_memory(o.data, o.max_memory, tokenizer);  // before reading: the text and its tokens must fit
+    const text_corpus data = text_corpus::load(o.data, o.model.block_size, tokenizer);
     models::gpt_config config = o.model;
     config.vocab_size = data.tokens->size();
     require_memory_option(estimate_training(sizes_of(config), o.batch, static_cast<std::uint64_t>(o.threads)),
