@@ -104,3 +104,21 @@ TEST_CASE("a data file whose loading exceeds --max-memory is refused before it i
     CHECK_NOTHROW(require_data_memory(path, "lots", {}));             // the run's own check names the flag
     fs::remove(path);
 }
+
+TEST_CASE("the run's estimate counts the loaded tokens")
+{
+    std::string text;
+    for (int i = 0; i < 100; ++i)
+    {
+        text += "abcdefgh\n";
+    }
+    const text_corpus c = text_corpus::of_text(text, 4);  // 900 one-byte tokens
+    memory_estimate need;
+    need.parameters = 1000;
+    need.workspace = 24;
+    const memory_estimate with = with_training_data(need, c);
+    CHECK(with.workspace == 24 + 900);
+    CHECK(with.total() == need.total() + 900);
+    need.workspace = UINT64_MAX - 5;
+    CHECK(with_training_data(need, c).workspace == UINT64_MAX);
+}

@@ -62,4 +62,15 @@ void require_data_memory(const std::string& path, const std::string& max_memory,
                              : std::vector<std::string>{ "data", "max_memory" });
     }
 }
+
+memory_estimate with_training_data(memory_estimate need, const text_corpus& data)
+{
+    const std::uint64_t tokens = data.train.size() * data.train.bytes_per_token() +
+                                 data.validation.size() * data.validation.bytes_per_token();
+    if (__builtin_add_overflow(need.workspace, tokens, &need.workspace))
+    {
+        need.workspace = std::numeric_limits<std::uint64_t>::max();
+    }
+    return need;
+}
 } // namespace xgrad::train

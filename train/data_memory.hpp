@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <string>
 
+#include "train/memory_estimate.hpp"
+#include "train/text_data.hpp"
 #include "train/tokenizer.hpp"
 
 namespace xgrad::train
@@ -22,4 +24,8 @@ std::uint64_t text_data_bytes(std::uint64_t file_bytes, const tokenizer_spec& sp
 // cannot be sized, or a budget that does not parse, passes: the loader and the run's own memory check
 // report those.
 void require_data_memory(const std::string& path, const std::string& max_memory, const tokenizer_spec& spec);
-}  // namespace xgrad::train
+
+// The run's estimate with the loaded data's tokens added, which the training step's estimate leaves out.
+// They count under `workspace` (memory_estimate has no field of their own yet), saturating.
+memory_estimate with_training_data(memory_estimate need, const text_corpus& data);
+} // namespace xgrad::train

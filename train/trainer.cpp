@@ -371,7 +371,9 @@ train_summary run_training(const train_options& o, std::FILE* progress, bool ter
     const text_corpus data = text_corpus::load(o.data, o.model.block_size, tokenizer);
     models::gpt_config config = o.model;
     config.vocab_size = data.tokens->size();
-    require_memory_option(estimate_training(sizes_of(config), o.batch, static_cast<std::uint64_t>(o.threads)),
+    require_memory_option(with_training_data(estimate_training(sizes_of(config), o.batch,
+                                                               static_cast<std::uint64_t>(o.threads)),
+                                             data),
                           o.max_memory);
 
     gpt_module model;
