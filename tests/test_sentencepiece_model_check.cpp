@@ -60,11 +60,12 @@ std::string trained_model()
 void refused(const std::string& model, const char* expected)
 {
     CAPTURE(expected);
-    CHECK_THROWS_WITH_AS(check_sentencepiece_model(model), doctest::Contains(expected), std::invalid_argument);
-    CHECK_THROWS_WITH_AS(sentencepiece_tokenizer::from_serialized(model), doctest::Contains(expected),
-                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(
+      check_sentencepiece_model(model), doctest::Contains(expected), std::invalid_argument);
+    CHECK_THROWS_WITH_AS(
+      sentencepiece_tokenizer::from_serialized(model), doctest::Contains(expected), std::invalid_argument);
 }
-}  // namespace
+} // namespace
 
 TEST_CASE("a model xgrad trains passes: identity normaliser, no denormaliser")
 {
@@ -76,12 +77,23 @@ TEST_CASE("a model xgrad trains passes: identity normaliser, no denormaliser")
 TEST_CASE("a normaliser's precompiled_charsmap or any denormaliser is refused before the library loads it")
 {
     const std::string model = trained_model();
-    // Protobuf merges a repeated optional message: appending normalizer_spec { precompiled_charsmap } sets it.
+    // Protobuf merges a repeated optional message: appending normalizer_spec { precompiled_charsmap } sets
+    // it.
     refused(model + message_field(3, message_field(2, corrupt_charsmap())),
             "tokenizer_model: the model's normaliser has a precompiled_charsmap of 14 bytes");
     refused(model + message_field(5, message_field(2, corrupt_charsmap())), "has a denormaliser");
     refused(model + message_field(5, ""), "has a denormaliser");
     CHECK_NOTHROW(check_sentencepiece_model(model + message_field(3, message_field(2, ""))));
+}
+
+TEST_CASE("a piece that is empty or holds a NUL byte is refused (the library's trie ends the process)")
+{
+    const std::string model = trained_model();
+    refused(model + message_field(1, message_field(1, std::string("\0", 1))),
+            "piece 40 is empty or holds a NUL");
+    refused(model + message_field(1, message_field(1, std::string("a\0b", 3))),
+            "piece 40 is empty or holds a NUL");
+    refused(model + message_field(1, message_field(1, "")), "piece 40 is empty or holds a NUL");
 }
 
 TEST_CASE("the model's size and its piece count are bounded")
@@ -97,7 +109,10 @@ TEST_CASE("the model's size and its piece count are bounded")
 
 TEST_CASE("wire data that is not a protobuf message is refused with what is wrong")
 {
-    refused(std::string("\x0a\x05" "ab", 4), "not a SentencePiece model: its ModelProto holds a field of 5 bytes");
+    refused(std::string("\x0a\x05"
+                        "ab",
+                        4),
+            "not a SentencePiece model: its ModelProto holds a field of 5 bytes");
     refused(std::string("\x0a"), "a number cut short");
     refused(std::string(11, '\x80'), "a number longer than 10 bytes");
     refused(std::string("\x0b"), "wire type 3");
@@ -108,9 +123,10 @@ TEST_CASE("wire data that is not a protobuf message is refused with what is wron
 
 TEST_CASE("a checkpoint's tokenizer_model with a character map is refused naming the file")
 {
-    const metadata_map m{{"tokenizer", "sentencepiece"},
-                         {"tokenizer_model",
-                          to_base64(trained_model() + message_field(3, message_field(2, corrupt_charsmap())))}};
+    const metadata_map m{ { "tokenizer", "sentencepiece" },
+                          { "tokenizer_model",
+                            to_base64(trained_model() +
+                                      message_field(3, message_field(2, corrupt_charsmap()))) } };
     CHECK_THROWS_WITH_AS(tokenizer_from_metadata(m, "ck.safetensors"),
                          doctest::Contains("ck.safetensors: tokenizer_model: the model's normaliser has a "
                                            "precompiled_charsmap"),

@@ -132,6 +132,22 @@ void check_normalizer(const wire_field& spec)
         }
     }
 }
+
+// A piece is a non-empty string without a NUL byte: the library's tries (Darts) take C strings, and a NUL
+// makes a key of zero length, which they refuse by an exception that ends the process.
+void check_piece(const wire_field& piece, std::uint64_t index)
+{
+    wire_reader in(piece.bytes, piece.length, "SentencePiece");
+    while (!in.done())
+    {
+        const wire_field f = in.next();
+        if (f.number == 1 && (f.type != 2 || f.length == 0 ||
+                              std::string(f.bytes, f.length).find('\0') != std::string::npos))
+        {
+            refuse("piece " + std::to_string(index) + " is empty or holds a NUL byte");
+        }
+    }
+}
 } // namespace
 
 void check_sentencepiece_model(const std::string& serialized)
@@ -153,6 +169,10 @@ void check_sentencepiece_model(const std::string& serialized)
         if (f.number == 1 && ++pieces > max_sentencepiece_pieces)
         {
             refuse("the model has more than " + std::to_string(max_sentencepiece_pieces) + " pieces");
+        }
+        if (f.number == 1)
+        {
+            check_piece(f, pieces - 1);
         }
         if (f.number == 3)
         {

@@ -18,6 +18,7 @@ constexpr std::uint64_t max_sentencepiece_pieces = std::uint64_t(1) << 20;
 // Reads the protobuf wire format of `serialized` (ModelProto: pieces = 1, normalizer_spec = 3,
 // denormalizer_spec = 5; NormalizerSpec: precompiled_charsmap = 2) in one bounded pass and throws
 // std::invalid_argument starting with "tokenizer_model: " naming the problem: too many bytes or pieces,
-// a non-empty precompiled_charsmap, a denormaliser, or wire data that is not a protobuf message.
+// a piece that is empty or holds a NUL byte (SentencePiece: piece = 1), a non-empty
+// precompiled_charsmap, a denormaliser, or wire data that is not a protobuf message.
 void check_sentencepiece_model(const std::string& serialized);
 } // namespace xgrad::train
