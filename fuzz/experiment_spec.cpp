@@ -1,5 +1,5 @@
-// Fuzz target: the experiment spec (train/grid.hpp), load_spec on the bytes as the spec file's text. A spec
-// it refuses must give std::invalid_argument with one line of at most 4096 bytes; a spec it accepts must
+// Fuzz target: the experiment spec (experiment/grid.hpp), load_spec on the bytes as the spec file's text.
+// A spec it refuses must give std::invalid_argument with one line of at most 4096 bytes; one it accepts must
 // be within the grid's bounds (10000 variants, 10000 seeds, 100000 runs), with a budget that is a positive
 // finite number (whole for steps and tokens), and plan runs whose folders all lie inside --out. Deep
 // nesting, huge counts and long names must neither crash, nor allocate beyond libFuzzer's limits, nor take
@@ -13,7 +13,7 @@
 #include <string>
 
 #include "fuzz/fuzz_util.hpp"
-#include "train/grid.hpp"
+#include "experiment/grid.hpp"
 
 namespace grid = xgrad::train::grid;
 namespace fuzz = xgrad::fuzz;

@@ -35,7 +35,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const std::vector<std::int32_t> ids = model->encode_allowing_unknown("ab c\n\tabc \xe2\x96\x81 zz\n");
     for (const std::int32_t id : ids)
     {
-        fuzz::require(id >= 0 && static_cast<std::size_t>(id) < model->size(), "an id outside the vocabulary");
+        fuzz::require(id >= 0 && static_cast<std::size_t>(id) < model->size(),
+                      "an id outside the vocabulary");
     }
     model->decode(ids);
     for (std::size_t i = 0; i < std::min<std::size_t>(model->size(), 64); ++i)
