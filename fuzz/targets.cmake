@@ -14,4 +14,4 @@ set(XGRAD_FUZZ_SOURCES_mha_npy_args tools/mha_npy_args.cpp)
 set(XGRAD_FUZZ_SOURCES_gpt_npy_args tools/gpt_npy_args.cpp)
 set(XGRAD_FUZZ_SOURCES_train_args tools/train_args.cpp)  # and the whole library: the variant flags parse into models/
 set(XGRAD_FUZZ_SOURCES_experiment_spec "")  # experiment/grid_spec.cpp: in the whole library
-set(XGRAD_FUZZ_SOURCES_sentencepiece_model "")  # train/tokenizer.cpp: in the whole library, with SentencePiece
+set(XGRAD_FUZZ_SOURCES_sentencepiece_model "")  # train/tokenizer.cpp: in the whole library
