@@ -39,8 +39,9 @@ def run(data, out, steps=2000, layers=2, d_model=64, heads=4, kv_heads=None, blo
     o.eval_every, o.eval_windows, o.save_every = int(eval_every), int(eval_windows), int(save_every)
     o.sample_tokens, o.plots, o.detect_anomaly = int(sample_tokens), bool(plots), bool(detect_anomaly)
     variant = {"norm": norm, "position": position, "rope_base": repr(float(rope_base)), "mlp": mlp,
-               "mlp_hidden": int(mlp_hidden or 4 * int(d_model)), "bias": bias,
-               "tied_head": "true" if tied_head else "false"}
+               "bias": bias, "tied_head": "true" if tied_head else "false"}
+    if mlp_hidden:  # else the model's default, 4 d
+        variant["mlp_hidden"] = int(mlp_hidden)
     o.set_model(int(block_size), int(layers), int(d_model), int(heads), int(kv_heads or 0),
                 {key: str(value) for key, value in variant.items()})
     summary = _core.run_training(o, bool(progress))

@@ -94,3 +94,17 @@ def test_a_second_training_run_on_one_folder_is_refused(tmp_path):
         assert not (out / "log.csv").exists()
     summary = xgrad.train.run(corpus, out, **options)  # released: the folder is free again
     assert summary["last_step"] == 2 and (out / "log.csv").exists()
+
+
+def test_a_zero_size_is_named_not_a_key_the_caller_never_passed(tmp_path):
+    # d_model=0 once read "'mlp_hidden' = '0' is not a positive decimal integer": mlp_hidden, never passed,
+    # had been filled in as 4 d.
+    with pytest.raises(ValueError, match=r"^GPT: every size must be positive, got .*d=0") as e:
+        xgrad.GPT(vocab_size=5, block_size=4, layers=1, d_model=0, heads=2)
+    assert "mlp_hidden" not in str(e.value)
+    corpus = tmp_path / "text.txt"
+    corpus.write_text("abc " * 500)
+    with pytest.raises(ValueError) as e:
+        xgrad.train.run(corpus, tmp_path / "out", steps=1, d_model=0, progress=False)
+    assert "mlp_hidden" not in str(e.value)
+    assert xgrad.GPT(vocab_size=5, block_size=4, layers=1, d_model=4, heads=2).config["mlp_hidden"] == 16

@@ -57,8 +57,9 @@ class GPT:
             if int(value) < 0:
                 raise ValueError("GPT: %s must be >= 0, got %d" % (name, value))
         variant = {"norm": norm, "position": position, "rope_base": repr(float(rope_base)), "mlp": mlp,
-                   "mlp_hidden": str(int(mlp_hidden or 4 * d_model)), "bias": bias,
-                   "tied_head": "true" if tied_head else "false"}
+                   "bias": bias, "tied_head": "true" if tied_head else "false"}
+        if mlp_hidden:  # else the model's default, 4 d (a message never names a key the caller did not pass)
+            variant["mlp_hidden"] = str(int(mlp_hidden))
         variant = {key: str(value) for key, value in variant.items()}
         self._m = _core_class("GPT", self.dtype)(int(vocab_size), int(block_size), int(layers), int(d_model),
                                                  int(heads), int(kv_heads or 0), variant, int(seed))
