@@ -14,6 +14,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/escape.hpp"
+#include "io/json_limits.hpp"
+
 namespace xgrad::io
 {
 namespace
@@ -158,21 +161,20 @@ json parse_json_file(const std::string& path)
     {
         fail(path, "is " + std::to_string(size) + " bytes, more than a config file needs");
     }
-    std::ifstream in(path, std::ios::binary);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    json j;
     try
     {
-        json j = json::parse(text);
-        if (!j.is_object())
-        {
-            fail(path, "is not a JSON object");
-        }
-        return j;
+        j = parse_json_bounded<json>(read_small_file(path, max_config_bytes), path);
     }
-    catch (const json::exception&)
+    catch (const std::invalid_argument& e)
     {
-        fail(path, "is not valid JSON");
+        throw format_error(e.what());
     }
+    if (!j.is_object())
+    {
+        fail(path, "is not a JSON object");
+    }
+    return j;
 }
 
 std::size_t config_size(const json& config, const char* key, const std::string& path)
@@ -180,7 +182,8 @@ std::size_t config_size(const json& config, const char* key, const std::string& 
     if (!config.contains(key) || !config[key].is_number_unsigned() || config[key].get<std::uint64_t>() == 0 ||
         config[key].get<std::uint64_t>() > (1u << 30))
     {
-        fail(path, std::string("\"") + key + "\" must be a positive integer");
+        fail(path, std::string("\"") + key + "\" must be a positive integer (at most 2^30), got " +
+                     (config.contains(key) ? io::quoted(config[key].dump()) : std::string("none")));
     }
     return config[key].get<std::size_t>();
 }
@@ -192,6 +195,11 @@ void check_config_settings(const json& config, const std::string& path, model_la
         !(config["layer_norm_epsilon"].is_number() && config["layer_norm_epsilon"].get<double>() == 1e-5))
     {
         fail(path, "\"layer_norm_epsilon\" must be 1e-5 (the epsilon xgrad's LayerNorm uses)");
+    }
+    if (config.contains("activation_function") && !config["activation_function"].is_string())
+    {
+        fail(path, "\"activation_function\" must be a string (gelu_new, gelu_pytorch_tanh or gelu), got " +
+                     io::quoted(config["activation_function"].dump()));
     }
     const std::string activation = config.value("activation_function", std::string("gelu_new"));
     if (activation == "gelu_new" || activation == "gelu_pytorch_tanh")
@@ -215,7 +223,8 @@ void check_config_settings(const json& config, const std::string& path, model_la
     {
         if (config.contains(key) && config[key] != wanted)
         {
-            fail(path, std::string("\"") + key + "\" must be " + (wanted ? "true" : "false"));
+            fail(path, std::string("\"") + key + "\" must be " + (wanted ? "true" : "false") + ", got " +
+                         io::quoted(config[key].dump()));
         }
     }
     if (config.contains("n_inner") && !config["n_inner"].is_null())
@@ -321,11 +330,11 @@ safetensors_file read_safetensors_any_float(const std::string& path)
     json header;
     try
     {
-        header = json::parse(read_exactly(f.get(), 8, header_length, path));
+        header = parse_json_bounded<json>(read_exactly(f.get(), 8, header_length, path), path + ": header");
     }
-    catch (const json::exception&)
+    catch (const std::invalid_argument& e)
     {
-        fail(path, "header is not valid JSON");
+        throw format_error(e.what());
     }
     if (!header.is_object())
     {

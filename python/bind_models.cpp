@@ -2,6 +2,7 @@
 // (load, save, forward on a tape, its hand-derived twin, decoding and sampling) and the first-divergence
 // report. The GPT's whole binding is the class below: a model layer that changes shape adapts here only.
 #include "io/checkpoint.hpp"
+#include "io/size_limits.hpp"
 #include "models/divergence.hpp"
 #include "models/gpt_decode.hpp"
 #include "models/gpt_manual.hpp"
@@ -172,6 +173,7 @@ void bind_gpt(py::module_& m)
         .def(py::init([](const strings& fields, std::uint64_t seed) {
             const models::gpt_config config = models::config_with_values({}, fields);
             config.validate("GPT");
+            io::check_gpt_size(config, sizeof(T), "GPT");
             return model{models::gpt_parameters<T>::init(config, seed), {}};
         }))
         .def_static("load", [](const std::string& path) {
@@ -235,13 +237,18 @@ void bind_gpt(py::module_& m)
 
 void bind_masks_and_counting(py::module_& m)
 {
-    m.def("causal_mask", [](std::size_t tq, std::size_t tk) { return to_numpy(models::causal_mask(tq, tk)); });
+    m.def("causal_mask", [](std::size_t tq, std::size_t tk) {
+        io::check_array_size("causal_mask", "the mask", {tq, tk}, sizeof(bool));
+        return to_numpy(models::causal_mask(tq, tk));
+    });
     m.def("padding_mask", [](const std::vector<std::size_t>& lengths, std::size_t tk) {
+        io::check_array_size("padding_mask", "the mask", {lengths.size(), tk}, sizeof(bool));
         return to_numpy(models::padding_mask(lengths, tk));
     });
     m.def("mha_parameter_count", [](std::size_t d, std::size_t heads, std::size_t kv_heads) {
         const models::mha_config config{d, heads, kv_heads};
         config.validate("mha_parameter_count");
+        io::check_array_size("mha_parameter_count", "W_Q", {d, d}, sizeof(float));
         return models::parameter_count(config);
     });
     m.def("self_attention_multiply_adds", &models::self_attention_multiply_adds);
@@ -255,6 +262,7 @@ void bind_masks_and_counting(py::module_& m)
                                     std::size_t heads, std::size_t kv_heads) {
         const models::gpt_config config{vocab, block, layers, d, heads, kv_heads};
         config.validate("gpt_parameter_count");
+        io::check_gpt_size(config, sizeof(float), "gpt_parameter_count");
         return models::gpt_parameter_count(config);
     });
 }

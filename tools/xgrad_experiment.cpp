@@ -18,6 +18,8 @@
 
 #include "experiment/grid.hpp"
 #include "experiment/grid_report.hpp"
+#include "io/escape.hpp"
+#include "io/json_limits.hpp"
 #include "tools/command_line.hpp"
 #include "tools/tool_errors.hpp"
 
@@ -34,14 +36,24 @@ const char* const program = "xgrad-experiment";
 const tools::error_rules errors{program, tools::wording::first_line,
                                 {/*bad_value*/ 2, /*bad_file*/ 1, /*anomaly*/ 1, /*failure*/ 1}};
 
-std::string read_text(const std::string& path)
+// A spec, grid.json or steps.json: a regular file of at most 16 MiB (a spec is a few hundred bytes, the
+// grid.json of 10000 variants a few MB).
+constexpr std::size_t max_json_file_bytes = std::size_t(16) << 20;
+
+std::string read_text(const std::string& path) { return xgrad::io::read_small_file(path, max_json_file_bytes); }
+
+// load_spec on the file `path` (none: the command line alone); its errors name the file.
+grid::spec load_spec_file(const std::string& path, const grid::spec_overrides& overrides)
 {
-    std::ifstream in(path);
-    if (!in)
+    const std::string text = path.empty() ? "" : read_text(path);
+    try
     {
-        throw std::invalid_argument("cannot read " + path);
+        return grid::load_spec(text, overrides);
     }
-    return std::string(std::istreambuf_iterator<char>(in), {});
+    catch (const std::invalid_argument& e)
+    {
+        throw std::invalid_argument((path.empty() ? "the command line" : path) + ": " + e.what());
+    }
 }
 
 void write_text(const std::string& path, const std::string& text)
@@ -77,9 +89,26 @@ std::string cpu_model()
 
 std::string steps_json(const std::map<std::string, std::int64_t>& steps) { return nlohmann::json(steps).dump(2) + "\n"; }
 
+// steps.json: {variant: steps}, each a whole number of steps from 1.
 std::map<std::string, std::int64_t> steps_of(const std::string& path)
 {
-    return nlohmann::json::parse(read_text(path)).get<std::map<std::string, std::int64_t>>();
+    const auto j = xgrad::io::parse_json_bounded<nlohmann::json>(read_text(path), path);
+    if (!j.is_object())
+    {
+        throw std::invalid_argument(path + ": must hold a JSON object of variant: steps");
+    }
+    std::map<std::string, std::int64_t> steps;
+    for (const auto& [name, value] : j.items())
+    {
+        if (!value.is_number_integer() || value.get<std::int64_t>() < 1)
+        {
+            throw std::invalid_argument(path + ": \"" + xgrad::io::escaped(name) +
+                                        "\" must be a whole number of steps from 1, got " +
+                                        xgrad::io::quoted(value.dump()));
+        }
+        steps[name] = value.get<std::int64_t>();
+    }
+    return steps;
 }
 
 struct command_line
@@ -132,7 +161,7 @@ int run(const command_line& c)
     o.jobs = c.jobs > 0 ? c.jobs : cores;
     if (c.replot)
     {
-        s = grid::load_spec(read_text((fs::path(c.out) / "grid.json").string()), {});
+        s = load_spec_file((fs::path(c.out) / "grid.json").string(), {});
         steps = steps_of((fs::path(c.out) / "steps.json").string());
     }
     else
@@ -147,9 +176,8 @@ int run(const command_line& c)
                     : c.tokens > 0 ? "tokens=" + std::to_string(c.tokens)
                     : c.seconds > 0 ? "seconds=" + std::to_string(c.seconds)
                                     : "";
-        s = grid::load_spec(c.spec_file.empty() ? "" : read_text(c.spec_file), ov);
-        const int runs = static_cast<int>(s.variants.size() * s.seeds.size());
-        o.jobs = std::min(o.jobs, runs);
+        s = load_spec_file(c.spec_file, ov);
+        o.jobs = static_cast<int>(std::min<std::size_t>(o.jobs, s.variants.size() * s.seeds.size()));
         o.threads = c.threads > 0 ? c.threads : std::max(1, cores / o.jobs);
         if (!fs::exists(o.program))
         {
@@ -158,7 +186,7 @@ int run(const command_line& c)
         fs::create_directories(c.out);
         steps = steps_per_variant(s, c.out, o);
     }
-    o.jobs = std::min<int>(o.jobs, static_cast<int>(s.variants.size() * s.seeds.size()));
+    o.jobs = static_cast<int>(std::min<std::size_t>(o.jobs, s.variants.size() * s.seeds.size()));
     o.threads = c.threads > 0 ? c.threads : std::max(1, cores / o.jobs);
     const std::vector<grid::run> runs = grid::plan_runs(s, steps, c.out);
     if (c.dry_run)
@@ -217,8 +245,9 @@ std::optional<command_line> parse_arguments(int argc, char** argv)
     app.add_option("--tokens", c.tokens, "budget per run in training tokens")->check(CLI::PositiveNumber);
     app.add_option("--seconds", c.seconds, "budget per run in seconds of training (steps from a timed probe)")
         ->check(CLI::PositiveNumber);
-    app.add_option("--jobs", c.jobs, "runs at a time (default: the number of cores)")->check(CLI::PositiveNumber);
-    app.add_option("--threads", c.threads, "threads per run (default: cores / jobs)")->check(CLI::PositiveNumber);
+    // At most 1024 processes at a time, and 1024 threads each (xgrad-train's own bound).
+    app.add_option("--jobs", c.jobs, "runs at a time (default: the number of cores)")->check(CLI::Range(1, 1024));
+    app.add_option("--threads", c.threads, "threads per run (default: cores / jobs)")->check(CLI::Range(1, 1024));
     app.add_option("--xgrad-train", c.xgrad_train, "the xgrad-train to run (default: the one beside this program)");
     app.add_flag("--replot", c.replot, "no training: the report and pictures from the runs in --out");
     app.add_flag("--dry-run", c.dry_run, "check the spec and every variant's flags, print the commands, run nothing");

@@ -12,6 +12,7 @@
 
 #include "train/gpt2_tokenizer.hpp"
 #include "train/option_error.hpp"
+#include "train/sentencepiece_model_check.hpp"
 
 namespace sentencepiece::logging
 {
@@ -313,6 +314,7 @@ sentencepiece_tokenizer::sentencepiece_tokenizer(const std::string& serialized)
   : processor_(std::make_unique<processor>())
   , serialized_(serialized)
 {
+    check_sentencepiece_model(serialized);
     const auto status = processor_->sp.LoadFromSerializedProto(serialized);
     if (!status.ok())
     {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "optim/optim.hpp"
+#include "train/folder_lock.hpp"
 #include "train/progress.hpp"
 
 namespace xgrad::train
@@ -117,9 +118,11 @@ train_summary train_module(Model& model, const text_corpus& data, const train_op
         return summary;  // nothing left to do
     }
     std::optional<training_log> log;
+    std::optional<folder_lock> writer;  // one run writes a folder at a time
     if (leader)
     {
         fs::create_directories(o.out);
+        writer.emplace(o.out);
         detail::remove_stale_temporaries(o);
         log.emplace((fs::path(o.out) / "log.csv").string(), o.resume, static_cast<std::uint64_t>(first_step));
     }

@@ -19,6 +19,7 @@
 #include "train/progress.hpp"
 #include "train/text_data.hpp"
 #include "train/option_error.hpp"
+#include "train/data_memory.hpp"
 #include "train/memory_estimate.hpp"  // refuse a run the machine cannot hold, before allocating
 
 namespace xgrad::train
@@ -49,9 +50,12 @@ void check_loop_options(const train_options& o)
     {
         throw option_error("{} must be >= 0 and {} >= 1", {"warmup", "decay_steps"});
     }
-    if (o.threads < 1)
+    constexpr int max_threads = 1024;  // more than any machine's cores; beyond it thread creation fails
+    if (o.threads < 1 || o.threads > max_threads)
     {
-        throw option_error("{} must be at least 1, got " + std::to_string(o.threads), {"threads"});
+        throw option_error("{} must be from 1 to " + std::to_string(max_threads) + ", got " +
+                             std::to_string(o.threads),
+                           {"threads"});
     }
     if (!(o.dropout >= 0 && o.dropout < 1))
     {
@@ -346,10 +350,14 @@ train_summary run_training(const train_options& o, std::FILE* progress, bool ter
     probe.vocab_size = 1;
     probe.validate("train_options.model");  // d % H, H % G, zero sizes, dh odd with RoPE
     set_num_threads(o.threads);
-    const text_corpus data = text_corpus::load(o.data, o.model.block_size, tokenizer_spec::parse(o.tokenizer));
+    const tokenizer_spec tokenizer = tokenizer_spec::parse(o.tokenizer);
+    require_data_memory(o.data, o.max_memory, tokenizer);  // before reading: the text and its tokens must fit
+    const text_corpus data = text_corpus::load(o.data, o.model.block_size, tokenizer);
     models::gpt_config config = o.model;
     config.vocab_size = data.tokens->size();
-    require_memory_option(estimate_training(sizes_of(config), o.batch, static_cast<std::uint64_t>(o.threads)),
+    require_memory_option(with_training_data(estimate_training(sizes_of(config), o.batch,
+                                                               static_cast<std::uint64_t>(o.threads)),
+                                             data),
                           o.max_memory);
 
     gpt_module model;
