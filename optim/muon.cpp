@@ -6,6 +6,7 @@
 
 #include "autodiff/instantiate.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/precision.hpp"
 
 namespace xgrad::optim
 {
@@ -108,6 +109,7 @@ array<T> newton_schulz(const array<T>& u)
     {
         fail("newton_schulz", "needs a matrix, got shape " + shape_str(shape));
     }
+    const precision_scope full(matmul_precision::fp32);  // in T even inside a bf16 training run
     matrix<T> x{shape[0], shape[1], std::vector<T>(u.begin(), u.end())};
     normalise_frobenius(x.values);
     const bool tall = x.rows > x.cols;

@@ -17,6 +17,7 @@
 
 #include "autodiff/compare.hpp"
 #include "io/npy.hpp"
+#include "kernels/precision.hpp"
 #include "optim/muon.hpp"
 #include "test_util.hpp"
 
@@ -324,6 +325,14 @@ TEST_CASE_TEMPLATE("three Muon steps equal PyTorch's, parameters and momentum", 
         const std::string key = "optim.momentum." + name;
         check_close(state.at(key), load<T>(data_dir / dtype_folder<T>() / (key + ".npy")), key);
     }
+}
+
+TEST_CASE("newton_schulz stays in float32 inside a bf16 scope")
+{
+    const array<float> u = normal_array<float>({24, 40}, 8);
+    const array<float> plain = newton_schulz(u);
+    const precision_scope bf16(matmul_precision::bf16);
+    CHECK(same_bits(newton_schulz(u), plain));
 }
 
 TEST_CASE("muon_scale is sqrt(max(1, fan_out / fan_in)) of an (fan_in, fan_out) matrix")
