@@ -193,7 +193,7 @@ grid_plan new_grid(const command_line& c)
 int status_of_rank_zero(communicator& comm, int status)
 {
     double shared = comm.rank() == 0 ? status : 0;
-    comm.allreduce_sum(&shared, 1);
+    comm.allreduce_sum_sleeping(&shared, 1);  // the others wait while rank 0 probes the variants
     return static_cast<int>(shared);
 }
 
@@ -221,14 +221,15 @@ int run_share(const grid_plan& p, const command_line& c, communicator& comm)
     {
         if (leader)
         {
-            std::printf("stopped: %zu of %zu runs finished; run the same command again to continue\n", g.finished,
-                        p.runs.size());
+            std::printf("stopped: %zu of %zu runs finished; run the same command again to continue\n",
+                        g.finished, p.runs.size());
         }
         return 130;
     }
     if (leader)
     {
-        std::printf("%zu runs finished (%zu of them before this start), %zu failed\n", g.finished, g.skipped, failed);
+        std::printf("%zu runs finished (%zu of them before this start), %zu failed\n", g.finished, g.skipped,
+                    failed);
     }
     return failed == 0 ? 0 : 1;
 }

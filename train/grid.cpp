@@ -465,8 +465,8 @@ grid_outcome run_grid(const std::vector<run>& runs, const std::string& out, cons
             pending.push_back(&r);
         }
     }
-    double listed = 0;
-    comm.allreduce_sum(&listed, 1);  // every process has listed the unfinished runs before any starts one
+    double listed = 0;  // every process lists the unfinished runs before any starts one
+    comm.allreduce_sum_sleeping(&listed, 1);
     pending = my_share(pending, comm);
     std::vector<job> jobs;
     for (const run* r : pending)
@@ -485,8 +485,9 @@ grid_outcome run_grid(const std::vector<run>& runs, const std::string& out, cons
     const std::string session = (fs::path(out) / ("session-" + std::to_string(std::time(nullptr)) + ".txt")).string();
     progress_line progress(runs, leader ? o.progress : nullptr);
     std::size_t finished_here = 0;
-    const std::string where = comm.size() == 1 ? "" : " on rank " + std::to_string(comm.rank()) + " of " +
-                                                          std::to_string(comm.size()) + " (" + host_name() + ")";
+    const std::string where = comm.size() == 1 ? ""
+                                               : " on rank " + std::to_string(comm.rank()) + " of " +
+                                                     std::to_string(comm.size()) + " (" + host_name() + ")";
     auto on_start = [&](std::size_t i) {
         const run& r = *pending[i];
         write_atomically((fs::path(r.dir) / "command.txt").string(), joined(r.args));
@@ -519,7 +520,7 @@ grid_outcome run_grid(const std::vector<run>& runs, const std::string& out, cons
     // Every rank's counts: runs finished, runs failed, whether it was stopped.
     double counts[3] = {static_cast<double>(finished_here), static_cast<double>(outcome.failures.size()),
                         stop_requested ? 1.0 : 0.0};
-    comm.allreduce_sum(counts, 3);
+    comm.allreduce_sum_sleeping(counts, 3);
     if (leader)
     {
         write_atomically(session, std::to_string(progress.elapsed()) + "\n");  // the last rank's end
