@@ -107,7 +107,9 @@ void check_same_optimizer(const std::map<std::string, std::string>& metadata, co
 
 bool muon_takes(const std::string& name, const models::declaration& d)
 {
-    // The role test (models::declaration) belongs here once the model declares one per parameter.
+    // Until models::declaration carries a role per parameter: the matrices declared under "blocks." (the
+    // GPT's attn.W_* and mlp.W_*). With roles this whole function is the role test,
+    //   return d.role == models::parameter_role::matrix;
     return d.shape.size() == 2 && name.rfind("blocks.", 0) == 0;
 }
 
