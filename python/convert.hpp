@@ -117,6 +117,8 @@ template <class T>
 void bind_models(py::module_& m);
 template <class T>
 void bind_training(py::module_& m);
+template <class T>
+void bind_muon(py::module_& m);  // after bind_training (its optimiser base)
 void bind_dtype_free(py::module_& m);
 void bind_tokenizer(py::module_& m);  // python/bind_tokenizer.cpp
 }  // namespace xgrad::python

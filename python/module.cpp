@@ -15,6 +15,8 @@ PYBIND11_MODULE(_core, m)
     xgrad::python::bind_models<float>(m);
     xgrad::python::bind_training<double>(m);
     xgrad::python::bind_training<float>(m);
+    xgrad::python::bind_muon<double>(m);
+    xgrad::python::bind_muon<float>(m);
     xgrad::python::bind_dtype_free(m);
     xgrad::python::bind_tokenizer(m);
 }

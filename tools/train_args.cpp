@@ -29,6 +29,10 @@ void add_train_flags(CLI::App& app, train::train_options& o, std::int64_t& warmu
     app.add_option("--time", o.time_limit_s, "stop after the step that passes this many seconds of training "
                    "(validation and checkpoint there; 0: no limit)")->capture_default_str();
     app.add_option("--weight-decay", o.weight_decay, "AdamW weight decay on matrices")->capture_default_str();
+    app.add_option("--optimizer", o.optimizer, "adamw | muon: Muon on the blocks' matrices, AdamW on the rest")
+        ->capture_default_str();
+    app.add_option("--muon-lr", o.muon_lr, "Muon's peak learning rate (the schedule of --lr)")->capture_default_str();
+    app.add_option("--muon-momentum", o.muon_momentum, "Muon's Nesterov momentum")->capture_default_str();
     app.add_option("--clip", o.clip, "clip the global gradient norm to this")->capture_default_str();
     app.add_option("--eval-every", o.eval_every, "validation loss every so many steps (and at the last)")
         ->capture_default_str();
@@ -55,7 +59,8 @@ constexpr std::pair<const char*, const char*> flag_fields[] = {
     {"--weight-decay", "weight_decay"}, {"--clip", "clip"}, {"--eval-every", "eval_every"},
     {"--eval-windows", "eval_windows"}, {"--save-every", "save_every"}, {"--sample-tokens", "sample_tokens"},
     {"--no-plots", "plots"}, {"--max-memory", "max_memory"}, {"--detect-anomaly", "detect_anomaly"},
-    {"--dropout", "dropout"},
+    {"--dropout", "dropout"}, {"--optimizer", "optimizer"}, {"--muon-lr", "muon_lr"},
+    {"--muon-momentum", "muon_momentum"},
 };
 }  // namespace
 

@@ -28,6 +28,20 @@ namespace fs = std::filesystem;
 
 namespace detail
 {
+namespace
+{
+// At most 40 characters of a value someone typed, each outside printable ASCII as '?': one clean line.
+std::string printable(const std::string& text)
+{
+    std::string shown = text.substr(0, 40);
+    for (char& ch : shown)
+    {
+        ch = ch >= 32 && ch < 127 ? ch : '?';
+    }
+    return shown;
+}
+}  // namespace
+
 void check_loop_options(const train_options& o)
 {
     if (o.data.empty() || o.out.empty())
@@ -65,8 +79,39 @@ void check_loop_options(const train_options& o)
     {
         throw option_error("{} must be a number of seconds >= 0 (0: no limit)", {"time_limit_s"});
     }
+    if (o.optimizer != "adamw" && o.optimizer != "muon")
+    {
+        throw option_error("{} '" + option_error::literal(printable(o.optimizer)) + "' is not one of adamw, muon",
+                           {"optimizer"});
+    }
+    if (!(o.muon_lr > 0) || !std::isfinite(o.muon_lr))
+    {
+        throw option_error("{} must be a positive number", {"muon_lr"});
+    }
+    if (!(o.muon_momentum >= 0 && o.muon_momentum < 1))
+    {
+        throw option_error("{} must be in [0, 1), got " + std::to_string(o.muon_momentum), {"muon_momentum"});
+    }
     tokenizer_spec::parse(o.tokenizer);  // names --tokenizer and the forms allowed
 }
+
+void check_same_optimizer(const std::map<std::string, std::string>& metadata, const train_options& o,
+                          const std::string& path)
+{
+    const auto it = metadata.find("optimizer");
+    const std::string trained_with = it == metadata.end() ? "adamw" : it->second;
+    if (trained_with != o.optimizer)
+    {
+        throw option_error("{}: " + option_error::literal(path) + " was trained with {} " +
+                               option_error::literal(printable(trained_with)) + ", not " + o.optimizer +
+                               " (a run resumes with the optimiser it started with)",
+                           {"resume", "optimizer"});
+    }
+}
+
+// The model's description says which parameters are matrices inside the model (the GPT's attn.W_* and
+// mlp.W_*, not its embeddings or head): models::parameter_role.
+bool muon_takes(const models::declaration& d) { return d.role == models::parameter_role::matrix; }
 
 std::string checkpoint_path(const train_options& o) { return (fs::path(o.out) / "model.safetensors").string(); }
 
@@ -114,15 +159,19 @@ std::int64_t checkpoint_step(const std::map<std::string, std::string>& metadata,
     return std::stoll(it->second);
 }
 
-io::checkpoint_extras extras_of(const optim::optimiser<float>& opt, const tokenizer& vocab, std::int64_t step,
-                                const train_options& o)
+io::checkpoint_extras extras_of(const optim::named_tensors<float>& optimiser_state, const tokenizer& vocab,
+                                std::int64_t step, const train_options& o)
 {
     io::checkpoint_extras e;
     vocab.to_metadata(e.metadata);
     e.metadata["step"] = std::to_string(step);
     e.metadata["seed"] = std::to_string(o.seed);
     e.metadata["batch"] = std::to_string(o.batch);
-    for (const auto& [name, tensor] : opt.export_state())
+    if (o.optimizer != "adamw")
+    {
+        e.metadata["optimizer"] = o.optimizer;  // absent for AdamW: its checkpoints stay as they were
+    }
+    for (const auto& [name, tensor] : optimiser_state)
     {
         e.tensors[name] = io::stored_tensor{"F32", array<double>(tensor)};
     }

@@ -1,5 +1,5 @@
 // The training loop behind xgrad-train (docs/spec.md, "Training on text"): a model on byte tokens,
-// AdamW with warm-up and cosine decay, gradient clipping, validation at intervals, log.csv, atomic
+// AdamW (or Muon on the matrices, docs/training.md) with warm-up and cosine decay, gradient clipping, validation at intervals, log.csv, atomic
 // checkpoints with the optimiser's state, and --resume that continues exactly where a run stopped.
 // Data-parallel runs plug in a communicator (train/communicator.hpp); everything else is the same.
 //
@@ -44,6 +44,9 @@ struct train_options
     double time_limit_s = 0;          // > 0: stop after the step that passes this many seconds of training
 
     double weight_decay = 0.1;   // AdamW, on matrices only
+    std::string optimizer = "adamw";  // adamw | muon: Muon on the model's matrices, AdamW on the rest
+    double muon_lr = 0.02;            // Muon's peak learning rate (the same schedule as lr's)
+    double muon_momentum = 0.95;
     double beta2 = 0.99;
     double clip = 1.0;           // global gradient norm
     std::int64_t eval_every = 100;   // validation every so many steps, and at the last step

@@ -115,3 +115,19 @@ class LRSchedule:
         return self._s.at(int(step))
 
     __call__ = at
+
+
+class Muon(Optimizer):
+    """Muon: momentum orthogonalised by Newton–Schulz, for matrices (docs/training.md, "Muon"). For each
+    2-D parameter W of shape (fan_in, fan_out) with gradient g:
+
+        m = momentum m + g;  u = g + momentum m                     (Nesterov)
+        X = u / (||u||_F + 1e-7), transposed when it has more rows than columns
+        5 times:  A = X X^T;  X = 3.4445 X + (-4.7750 A + 2.0315 A A) X   (then transposed back)
+        W -= lr sqrt(max(1, fan_out / fan_in)) X
+
+    Give it the matrices only (a model's block matrices, say) and another optimiser the rest: a parameter
+    that is not 2-D is a ValueError naming it. The state is "optim.step" and "optim.momentum.<name>"."""
+
+    def __init__(self, params, lr=0.02, momentum=0.95):
+        super().__init__("Muon", params, float(lr), float(momentum))
