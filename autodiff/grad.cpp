@@ -276,6 +276,22 @@ hvp_result<T> hvp(const std::function<var<T>(tape<T>&, const std::vector<var<T>>
     return result;
 }
 
+template <class T>
+std::vector<std::pair<std::string, var<T>>> parameter_leaves(const var<T>& on_tape)
+{
+    on_tape.node();  // rejects an empty or stale handle
+    const auto& state = on_tape.state();
+    std::vector<std::pair<std::string, var<T>>> leaves;
+    for (std::uint32_t i = 0; i < state->nodes.size(); ++i)
+    {
+        if (const auto& p = state->nodes[i]->param)
+        {
+            leaves.emplace_back(p->name, detail::handle(state, i));
+        }
+    }
+    return leaves;
+}
+
 // ---- graph_context ----------------------------------------------------------------------------------
 
 template <class T>
@@ -340,6 +356,7 @@ void graph_context<T>::accumulate_twin(const std::vector<var<T>>& inputs, const 
                                       const grad_options&);                                                  \
     template std::vector<var<T>> grad(const var<T>&, const std::vector<var<T>>&, const array<T>&,            \
                                       const grad_options&);                                                  \
+    template std::vector<std::pair<std::string, var<T>>> parameter_leaves(const var<T>&);                   \
     template hvp_result<T> hvp(const std::function<var<T>(tape<T>&, const std::vector<var<T>>&)>&,         \
                                const std::vector<array<T>>&, const std::vector<array<T>>&);
 XGRAD_GRAD(float)

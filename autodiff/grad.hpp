@@ -15,6 +15,8 @@
 
 #include <functional>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "autodiff/tape.hpp"
@@ -62,6 +64,12 @@ std::vector<var<T>> grad(const var<T>& root, const std::vector<var<T>>& inputs, 
 template <class T>
 std::vector<var<T>> grad(const var<T>& root, const std::vector<var<T>>& inputs, const array<T>& seed,
                          const grad_options& options = {});
+
+// The leaves of `on_tape`'s tape bound to parameters (tape::param), with the parameters' names, in
+// recording order: what to differentiate a model's loss with respect to (a parameter bound twice has
+// two leaves; its gradient is their sum).
+template <class T>
+std::vector<std::pair<std::string, var<T>>> parameter_leaves(const var<T>& on_tape);
 
 // The Hessian-vector products of a scalar function at `inputs`: H v, where H is the Hessian of f with
 // respect to all inputs together and v the vectors (one per input, of its shape). Returns f's value

@@ -9,9 +9,11 @@
 //      create_graph), so its gradient can be differentiated again;
 //   2. a fused op's kernel rule on arrays with its composed twin, `detail::with_twin<T>(rule, twin)`:
 //      a backward that records itself differentiates the twin (the op again from primitives);
-//   3. a rule on arrays only, `[](backward_context<T>& ctx) { ... }`: first order only; a backward that
+//   3. a kernel rule on arrays beside the same math on vars, `detail::with_var_form<T>(rule, on_vars)`,
+//      for ops that have no composed twin (sum, permute, slice, embedding); a rule object may also define
+//      both operator()s itself, as matmul's does;
+//   4. a rule on arrays only, `[](backward_context<T>& ctx) { ... }`: first order only; a backward that
 //      records itself stops at it with an error naming the op.
-// (A rule object may also define both operator()s itself, as matmul's does.)
 #pragma once
 
 #include <initializer_list>
@@ -175,6 +177,23 @@ template <class T, class OnArrays, class Twin>
 twin_rule<T, OnArrays, Twin> with_twin(OnArrays on_arrays, Twin twin)
 {
     return {std::move(on_arrays), std::move(twin)};
+}
+
+// A rule whose fast form on arrays is a kernel, beside the same math written with ops on vars: the two
+// forms of one rule, side by side (sum's broadcast, permute's inverse, embedding's scatter-add).
+template <class T, class OnArrays, class OnVars>
+struct two_form_rule
+{
+    OnArrays on_arrays;
+    OnVars on_vars;
+    void operator()(backward_context<T>& ctx) { on_arrays(ctx); }
+    void operator()(graph_context<T>& ctx) { on_vars(ctx); }
+};
+
+template <class T, class OnArrays, class OnVars>
+two_form_rule<T, OnArrays, OnVars> with_var_form(OnArrays on_arrays, OnVars on_vars)
+{
+    return {std::move(on_arrays), std::move(on_vars)};
 }
 
 // Some input wants a gradient and the tape is not under no_grad: the one test of whether an op records

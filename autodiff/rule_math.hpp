@@ -5,7 +5,8 @@
 //     [](auto& ctx) { ctx.accumulate(0, ctx.grad() * rule::sigmoid(ctx.input(0))); }
 //
 // serves both. Each function here is the same math on both kinds; the array forms are lazy expressions
-// (use them inside the accumulate call, never store them in an `auto`).
+// (use them inside the accumulate call, never store them in an `auto`). A number goes into an array form
+// as an rvalue, so that the expression holds a copy, not a reference to a parameter gone on return.
 #pragma once
 
 #include "autodiff/xtensor.hpp"
@@ -37,7 +38,7 @@ auto tanh(const xt::xexpression<E>& x)
 template <class E, class P>
 auto pow(const xt::xexpression<E>& x, P p)
 {
-    return xt::pow(x.derived_cast(), p);
+    return xt::pow(x.derived_cast(), std::move(p));  // an rvalue: the expression keeps its own copy of p
 }
 // g where y > 0, else 0.
 template <class E, class G>
@@ -51,6 +52,20 @@ template <class E>
 auto broadcast_to(const xt::xexpression<E>& g, const shape_t& shape)
 {
     return xt::broadcast(g.derived_cast(), shape);
+}
+
+// The gradient moved into another shape of as many elements.
+template <class T>
+array<T> reshape(array<T>&& g, const shape_t& shape)
+{
+    g.reshape(shape);
+    return std::move(g);
+}
+// Zeros of g's shape.
+template <class T>
+array<T> zeros_like(const array<T>& g)
+{
+    return xt::zeros<T>(g.shape());
 }
 
 // ---- vars: ops on the tape -------------------------------------------------------------------------
@@ -90,5 +105,15 @@ template <class T>
 var<T> broadcast_to(const var<T>& g, const shape_t& shape)
 {
     return ops::add(g, constant_like(g, array<T>(xt::zeros<T>(shape))));
+}
+template <class T>
+var<T> reshape(const var<T>& g, const shape_t& shape)
+{
+    return ops::reshape(g, std::vector<long>(shape.begin(), shape.end()));
+}
+template <class T>
+var<T> zeros_like(const var<T>& g)
+{
+    return constant_like(g, array<T>(xt::zeros<T>(g.value().shape())));
 }
 }  // namespace xgrad::rule
