@@ -3,6 +3,7 @@
 #include "autodiff/grad.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "autodiff/record.hpp"
 #include "ops/ops.hpp"
@@ -292,6 +293,82 @@ std::vector<std::pair<std::string, var<T>>> parameter_leaves(const var<T>& on_ta
     return leaves;
 }
 
+namespace
+{
+template<class T>
+double dot(const std::vector<array<T>>& a, const std::vector<array<T>>& b)
+{
+    double s = 0;
+    for (std::size_t k = 0; k < a.size(); ++k)
+    {
+        s += static_cast<double>(xt::sum(a[k] * b[k], xt::evaluation_strategy::immediate)());
+    }
+    return s;
+}
+
+template<class T>
+void scale_all(std::vector<array<T>>& a, double factor)
+{
+    for (auto& x : a)
+    {
+        x *= static_cast<T>(factor);
+    }
+}
+} // namespace
+
+template<class T>
+eigen_estimate<T> top_hessian_eigenvalue(const var<T>& loss,
+                                         const std::vector<var<T>>& inputs,
+                                         std::size_t iterations,
+                                         unsigned seed,
+                                         double rtol)
+{
+    if (iterations == 0 || inputs.empty())
+    {
+        fail("top_hessian_eigenvalue", "needs at least one iteration and one input");
+    }
+    const std::vector<var<T>> g = grad(loss, inputs, create_graph);
+    eigen_estimate<T> e;
+    std::mt19937 rng(seed);
+    std::normal_distribution<double> normal;
+    for (const var<T>& x : inputs)
+    {
+        array<T> v = array<T>::from_shape(x.value().shape());
+        std::generate(v.begin(), v.end(), [&] { return static_cast<T>(normal(rng)); });
+        e.vector.push_back(std::move(v));
+    }
+    scale_all(e.vector, 1 / std::sqrt(dot(e.vector, e.vector)));
+    for (e.iterations = 1; e.iterations <= iterations; ++e.iterations)
+    {
+        // H v = d <g, v> / d inputs, v held constant; the recorded gradient is kept for the next one.
+        var<T> g_dot_v = ops::sum(ops::mul(g[0], constant_like(loss, e.vector[0])));
+        for (std::size_t k = 1; k < g.size(); ++k)
+        {
+            g_dot_v = ops::add(g_dot_v, ops::sum(ops::mul(g[k], constant_like(loss, e.vector[k]))));
+        }
+        std::vector<array<T>> hv;
+        for (const var<T>& h : grad(g_dot_v, inputs, grad_options().retain_graph()))
+        {
+            hv.push_back(h.value());
+        }
+        const double previous = e.value;
+        e.value = dot(e.vector, hv); // the Rayleigh quotient v^T H v, |v| = 1
+        const double norm = std::sqrt(dot(hv, hv));
+        if (norm == 0)
+        {
+            break; // H v = 0: the Hessian vanishes along v (and the estimate is 0)
+        }
+        e.vector = std::move(hv);
+        scale_all(e.vector, 1 / norm);
+        if (rtol > 0 && e.iterations > 1 && std::abs(e.value - previous) <= rtol * std::abs(e.value))
+        {
+            break;
+        }
+    }
+    e.iterations = std::min(e.iterations, iterations);
+    return e;
+}
+
 // ---- graph_context ----------------------------------------------------------------------------------
 
 template <class T>
@@ -352,13 +429,16 @@ void graph_context<T>::accumulate_twin(const std::vector<var<T>>& inputs, const 
 #define XGRAD_GRAD(T)                                                                                        \
     template class graph_context<T>;                                                                         \
     template std::vector<var<T>> grad(const var<T>&, const std::vector<var<T>>&, const grad_options&);       \
-    template std::vector<var<T>> grad(const var<T>&, const std::vector<var<T>>&, const var<T>&,              \
-                                      const grad_options&);                                                  \
-    template std::vector<var<T>> grad(const var<T>&, const std::vector<var<T>>&, const array<T>&,            \
-                                      const grad_options&);                                                  \
-    template std::vector<std::pair<std::string, var<T>>> parameter_leaves(const var<T>&);                   \
-    template hvp_result<T> hvp(const std::function<var<T>(tape<T>&, const std::vector<var<T>>&)>&,         \
-                               const std::vector<array<T>>&, const std::vector<array<T>>&);
+    template std::vector<var<T>> grad(                                                                       \
+      const var<T>&, const std::vector<var<T>>&, const var<T>&, const grad_options&);                        \
+    template std::vector<var<T>> grad(                                                                       \
+      const var<T>&, const std::vector<var<T>>&, const array<T>&, const grad_options&);                      \
+    template std::vector<std::pair<std::string, var<T>>> parameter_leaves(const var<T>&);                    \
+    template eigen_estimate<T> top_hessian_eigenvalue(                                                       \
+      const var<T>&, const std::vector<var<T>>&, std::size_t, unsigned, double);                             \
+    template hvp_result<T> hvp(const std::function<var<T>(tape<T>&, const std::vector<var<T>>&)>&,           \
+                               const std::vector<array<T>>&,                                                 \
+                               const std::vector<array<T>>&);
 XGRAD_GRAD(float)
 XGRAD_GRAD(double)
 }  // namespace xgrad

@@ -15,6 +15,7 @@
 
 #include <functional>
 #include <optional>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -70,6 +71,25 @@ std::vector<var<T>> grad(const var<T>& root, const std::vector<var<T>>& inputs, 
 // two leaves; its gradient is their sum).
 template <class T>
 std::vector<std::pair<std::string, var<T>>> parameter_leaves(const var<T>& on_tape);
+
+// Sharpness: the Hessian's eigenvalue of largest magnitude (with its sign), by power iteration on
+// Hessian-vector products. `loss` is a scalar on a tape that retains its graph; its gradient with
+// respect to `inputs` is recorded once, then differentiated once per iteration in the direction of the
+// current vector (starting from normal numbers drawn from `seed`, normalised). Stops after `iterations`,
+// or earlier once two successive estimates agree to `rtol`. The vector is the eigenvector's estimate.
+template<class T>
+struct eigen_estimate
+{
+    double value = 0;
+    std::vector<array<T>> vector;
+    std::size_t iterations = 0;
+};
+template<class T>
+eigen_estimate<T> top_hessian_eigenvalue(const var<T>& loss,
+                                         const std::vector<var<T>>& inputs,
+                                         std::size_t iterations,
+                                         unsigned seed = 0,
+                                         double rtol = 0);
 
 // The Hessian-vector products of a scalar function at `inputs`: H v, where H is the Hessian of f with
 // respect to all inputs together and v the vectors (one per input, of its shape). Returns f's value
