@@ -7,20 +7,25 @@ namespace xgrad::python
 {
 namespace
 {
-template <class T>
+template<class T>
 void bind_grad_for(py::module_& m)
 {
-    m.def("grad", [](const var<T>& output, const std::vector<var<T>>& inputs, const std::optional<var<T>>& seed,
-                     bool create, bool retain) {
-        const grad_options options = grad_options().create_graph(create).retain_graph(retain);
-        return seed ? grad(output, inputs, *seed, options) : grad(output, inputs, options);
-    });
+    m.def("grad",
+          [](const var<T>& output,
+             const std::vector<var<T>>& inputs,
+             const std::optional<var<T>>& seed,
+             bool create,
+             bool retain)
+          {
+              const grad_options options = grad_options().create_graph(create).retain_graph(retain);
+              return seed ? grad(output, inputs, *seed, options) : grad(output, inputs, options);
+          });
 }
-}  // namespace
+} // namespace
 
 void bind_grad(py::module_& m)
 {
     bind_grad_for<double>(m);
     bind_grad_for<float>(m);
 }
-}  // namespace xgrad::python
+} // namespace xgrad::python

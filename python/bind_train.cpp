@@ -149,6 +149,8 @@ void bind_trainer(py::module_& m)
         .def_readwrite("plots", &o::plots)
         .def_readwrite("detect_anomaly", &o::detect_anomaly)
         .def_readwrite("dropout", &o::dropout)
+        .def_readwrite("sharpness_every", &o::sharpness_every)
+        .def_readwrite("sharpness_iters", &o::sharpness_iters)
         // The model's sizes (vocab_size comes from the data) and its variant, as metadata spells it.
         .def("set_model", [](o& x, std::size_t block, std::size_t layers, std::size_t d, std::size_t heads,
                              std::size_t kv_heads, const std::map<std::string, std::string>& variant) {

@@ -52,6 +52,11 @@ void add_train_flags(CLI::App& app, train::train_options& o, std::int64_t& warmu
     app.add_option("--max-memory", o.max_memory, "refuse runs estimated to need more: BYTES (K, M, G, T) or auto")
       ->capture_default_str();
     app.add_flag("--detect-anomaly", o.detect_anomaly, "stop at the first op that makes a NaN or Inf");
+    app.add_option("--sharpness-every", o.sharpness_every, "every N steps, log the top Hessian eigenvalue of the "
+                   "loss on a fixed batch (sharpness column, sharpness.png; 0: never)")->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    app.add_option("--sharpness-iters", o.sharpness_iters, "power-iteration steps per sharpness estimate")
+        ->check(CLI::PositiveNumber)->capture_default_str();
     app.add_flag("--quiet", quiet, "no progress output");
     app.add_option("--norm", v.norm, "layernorm | rmsnorm")->capture_default_str();
     app.add_option("--position", v.position, "learned | rope | none")->capture_default_str();

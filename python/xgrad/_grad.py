@@ -39,13 +39,13 @@ def grad(output, inputs, seed=None, create_graph=False, retain_graph=None):
     if isinstance(seed, Var) and seed.tape is not output.tape:
         raise ValueError("grad: seed is not on the output's tape")
     retain = bool(create_graph) if retain_graph is None else bool(retain_graph)
-    grads = _core.grad(output._v, [x._v for x in inputs], None if seed is None else seed._v, bool(create_graph),
-                       retain)
+    core_seed = None if seed is None else seed._v
+    grads = _core.grad(output._v, [x._v for x in inputs], core_seed, bool(create_graph), retain)
     return tuple(Var(g, output.tape) for g in grads)
 
 
-def gradgradcheck(f, inputs, seed=None, eps=1e-6, atol=1e-5, rtol=1e-3, full_jacobian_limit=20000, directions=3,
-                  random_seed=42, raise_exception=True):
+def gradgradcheck(f, inputs, seed=None, eps=1e-6, atol=1e-5, rtol=1e-3, full_jacobian_limit=20000,
+                  directions=3, random_seed=42, raise_exception=True):
     """PyTorch's gradgradcheck, in float64: gradcheck of the function (inputs, seed) -> the vector-Jacobian
     product seed^T J_f(inputs) (``grad`` with ``create_graph``), with respect to the inputs and the seed.
 

@@ -18,10 +18,13 @@ def run(data, out, steps=2000, layers=2, d_model=64, heads=4, kv_heads=None, blo
         lr=3e-3, warmup=None, decay_steps=None, seed=1, threads=1, resume=False, progress=True,
         weight_decay=0.1, beta2=0.99, clip=1.0, eval_every=100, eval_windows=64, save_every=100,
         sample_tokens=200, plots=False, detect_anomaly=False, dropout=0.0, norm="layernorm", position="learned",
-        rope_base=10000, mlp="gelu_tanh", mlp_hidden=None, bias="mlp", tied_head=True):
+        rope_base=10000, mlp="gelu_tanh", mlp_hidden=None, bias="mlp", tied_head=True, sharpness_every=0,
+        sharpness_iters=20):
     """Trains (or with ``resume`` continues) a GPT on the text file ``data``, writing ``out``/model.safetensors
     and ``out``/log.csv. The flags mean what xgrad-train's do, the architecture variant's included (norm,
-    position, rope_base, mlp, mlp_hidden, bias, tied_head: as xgrad.GPT takes them) and dropout. Returns a
+    position, rope_base, mlp, mlp_hidden, bias, tied_head: as xgrad.GPT takes them), dropout, and
+    sharpness_every / sharpness_iters (log.csv's sharpness column: the top Hessian eigenvalue on a fixed
+    batch). Returns a
     dict: first_step, last_step, interrupted, train_loss, val_loss, tokens_per_s, parameters, sample
     (bytes), checkpoint (the path).
     Bad options: ValueError; unreadable data or a checkpoint that does not fit: RuntimeError."""
@@ -38,6 +41,9 @@ def run(data, out, steps=2000, layers=2, d_model=64, heads=4, kv_heads=None, blo
     o.weight_decay, o.beta2, o.clip = float(weight_decay), float(beta2), float(clip)
     o.eval_every, o.eval_windows, o.save_every = int(eval_every), int(eval_windows), int(save_every)
     o.sample_tokens, o.plots, o.detect_anomaly = int(sample_tokens), bool(plots), bool(detect_anomaly)
+    if int(sharpness_every) < 0 or int(sharpness_iters) < 1:
+        raise ValueError("train.run: sharpness_every must be >= 0 and sharpness_iters >= 1")
+    o.sharpness_every, o.sharpness_iters = int(sharpness_every), int(sharpness_iters)
     variant = {"norm": norm, "position": position, "rope_base": repr(float(rope_base)), "mlp": mlp,
                "mlp_hidden": int(mlp_hidden or 4 * int(d_model)), "bias": bias,
                "tied_head": "true" if tied_head else "false"}
