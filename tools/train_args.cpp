@@ -82,7 +82,7 @@ constexpr std::pair<const char*, const char*> flag_fields[] = {
     {"--max-memory", "max_memory"}, {"--detect-anomaly", "detect_anomaly"}, {"--norm", "model.norm"},
     {"--position", "model.position"}, {"--rope-base", "model.rope_base"}, {"--mlp", "model.mlp"},
     {"--mlp-hidden", "model.mlp_hidden"}, {"--bias", "model.bias"}, {"--untied-head", "model.tied_head"},
-    {"--dropout", "dropout"},
+    {"--dropout", "dropout"}, {"--sharpness-every", "sharpness_every"}, {"--sharpness-iters", "sharpness_iters"},
 };
 
 // The variant flags in the config; a bad value is an input_error naming the flag and the values allowed.
