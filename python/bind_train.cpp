@@ -149,6 +149,8 @@ void bind_trainer(py::module_& m)
         .def_readwrite("plots", &o::plots)
         .def_readwrite("detect_anomaly", &o::detect_anomaly)
         .def_readwrite("dropout", &o::dropout)
+        .def_readwrite("sharpness_every", &o::sharpness_every)
+        .def_readwrite("sharpness_iters", &o::sharpness_iters)
         // The model's config fields as text, by key (vocab_size comes from the data).
         .def("set_model", [](o& x, const std::map<std::string, std::string>& fields) {
             x.model = models::config_with_values({}, fields);

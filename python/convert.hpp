@@ -121,4 +121,5 @@ template <class T>
 void bind_muon(py::module_& m);  // after bind_training (its optimiser base)
 void bind_dtype_free(py::module_& m);
 void bind_tokenizer(py::module_& m);  // python/bind_tokenizer.cpp
+void bind_grad(py::module_& m);  // python/bind_grad.cpp
 }  // namespace xgrad::python

@@ -19,4 +19,5 @@ PYBIND11_MODULE(_core, m)
     xgrad::python::bind_muon<float>(m);
     xgrad::python::bind_dtype_free(m);
     xgrad::python::bind_tokenizer(m);
+    xgrad::python::bind_grad(m);
 }

@@ -86,7 +86,7 @@ TEST_CASE("a run writes log.csv with a row per step and a checkpoint with the st
     CHECK(summary.last_step == 9);
     const auto rows = read_log(dir / "run/log.csv");
     REQUIRE(rows.size() == 10);
-    CHECK(rows[0] == std::vector<std::string>{"step", "train_loss", "val_loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s", "rss_mib", "val_bpb"});
+    CHECK(rows[0] == std::vector<std::string>{"step", "train_loss", "val_loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s", "rss_mib", "val_bpb", "sharpness"});
     for (std::size_t s = 1; s <= 9; ++s)
     {
         CHECK(rows[s][0] == std::to_string(s));

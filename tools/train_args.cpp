@@ -44,6 +44,11 @@ void add_train_flags(CLI::App& app, train::train_options& o, std::int64_t& warmu
     app.add_option("--max-memory", o.max_memory, "refuse runs estimated to need more: BYTES (K, M, G, T) or auto")
       ->capture_default_str();
     app.add_flag("--detect-anomaly", o.detect_anomaly, "stop at the first op that makes a NaN or Inf");
+    app.add_option("--sharpness-every", o.sharpness_every, "every N steps, log the top Hessian eigenvalue of the "
+                   "loss on a fixed batch (sharpness column, sharpness.png; 0: never)")->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    app.add_option("--sharpness-iters", o.sharpness_iters, "power-iteration steps per sharpness estimate")
+        ->check(CLI::PositiveNumber)->capture_default_str();
     app.add_flag("--quiet", quiet, "no progress output");
     add_model_flags(app, o.model);
     app.add_option("--dropout", o.dropout, "inverted dropout in training (embedding, attention and MLP outputs)")
@@ -61,6 +66,7 @@ constexpr std::pair<const char*, const char*> flag_fields[] = {
     {"--no-plots", "plots"}, {"--max-memory", "max_memory"}, {"--detect-anomaly", "detect_anomaly"},
     {"--dropout", "dropout"}, {"--optimizer", "optimizer"}, {"--muon-lr", "muon_lr"},
     {"--muon-momentum", "muon_momentum"},
+    {"--sharpness-every", "sharpness_every"}, {"--sharpness-iters", "sharpness_iters"},
 };
 }  // namespace
 

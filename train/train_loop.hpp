@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "autodiff/grad.hpp"
 #include "optim/muon.hpp"
 #include "optim/optim.hpp"
 #include "train/folder_lock.hpp"
@@ -102,6 +103,24 @@ double validation_loss(const Model& model, const text_corpus& data, const std::v
     }
     comm.allreduce_sum(&total, 1);
     return total / static_cast<double>(offsets.size());
+}
+
+// The top Hessian eigenvalue of the training loss on the windows of step 0 (never a training step's:
+// steps count from 1), by o.sharpness_iters steps of power iteration on Hessian-vector products
+// (autodiff/grad.hpp). Every process computes the same number. Never drops out.
+template <class Model>
+double sharpness(const Model& model, const text_corpus& data, std::size_t block, const train_options& o)
+{
+    const auto offsets = training_offsets(data.train.size(), block, o.batch, o.seed, 0);
+    const token_batch b = make_batch(data.train, offsets, block, 0, o.batch);
+    tape<float> t;
+    const auto r = model.forward(t, b.inputs, &b.targets, models::forward_options{});
+    std::vector<var<float>> leaves;
+    for (const auto& named : parameter_leaves(r.loss))
+    {
+        leaves.push_back(named.second);
+    }
+    return top_hessian_eigenvalue(r.loss, leaves, o.sharpness_iters, static_cast<unsigned>(o.seed)).value;
 }
 }  // namespace detail
 
@@ -217,6 +236,10 @@ train_summary train_module(Model& model, const text_corpus& data, const train_op
             summary.val_loss = *rec.val_loss;
         }
         const double step_s = std::chrono::duration<double>(clock_type::now() - step_start).count();
+        if (o.sharpness_every > 0 && s % o.sharpness_every == 0)
+        {
+            rec.sharpness = detail::sharpness(model, data, block, o);  // after the step's clock stopped
+        }
         rec.tokens_per_s = static_cast<double>(o.batch * world * block) / step_s;
         rec.elapsed_s = std::chrono::duration<double>(clock_type::now() - start).count();
         rec.rss_mib = resident_mib();

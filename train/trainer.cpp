@@ -332,6 +332,11 @@ void draw_pictures(const models::gpt_parameters<float>& params, const text_corpu
     {
         maps.push_back(xt::view(array<double>(w), 0));  // (H, T, T) of the single sequence
     }
+    if (o.sharpness_every > 0)
+    {
+        notes.push_back(plot_sharpness(log, (fs::path(o.out) / "sharpness.png").string(),
+                                       "xgrad-train: sharpness, " + title));
+    }
     notes.push_back(plot_bits_per_byte({log}, {title + " " + o.tokenizer}, (fs::path(o.out) / "bpb.png").string(),
                                        "xgrad-train: validation bits per byte, " + title));
     notes.push_back(plot_attention_maps(maps, labels, (fs::path(o.out) / "attention.png").string(),

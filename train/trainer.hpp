@@ -55,6 +55,10 @@ struct train_options
     std::size_t sample_tokens = 200; // printed at the end (0: none)
     bool plots = true;               // loss.png and attention.png at the end
     bool detect_anomaly = false;
+    // > 0: every so many steps, the top Hessian eigenvalue of the training loss on one fixed batch (the
+    // windows of step 0), by sharpness_iters steps of power iteration (the log's `sharpness` column).
+    std::int64_t sharpness_every = 0;
+    std::size_t sharpness_iters = 20;
     std::string max_memory = "auto";  // refuse a run estimated to need more (train/memory_estimate.hpp)
     // Set (by a SIGINT handler, say) to stop after the current step with a checkpoint of it.
     const volatile std::sig_atomic_t* interrupt = nullptr;

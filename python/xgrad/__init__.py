@@ -38,6 +38,7 @@ from ._tape import Parameter, Tape, Var
 from . import ops, optim, train
 from . import models
 from .divergence import DivergenceReport, first_divergence
+from ._grad import grad, gradgradcheck, hvp
 from .models import GPT
 from .module import Module, declare
 from .tokenizer import Tokenizer
