@@ -118,4 +118,5 @@ void bind_models(py::module_& m);
 template <class T>
 void bind_training(py::module_& m);
 void bind_dtype_free(py::module_& m);
+void bind_function(py::module_& m);  // python/bind_function.cpp: xgrad.Function's nodes
 }  // namespace xgrad::python

@@ -16,4 +16,5 @@ PYBIND11_MODULE(_core, m)
     xgrad::python::bind_training<double>(m);
     xgrad::python::bind_training<float>(m);
     xgrad::python::bind_dtype_free(m);
+    xgrad::python::bind_function(m);
 }

@@ -21,6 +21,7 @@ Modules
     xgrad.train        run(): xgrad-train's loop with a progress bar
     xgrad.Parameter    a learnable array that outlives tapes (t.param(p); optimisers update it in place)
     xgrad.Module       a model written in Python that declares each parameter once (visit), with declare
+    xgrad.Function     your own op: forward and backward on NumPy arrays (ctx.save_for_backward), .apply
 
 Copies and views: every array going in is copied, every array coming out (value, grad, parameters,
 gradients, caches) is a fresh copy; nothing points into memory xgrad may free. A var holds its tape.
@@ -37,6 +38,7 @@ from ._tape import Parameter, Tape, Var
 from . import ops, optim, train
 from . import models
 from .divergence import DivergenceReport, first_divergence
+from .function import Function, FunctionCtx
 from .models import GPT
 from .module import Module, declare
 
@@ -47,4 +49,4 @@ node, the shapes, the first bad element and the chain of nodes that led to it. A
 __version__ = "0.1.0"
 
 __all__ = ["Tape", "Var", "Parameter", "ops", "gradcheck", "GradcheckError", "AnomalyError", "models", "GPT",
-           "first_divergence", "DivergenceReport", "optim", "train", "Module", "declare"]
+           "first_divergence", "DivergenceReport", "Function", "FunctionCtx", "optim", "train", "Module", "declare"]
