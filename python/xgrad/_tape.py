@@ -482,8 +482,13 @@ class Parameter:
 
     @property
     def grad(self):
-        """The accumulated gradient, as a new NumPy array (a copy)."""
+        """The accumulated gradient, as a new NumPy array (a copy). Assignable: ``p.grad = array`` (of the
+        parameter's shape, copied in) replaces it, for a hand-written clipping or optimiser."""
         return self._p.grad()
+
+    @grad.setter
+    def grad(self, value):
+        _core.set_parameter_grad(self._p, as_float_array(value, self.dtype, "Parameter.grad"))
 
     @property
     def shape(self):
