@@ -59,8 +59,10 @@ def as_mask(value, what="mask"):
 class Tape:
     """A reverse-mode tape: every op on its variables appends a node; ``backward`` walks them in reverse.
 
-    ``Tape(dtype="float64")`` or ``Tape(dtype="float32")``. Each variable belongs to one tape and holds it
-    alive; variables of different tapes never mix (a ValueError). There is no hidden global tape.
+    ``Tape(dtype="float64")`` or ``Tape(dtype="float32")``. The default is float64, unlike NumPy's
+    float32-minded deep-learning tools: it is what checking gradients against finite differences needs;
+    pass dtype="float32" for speed. Each variable belongs to one tape and holds it alive; variables of
+    different tapes never mix (a ValueError, naming the dtypes when they differ). No hidden global tape.
 
     >>> t = Tape()
     >>> x = t.input(np.array([1.0, 2.0]))
@@ -183,11 +185,20 @@ class _NoGrad:
         return False
 
 
+def different_tapes(what, a, b):
+    """The ValueError for vars of two tapes, naming their dtypes when those differ."""
+    if a.dtype is not b.dtype:
+        return ValueError("%s: a %s var and a %s var, recorded on different tapes (each tape has one dtype: "
+                          "record both on one Tape, or bring a value over with t.input(v.value))"
+                          % (what, np.dtype(a.dtype).name, np.dtype(b.dtype).name))
+    return ValueError("%s: the operands were recorded on different tapes" % what)
+
+
 def _operand(v, other, what):
     """``other`` as a var on v's tape: a var (of the same tape) or an array or number (a constant)."""
     if isinstance(other, Var):
         if other.tape is not v.tape:
-            raise ValueError("%s: the operands were recorded on different tapes" % what)
+            raise different_tapes(what, v, other)
         return other
     return Var(v._v.constant_like(as_float_array(other, v.dtype, what)), v.tape)
 
@@ -219,9 +230,17 @@ class Var:
 
     @property
     def grad(self):
-        """dL/d(this var) after backward, as a new NumPy array (a copy). Kept for input leaves (and for
-        every node when backward retained the graph); zeros of the value's shape if no gradient arrived.
-        A parameter's gradient goes to ``Parameter.grad`` instead."""
+        """dL/d(this var) after backward, as a new NumPy array (a copy). Kept for leaves (``input``), and
+        for every node when backward retained the graph; zeros of the value's shape if no gradient arrived.
+        The gradient of an intermediate result is freed as the backward walks past it, so reading it after
+        ``backward()`` without ``retain_graph=True`` raises RuntimeError saying so (never zeros). A
+        parameter's gradient goes to ``Parameter.grad`` instead."""
+        has_grad, released, leaf = _core.grad_state(self._v)
+        if not has_grad and released and not leaf:
+            raise RuntimeError(
+                "Var.grad: this var is an intermediate result (op %r%s); backward freed its gradient as it "
+                "walked past it. Call backward(retain_graph=True) to keep every node's gradient, or read the "
+                "gradient of a leaf (t.input) instead" % (self.op, ", label %r" % self.label if self.label else ""))
         return self._v.grad()
 
     @property
@@ -375,9 +394,16 @@ class Var:
             return _wrap(_core.mean_all(self._v), self)
         return _wrap(_core.mean(self._v, _axes(axis, self.ndim, "mean"), bool(keepdims)), self)
 
-    def max(self, axis=-1, keepdims=False):
-        """Largest entry along one axis; the gradient goes to the first largest entry (as torch.max(dim))."""
-        return _wrap(_core.max(self._v, _axes(axis, self.ndim, "max")[0], bool(keepdims)), self)
+    def max(self, axis=None, keepdims=False):
+        """Largest entry over every axis (axis=None, NumPy's default) or along one axis; the gradient goes
+        to the first largest entry (as torch.max(dim)). Several axes at once are a ValueError."""
+        if axis is None:
+            flat = _wrap(_core.max(self.reshape(-1)._v, 0, False), self)
+            return flat.reshape((1,) * self.ndim) if keepdims else flat
+        axes = _axes(axis, self.ndim, "max")
+        if len(axes) != 1:
+            raise ValueError("max: one axis or None (all), got %r" % (axis,))
+        return _wrap(_core.max(self._v, axes[0], bool(keepdims)), self)
 
     def variance(self, axis=None, keepdims=False):
         """Biased (population) variance over the given axes (all when None)."""

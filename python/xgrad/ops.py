@@ -1,7 +1,9 @@
 """Every primitive op of xgrad, under its C++ name (``xgrad::ops::<name>``).
 
-Each takes vars of one tape (arrays and numbers are not accepted here: make them ``t.constant(...)``, or
-use the operators, which do), records one node with its backward rule, and returns the result var.
+Each takes vars of one tape, records one node with its backward rule, and returns the result var. The
+elementwise ops of two operands (add sub mul div maximum minimum where ...) also take an array or a number
+for either operand as the operators do (``ops.mul(v, array)`` is ``v * array``): it becomes a constant on
+the other operand's tape.
 Bad shapes or arguments raise ValueError with the C++ message naming the op and the shapes.
 
 Elementwise (NumPy broadcasting): add sub mul div, scale add_scalar neg pow, exp log sqrt rsqrt,
@@ -15,7 +17,7 @@ architecture variants': erf silu gelu_exact swiglu rms_norm rope.
 import numbers
 
 from . import _core
-from ._tape import Var, _axes, as_ids, as_mask
+from ._tape import Var, _axes, _operand, as_ids, as_mask, different_tapes
 
 
 def _vars(what, *vs):
@@ -24,8 +26,17 @@ def _vars(what, *vs):
             raise ValueError("%s: expected xgrad.Var arguments, got %s" % (what, type(v).__name__))
     for v in vs[1:]:
         if v.tape is not vs[0].tape:
-            raise ValueError("%s: the inputs were recorded on different tapes" % what)
+            raise different_tapes(what, vs[0], v)
     return vs[0]
+
+
+def _operands(what, *xs):
+    """The operands as vars of one tape: arrays and numbers become constants on the first var's tape."""
+    first = next((x for x in xs if isinstance(x, Var)), None)
+    if first is None:
+        raise ValueError("%s: at least one operand must be an xgrad.Var, got %s"
+                         % (what, ", ".join(type(x).__name__ for x in xs)))
+    return [_operand(first, x, what) for x in xs]
 
 
 def _unary(name, doc):
@@ -44,7 +55,7 @@ def _binary(name, doc):
     core = getattr(_core, name)
 
     def op(a, b):
-        _vars(name, a, b)
+        a, b = _operands(name, a, b)
         return Var(core(a._v, b._v), a.tape)
 
     op.__name__ = op.__qualname__ = name
@@ -103,8 +114,9 @@ def mean(x, axis=None, keepdims=False):
     return x.mean(axis, keepdims)
 
 
-def max(x, axis=-1, keepdims=False):
-    """Largest entry along one axis; the gradient goes to the first largest entry (as torch.max(dim))."""
+def max(x, axis=None, keepdims=False):
+    """Largest entry over every axis (None, NumPy's default) or along one axis; the gradient goes to the
+    first largest entry (as torch.max(dim))."""
     _vars("max", x)
     return x.max(axis, keepdims)
 
