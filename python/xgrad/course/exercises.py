@@ -29,8 +29,9 @@ def _first_wrong(mine, reference, what="node"):
     report = xgrad.first_divergence(mine, reference, rtol=RTOL, atol=ATOL)
     if report.diverged:
         row = next(r for r in report.rows if r["name"] == report.first)
-        raise TaskFailed("first wrong %s '%s' (in backward order): max |mine - reference| = %.3g, relative %.3g"
-                         % (what, report.first, row["max_abs"], row["max_rel"]))
+        order = " (in backward order)" if what == "node" else ""
+        raise TaskFailed("first wrong %s '%s'%s: max |mine - reference| = %.3g, relative %.3g"
+                         % (what, report.first, order, row["max_abs"], row["max_rel"]))
 
 
 def _compare_graph(build, inputs, op_inputs):
