@@ -431,13 +431,23 @@ class Var:
         """The last two axes swapped."""
         return self.transpose()
 
-    def softmax(self, scale=1.0):
-        """softmax(scale * x) over the last axis."""
-        return _wrap(_core.softmax(self._v, float(scale)), self)
+    def softmax(self, axis=-1, scale=1.0):
+        """softmax(scale * x) along ``axis`` (any axis; the last by default)."""
+        return _along(self, axis, "softmax", lambda v: _wrap(_core.softmax(v._v, float(scale)), v))
 
-    def log_softmax(self):
-        """log softmax over the last axis."""
-        return _wrap(_core.log_softmax(self._v), self)
+    def log_softmax(self, axis=-1):
+        """log softmax along ``axis`` (any axis; the last by default)."""
+        return _along(self, axis, "log_softmax", lambda v: _wrap(_core.log_softmax(v._v), v))
+
+
+def _along(x, axis, what, op_on_last_axis):
+    """op_on_last_axis applied along ``axis``: the axis is moved last (a permute), and back after."""
+    (axis,) = _axes(axis, x.ndim, what)
+    if axis == x.ndim - 1:
+        return op_on_last_axis(x)
+    order = [a for a in range(x.ndim) if a != axis] + [axis]
+    inverse = list(np.argsort(order))
+    return op_on_last_axis(x.permute(order)).permute(inverse)
 
 
 def _matmul(a, b):

@@ -16,6 +16,8 @@ architecture variants': erf silu gelu_exact swiglu rms_norm rope.
 
 import numbers
 
+import numpy as np
+
 from . import _core
 from ._tape import Var, _axes, _operand, as_ids, as_mask, different_tapes
 
@@ -81,7 +83,6 @@ silu = _unary("silu", "x sigmoid(x). Backward: d x = g (s + x s (1 - s)), s = si
 gelu_exact = _unary("gelu_exact", "The exact GELU 0.5 x (1 + erf(x / sqrt 2)) (torch.nn.GELU()), fused.")
 swiglu = _binary("swiglu", "silu(gate) * up, gate and up of the same shape. Backward: d gate = g up silu'(gate), "
                  "d up = g silu(gate).")
-log_softmax = _unary("log_softmax", "log softmax over the last axis. Backward: d x = g - softmax(x) sum(g).")
 
 
 def scale(x, factor):
@@ -146,12 +147,31 @@ def transpose(x, axis1, axis2):
 
 
 def slice(x, axis, begin, end):
-    """Entries [begin, end) of one axis. Backward: g placed back, zeros elsewhere."""
+    """Entries [begin, end) of one axis; a negative bound counts from the end, as in Python (-1 is the
+    last). Out of range after that: ValueError. Backward: g placed back, zeros elsewhere."""
     _vars("slice", x)
     (axis,) = _axes(axis, x.ndim, "slice")
-    if begin < 0 or end < 0:
-        raise ValueError("slice: begin and end must be >= 0, got %d and %d" % (begin, end))
-    return Var(_core.slice(x._v, axis, int(begin), int(end)), x.tape)
+    n = x.shape[axis]
+    b, e = (int(i) + n if i < 0 else int(i) for i in (begin, end))
+    if b < 0 or e < 0:
+        raise ValueError("slice: bounds %d, %d are out of range for an axis of length %d" % (begin, end, n))
+    return Var(_core.slice(x._v, axis, b, e), x.tape)
+
+
+def stack(parts, axis=0):
+    """Joins vars of one shape along a new axis (NumPy's stack): each gets an axis of length 1 there
+    (a reshape), then concat. Backward: g sliced back into the parts."""
+    parts = list(parts)
+    if not parts:
+        raise ValueError("stack: no parts")
+    _vars("stack", *parts)
+    shape = parts[0].shape
+    for k, p in enumerate(parts):
+        if p.shape != shape:
+            raise ValueError("stack: part %d has shape %s, part 0 %s" % (k, p.shape, shape))
+    (axis,) = _axes(axis, len(shape) + 1, "stack")
+    grown = shape[:axis] + (1,) + shape[axis:]
+    return concat([p.reshape(grown) for p in parts], axis)
 
 
 def concat(parts, axis):
@@ -185,10 +205,17 @@ def masked_softmax(x, mask, scale=1.0):
     return Var(_core.masked_softmax(x._v, as_mask(mask, "masked_softmax mask"), float(scale)), x.tape)
 
 
-def softmax(x, scale=1.0):
-    """softmax(scale * x) over the last axis. Backward: d x = scale y (g - sum(g y))."""
+def softmax(x, scale=1.0, axis=-1):
+    """softmax(scale * x) along ``axis`` (the last by default; another axis is moved last and back by two
+    permutes). Backward: d x = scale y (g - sum(g y))."""
     _vars("softmax", x)
-    return x.softmax(scale)
+    return x.softmax(axis, scale)
+
+
+def log_softmax(x, axis=-1):
+    """log softmax along ``axis`` (the last by default). Backward: d x = g - softmax(x) sum(g)."""
+    _vars("log_softmax", x)
+    return x.log_softmax(axis)
 
 
 def cross_entropy(logits, targets):
@@ -210,14 +237,34 @@ def rms_norm(x, weight, eps=1e-5):
     return Var(_core.rms_norm(x._v, weight._v, float(eps)), x.tape)
 
 
-def rope(x, base=10000.0, position_offset=0):
-    """Rotary embedding of x (B, H, T, dh), dh even: the pair (2i, 2i+1) of row t is rotated by the angle
-    (position_offset + t) * base^(-2i/dh): (a, b) -> (a cos - b sin, a sin + b cos). Backward: the inverse
-    rotation of g."""
+def rope(x, base=10000.0, positions=None, position_offset=0):
+    """Rotary embedding of x (..., T, dh), dh even: the pair (2i, 2i+1) of row t is rotated by the angle
+    p_t * base^(-2i/dh): (a, b) -> (a cos - b sin, a sin + b cos), where p_t = position_offset + t, or
+    ``positions[t]`` (T integers >= 0, any order) when given. Backward: the inverse rotation of g.
+    On (B, H, T, dh) with consecutive positions it is one fused node; otherwise it is composed of
+    primitive ops (x cos + swap(x) sin, with the angles as constants)."""
     _vars("rope", x)
+    if x.ndim < 2 or x.shape[-1] % 2:
+        raise ValueError("rope: input must be (..., T, dh) with dh even, got shape %s" % (x.shape,))
+    t, dh = x.shape[-2], x.shape[-1]
     if position_offset < 0:
         raise ValueError("rope: position_offset must be >= 0, got %d" % position_offset)
-    return Var(_core.rope(x._v, float(base), int(position_offset)), x.tape)
+    if positions is None:
+        if x.ndim == 4:
+            return Var(_core.rope(x._v, float(base), int(position_offset)), x.tape)
+        positions = position_offset + np.arange(t)
+    positions = as_ids(positions, "rope positions")
+    if positions.shape != (t,) or (positions.size and positions.min() < 0):
+        raise ValueError("rope: positions must be %d integers >= 0 (one per row t), got shape %s"
+                         % (t, positions.shape))
+    if x.ndim == 4 and t and np.array_equal(positions, positions[0] + np.arange(t)):
+        return Var(_core.rope(x._v, float(base), int(positions[0])), x.tape)
+    angles = positions[:, None] * float(base) ** (-np.arange(0, dh, 2) / dh)   # (T, dh/2)
+    cos = np.repeat(np.cos(angles), 2, axis=-1)
+    sin = np.repeat(np.sin(angles), 2, axis=-1) * np.tile([-1.0, 1.0], dh // 2)  # (-b sin, a sin)
+    pairs = x.reshape(x.shape[:-1] + (dh // 2, 2))
+    swapped = concat([slice(pairs, -1, 1, 2), slice(pairs, -1, 0, 1)], -1).reshape(x.shape)  # (b, a)
+    return x * cos + swapped * sin
 
 
 def dropout(x, p, seed=0, training=True):
@@ -231,12 +278,28 @@ def dropout(x, p, seed=0, training=True):
 
 def attention(q, k, v, mask=None, causal=False):
     """Fused scaled dot-product attention softmax(Q K^T / sqrt(dh), mask) V, tile by tile with an online
-    softmax. q (B, H, Tq, dh); k, v (B, G, Tk, dh) with H % G == 0. ``mask``: bool, True = attend,
-    broadcast to (B, H, Tq, Tk), copied; ``causal`` is bottom-right aligned and ANDed with it. A row with
-    no visible key gives 0 and no gradient. Returns (B, H, Tq, dh)."""
+    softmax. q (B, H, Tq, dh); k, v (B, G, Tk, dh) with H % G == 0. Or, with any leading axes,
+    q (..., Tq, dh) and k, v (..., Tk, dh) with the same leading axes (folded into one batch axis).
+    ``mask``: bool, True = attend, broadcast to (..., Tq, Tk), copied; ``causal`` is bottom-right
+    aligned and ANDed with it. A row with no visible key gives 0 and no gradient. Returns q's shape."""
     _vars("attention", q, k, v)
     m = None if mask is None else as_mask(mask, "attention mask")
-    return Var(_core.attention(q._v, k._v, v._v, m, bool(causal)), q.tape)
+    if q.ndim == 4 and k.ndim == 4 and v.ndim == 4:
+        return Var(_core.attention(q._v, k._v, v._v, m, bool(causal)), q.tape)
+    if q.ndim < 2 or q.shape[:-2] != k.shape[:-2] or k.shape[:-2] != v.shape[:-2]:
+        raise ValueError("attention: q (..., Tq, dh), k and v (..., Tk, dh) need the same leading axes, got "
+                         "shapes %s, %s, %s" % (q.shape, k.shape, v.shape))
+    lead, tq, tk = q.shape[:-2], q.shape[-2], k.shape[-2]
+    n = int(np.prod(lead))
+    fold = lambda x: x.reshape((n, 1) + x.shape[-2:])  # noqa: E731
+    if m is not None:
+        try:
+            m = np.ascontiguousarray(np.broadcast_to(m, lead + (tq, tk)).reshape(n, 1, tq, tk))
+        except ValueError:
+            raise ValueError("attention: mask of shape %s does not broadcast to %s"
+                             % (m.shape, lead + (tq, tk))) from None
+    out = Var(_core.attention(fold(q)._v, fold(k)._v, fold(v)._v, m, bool(causal)), q.tape)
+    return out.reshape(q.shape[:-1] + (v.shape[-1],))
 
 
 def attention_token_major(q, k, v, heads, kv_heads, mask=None, causal=False):
@@ -269,7 +332,7 @@ def linear_gelu_exact(x, weight, bias):
 __all__ = [
     "add", "sub", "mul", "div", "scale", "add_scalar", "neg", "exp", "log", "sqrt", "rsqrt", "pow", "tanh",
     "relu", "sigmoid", "gelu", "sum", "mean", "max", "variance", "reshape", "permute", "transpose", "slice",
-    "concat", "embedding", "matmul", "masked_softmax", "softmax", "attention", "log_softmax", "cross_entropy",
+    "concat", "stack", "embedding", "matmul", "masked_softmax", "softmax", "attention", "log_softmax", "cross_entropy",
     "layer_norm", "dropout", "erf", "silu", "gelu_exact", "swiglu", "rms_norm", "rope",
     "attention_token_major", "linear", "linear_gelu", "linear_gelu_exact",
 ]

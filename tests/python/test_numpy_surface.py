@@ -1,0 +1,119 @@
+"""The NumPy-shaped surface: softmax along any axis, stack, negative slice bounds, rope on (..., T, dh)
+at any positions, attention with any leading axes; each against NumPy and with a float64 gradcheck."""
+
+import numpy as np
+import pytest
+
+import xgrad
+from xgrad import ops
+
+rng = np.random.default_rng(34)
+
+
+def np_softmax(x, axis):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1, -3])
+def test_softmax_and_log_softmax_along_any_axis(axis):
+    a = rng.standard_normal((2, 3, 4))
+    t = xgrad.Tape()
+    x = t.input(a)
+    np.testing.assert_allclose(x.softmax(axis=axis).value, np_softmax(a, axis), rtol=1e-13)
+    np.testing.assert_allclose(x.log_softmax(axis).value, np.log(np_softmax(a, axis)), rtol=1e-12)
+    np.testing.assert_allclose(ops.softmax(x, 2.0, axis=axis).value, np_softmax(2 * a, axis), rtol=1e-13)
+    w = rng.standard_normal(a.shape)
+    assert xgrad.gradcheck(lambda x: (x.softmax(axis=axis) * w).sum(), [a])
+    assert xgrad.gradcheck(lambda x: (ops.log_softmax(x, axis) * w).sum(), [a])
+
+
+def test_stack_like_numpy():
+    parts = [rng.standard_normal((2, 3)) for _ in range(3)]
+    t = xgrad.Tape()
+    vs = [t.input(p) for p in parts]
+    for axis in (0, 1, 2, -1):
+        np.testing.assert_array_equal(ops.stack(vs, axis).value, np.stack(parts, axis))
+    w = rng.standard_normal((2, 3, 3))
+    assert xgrad.gradcheck(lambda a, b, c: (ops.stack([a, b, c], -1) * w).sum(), parts)
+    with pytest.raises(ValueError, match="stack: part 1 has shape"):
+        ops.stack([vs[0], vs[0].reshape(3, 2)])
+
+
+def test_slice_with_negative_bounds():
+    a = np.arange(10.0)
+    x = xgrad.Tape().input(a)
+    np.testing.assert_array_equal(ops.slice(x, 0, -3, -1).value, a[-3:-1])
+    np.testing.assert_array_equal(ops.slice(x, -1, 2, -2).value, a[2:-2])
+    with pytest.raises(ValueError, match="out of range"):
+        ops.slice(x, 0, -11, 2)
+
+
+def np_rope(x, positions, base):
+    dh = x.shape[-1]
+    angles = np.asarray(positions)[:, None] * base ** (-np.arange(0, dh, 2) / dh)
+    a, b = x[..., 0::2], x[..., 1::2]
+    out = np.empty_like(x)
+    out[..., 0::2] = a * np.cos(angles) - b * np.sin(angles)
+    out[..., 1::2] = a * np.sin(angles) + b * np.cos(angles)
+    return out
+
+
+@pytest.mark.parametrize("shape", [(5, 4), (3, 5, 6), (2, 2, 1, 5, 4)])
+def test_rope_on_any_leading_axes_at_any_positions(shape):
+    a = rng.standard_normal(shape)
+    positions = rng.permutation(40)[:shape[-2]]
+    t = xgrad.Tape()
+    x = t.input(a)
+    np.testing.assert_allclose(ops.rope(x, 100.0, positions).value, np_rope(a, positions, 100.0), rtol=1e-12,
+                               atol=1e-14)
+    np.testing.assert_allclose(ops.rope(x, position_offset=3).value,
+                               np_rope(a, 3 + np.arange(shape[-2]), 10000.0), rtol=1e-12, atol=1e-14)
+    w = rng.standard_normal(shape)
+    assert xgrad.gradcheck(lambda x: (ops.rope(x, 100.0, positions) * w).sum(), [a])
+
+
+def test_rope_composed_equals_the_fused_op_on_four_axes():
+    a = rng.standard_normal((2, 3, 5, 8))
+    t = xgrad.Tape()
+    x = t.input(a)
+    fused = ops.rope(x, 500.0, position_offset=4)
+    assert fused.op == "rope"
+    assert ops.rope(x, 500.0, positions=4 + np.arange(5)).op == "rope"
+    shuffled = np.array([4, 5, 6, 8, 7])
+    composed = ops.rope(x, 500.0, positions=shuffled)
+    assert composed.op != "rope"
+    np.testing.assert_allclose(fused.value[:, :, :3], composed.value[:, :, :3], rtol=1e-13, atol=1e-15)
+    with pytest.raises(ValueError, match="positions must be 5 integers"):
+        ops.rope(x, positions=np.arange(4))
+    with pytest.raises(ValueError, match="dh even"):
+        ops.rope(t.input(np.ones((3, 5))))
+
+
+def np_attention(q, k, v, keep):
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    s = np.where(keep, s, -np.inf)
+    return np_softmax(s, -1) @ v
+
+
+@pytest.mark.parametrize("lead", [(), (3,), (2, 3, 2)])
+def test_attention_with_any_leading_axes(lead):
+    q = rng.standard_normal(lead + (4, 6))
+    k = rng.standard_normal(lead + (5, 6))
+    v = rng.standard_normal(lead + (5, 6))
+    keep = np.tril(np.ones((4, 5), dtype=bool), k=1)
+    t = xgrad.Tape()
+    out = ops.attention(t.input(q), t.input(k), t.input(v), mask=keep)
+    assert out.shape == lead + (4, 6)
+    np.testing.assert_allclose(out.value, np_attention(q, k, v, keep), rtol=1e-12, atol=1e-14)
+    causal = ops.attention(t.input(q), t.input(k), t.input(v), causal=True)
+    np.testing.assert_allclose(causal.value, np_attention(q, k, v, xgrad.models.causal_mask(4, 5)), rtol=1e-12,
+                               atol=1e-14)
+    w = rng.standard_normal(lead + (4, 6))
+    assert xgrad.gradcheck(lambda q, k, v: (ops.attention(q, k, v, mask=keep) * w).sum(), [q, k, v])
+
+
+def test_attention_leading_axes_must_agree():
+    t = xgrad.Tape()
+    with pytest.raises(ValueError, match="same leading axes"):
+        ops.attention(t.input(np.ones((2, 4, 3))), t.input(np.ones((3, 4, 3))), t.input(np.ones((3, 4, 3))))
