@@ -117,3 +117,15 @@ def test_attention_leading_axes_must_agree():
     t = xgrad.Tape()
     with pytest.raises(ValueError, match="same leading axes"):
         ops.attention(t.input(np.ones((2, 4, 3))), t.input(np.ones((3, 4, 3))), t.input(np.ones((3, 4, 3))))
+
+
+@pytest.mark.parametrize("shape", [(6, 8), (2, 6, 8), (2, 3, 6, 8)])
+def test_split_and_combine_heads_on_any_leading_axes(shape):
+    a = rng.standard_normal(shape)
+    x = xgrad.Tape().input(a)
+    split = xgrad.models.split_heads(x, 2)
+    want = np.swapaxes(a.reshape(shape[:-1] + (2, 4)), -3, -2)
+    np.testing.assert_array_equal(split.value, want)
+    np.testing.assert_array_equal(xgrad.models.combine_heads(split).value, a)
+    with pytest.raises(ValueError, match="divisible by heads"):
+        xgrad.models.split_heads(xgrad.Tape().input(np.ones((4, 6))), 4)
