@@ -119,4 +119,5 @@ template <class T>
 void bind_training(py::module_& m);
 void bind_dtype_free(py::module_& m);
 void bind_function(py::module_& m);  // python/bind_function.cpp: xgrad.Function's nodes
+void bind_numpy_ops(py::module_& m);  // python/bind_numpy_ops.cpp: abs sin cos where take ...
 }  // namespace xgrad::python

@@ -17,4 +17,5 @@ PYBIND11_MODULE(_core, m)
     xgrad::python::bind_training<float>(m);
     xgrad::python::bind_dtype_free(m);
     xgrad::python::bind_function(m);
+    xgrad::python::bind_numpy_ops(m);
 }

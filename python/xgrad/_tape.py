@@ -210,8 +210,8 @@ def _is_number(x):
 class Var:
     """A handle to one node of a tape: its value, its gradient after backward, and the operators.
 
-    Operators ``+ - * / @`` take vars, numbers or arrays on either side and broadcast like NumPy;
-    ``**`` takes a number exponent; ``-x`` negates. Arrays and numbers become constants on the var's tape.
+    Operators ``+ - * / @ **`` take vars, numbers or arrays on either side and broadcast like NumPy;
+    ``-x`` negates, ``abs(x)``; ``x[...]`` indexes as NumPy does (a gather whose backward scatter-adds). Arrays and numbers become constants on the var's tape.
     ``value`` and ``grad`` are NumPy copies. A var holds its tape alive.
     """
 
@@ -346,9 +346,35 @@ class Var:
         return _matmul(_operand(self, other, "matmul"), self)
 
     def __pow__(self, exponent):
-        if isinstance(exponent, Var) or not _is_number(exponent):
-            raise TypeError("Var ** exponent: the exponent must be a number, got %s" % type(exponent).__name__)
-        return _wrap(_core.pow(self._v, float(exponent)), self)
+        """x ** number (one op, pow), or x ** var / array (pow with a var exponent, broadcasting)."""
+        if _is_number(exponent):
+            return _wrap(_core.pow(self._v, float(exponent)), self)
+        return _wrap(_core.pow_var(self._v, _operand(self, exponent, "pow")._v), self)
+
+    def __rpow__(self, base):
+        """number ** x or array ** x: the base becomes a constant on x's tape."""
+        return _wrap(_core.pow_var(_operand(self, base, "pow")._v, self._v), self)
+
+    def __abs__(self):
+        return self.abs()
+
+    def __getitem__(self, key):
+        """NumPy indexing: integers, slices (negative bounds and steps), None, ..., integer and boolean
+        arrays, and their mixtures, with NumPy's result shape. One node, take (the positions NumPy's own
+        indexing picks from x's flat layout); the backward scatter-adds, so a position read twice gets
+        both gradients. A var as an index is refused: index with its .value (an array)."""
+        if isinstance(key, Var) or (isinstance(key, tuple) and any(isinstance(k, Var) for k in key)):
+            raise TypeError("Var[...]: index with arrays, not vars (use .value of the var)")
+        positions = np.arange(int(np.prod(self.shape)), dtype=np.int64).reshape(self.shape)
+        try:
+            picked = positions[key]
+        except (IndexError, TypeError, ValueError) as e:
+            raise IndexError("Var[...]: %s (var of shape %s)" % (e, self.shape)) from None
+        return _wrap(_core.take(self._v, np.ascontiguousarray(picked)), self)
+
+    def __setitem__(self, key, value):
+        raise TypeError("Var does not support item assignment (a var is a node of the graph); build the new "
+                        "values with xgrad.ops.where(mask, new, x) or ops.concat")
 
     def __neg__(self):
         return _wrap(_core.neg(self._v), self)
@@ -377,6 +403,16 @@ class Var:
 
     def rsqrt(self):
         return _wrap(_core.rsqrt(self._v), self)
+
+    def abs(self):
+        """|x|; the gradient is sign(x), 0 at x = 0 (as torch.abs)."""
+        return _wrap(_core.abs(self._v), self)
+
+    def sin(self):
+        return _wrap(_core.sin(self._v), self)
+
+    def cos(self):
+        return _wrap(_core.cos(self._v), self)
 
     def gelu(self):
         """GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""

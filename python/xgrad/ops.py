@@ -85,6 +85,67 @@ swiglu = _binary("swiglu", "silu(gate) * up, gate and up of the same shape. Back
                  "d up = g silu(gate).")
 
 
+abs = _unary("abs", "|x|. Backward: d x = g sign(x) (0 at x = 0, as torch.abs).")
+sin = _unary("sin", "sin x. Backward: d x = g cos x.")
+cos = _unary("cos", "cos x. Backward: d x = -g sin x.")
+maximum = _binary("maximum", "max(a, b) elementwise, broadcasting. Backward: g to a where a >= b (ties), to b "
+                  "elsewhere.")
+minimum = _binary("minimum", "min(a, b) elementwise, broadcasting. Backward: g to a where a <= b (ties), to b "
+                  "elsewhere.")
+
+
+def where(cond, a, b):
+    """cond ? a : b elementwise (NumPy's where), cond, a and b broadcast together. ``cond``: a bool array
+    (copied; a constant, it gets no gradient); a and b vars, arrays or numbers (at least one a var).
+    Backward: g to a where cond, to b elsewhere."""
+    a, b = _operands("where", a, b)
+    c = np.asarray(cond)
+    if c.dtype != np.bool_:
+        raise ValueError("where: cond must be a bool array (e.g. x.value > 0), got dtype %s" % c.dtype)
+    return Var(_core.where(np.ascontiguousarray(c), a._v, b._v), a.tape)
+
+
+def clip(x, lo, hi):
+    """min(max(x, lo), hi) for numbers lo <= hi (None: no bound on that side). Backward: g where
+    lo <= x <= hi, 0 elsewhere (as torch.clamp)."""
+    _vars("clip", x)
+    lo = -np.inf if lo is None else float(lo)
+    hi = np.inf if hi is None else float(hi)
+    return Var(_core.clip(x._v, lo, hi), x.tape)
+
+
+def take_along_axis(x, indices, axis):
+    """NumPy's take_along_axis: ``indices`` (an integer array of x's rank, broadcasting against x on the
+    other axes; negative entries count from the end) picks along ``axis``. One take node; the backward
+    scatter-adds."""
+    _vars("take_along_axis", x)
+    ids = np.asarray(indices)
+    if ids.dtype.kind not in "iu":
+        raise ValueError("take_along_axis: indices must be an integer array, got dtype %s" % ids.dtype)
+    (axis,) = _axes(axis, x.ndim, "take_along_axis")
+    positions = np.arange(int(np.prod(x.shape)), dtype=np.int64).reshape(x.shape)
+    try:
+        picked = np.take_along_axis(positions, ids, axis)
+    except (IndexError, ValueError) as e:
+        raise ValueError("take_along_axis: %s (x of shape %s, indices of shape %s)" % (e, x.shape, ids.shape)) from None
+    return Var(_core.take(x._v, np.ascontiguousarray(picked)), x.tape)
+
+
+def take(x, positions):
+    """x.flat[positions] (NumPy's take without an axis): ``positions`` an integer array in [0, x.size);
+    the result has its shape. Backward: scatter_add."""
+    _vars("take", x)
+    return Var(_core.take(x._v, as_ids(positions, "take positions")), x.tape)
+
+
+def scatter_add(values, positions, shape):
+    """zeros(shape) with values[i] added at flat position positions[i] (NumPy's add.at; repeats add up);
+    positions of values' shape. take's adjoint. Backward: take."""
+    _vars("scatter_add", values)
+    return Var(_core.scatter_add(values._v, as_ids(positions, "scatter_add positions"), [int(n) for n in shape]),
+               values.tape)
+
+
 def scale(x, factor):
     """factor * x for a number factor. Backward: d x = factor g."""
     _vars("scale", x)
@@ -98,7 +159,11 @@ def add_scalar(x, c):
 
 
 def pow(x, exponent):
-    """x ** exponent for a number exponent. Backward: d x = g exponent x^(exponent - 1)."""
+    """x ** exponent: a number exponent (Backward: d x = g exponent x^(exponent - 1)), or a var or array,
+    broadcasting (Backward also d exponent = g x^exponent ln x, 0 where x = 0 and exponent >= 0)."""
+    if isinstance(exponent, (Var, np.ndarray, list)) or not isinstance(x, Var):
+        x, exponent = _operands("pow", x, exponent)
+        return Var(_core.pow_var(x._v, exponent._v), x.tape)
     _vars("pow", x)
     return Var(_core.pow(x._v, float(exponent)), x.tape)
 
@@ -332,7 +397,8 @@ def linear_gelu_exact(x, weight, bias):
 __all__ = [
     "add", "sub", "mul", "div", "scale", "add_scalar", "neg", "exp", "log", "sqrt", "rsqrt", "pow", "tanh",
     "relu", "sigmoid", "gelu", "sum", "mean", "max", "variance", "reshape", "permute", "transpose", "slice",
-    "concat", "stack", "embedding", "matmul", "masked_softmax", "softmax", "attention", "log_softmax", "cross_entropy",
+    "concat", "stack", "embedding", "abs", "sin", "cos", "maximum", "minimum", "where", "clip",
+    "take_along_axis", "take", "scatter_add", "matmul", "masked_softmax", "softmax", "attention", "log_softmax", "cross_entropy",
     "layer_norm", "dropout", "erf", "silu", "gelu_exact", "swiglu", "rms_norm", "rope",
     "attention_token_major", "linear", "linear_gelu", "linear_gelu_exact",
 ]

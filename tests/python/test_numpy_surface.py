@@ -129,3 +129,110 @@ def test_split_and_combine_heads_on_any_leading_axes(shape):
     np.testing.assert_array_equal(xgrad.models.combine_heads(split).value, a)
     with pytest.raises(ValueError, match="divisible by heads"):
         xgrad.models.split_heads(xgrad.Tape().input(np.ones((4, 6))), 4)
+
+
+INDEX_KEYS = [
+    1, -1, (0, 2), (slice(1, None), slice(None, None, 2)), (Ellipsis, -1), [0, 2, 2], (None, 1),
+    (slice(None, None, -1), slice(-3, -1)), (slice(None), [1, 0], None), (np.array([[0, 1], [2, 2]]), Ellipsis),
+    (Ellipsis, None, slice(4, 0, -2)), (1, [0, 3], slice(None)),
+]
+
+
+@pytest.mark.parametrize("key", INDEX_KEYS, ids=[repr(k) for k in INDEX_KEYS])
+def test_indexing_like_numpy_with_scatter_add_gradients(key):
+    a = rng.standard_normal((3, 4, 5))
+    x = xgrad.Tape().input(a)
+    y = x[key]
+    np.testing.assert_array_equal(y.value, a[key])
+    assert y.op == "take"
+    w = rng.standard_normal(a[key].shape)
+    assert xgrad.gradcheck(lambda x: (x[key] * w).sum(), [a])
+
+
+def test_boolean_mask_indexing_and_repeated_positions_accumulate():
+    a = rng.standard_normal((3, 4))
+    t = xgrad.Tape()
+    x = t.input(a)
+    mask = a > 0
+    np.testing.assert_array_equal(x[mask].value, a[mask])
+    x[[0, 0, 2]].sum().backward()
+    np.testing.assert_array_equal(x.grad, np.array([[2.0] * 4, [0.0] * 4, [1.0] * 4]))
+    with pytest.raises(IndexError, match=r"Var\[...\]: .*shape \(3, 4\)"):
+        x[5]
+    with pytest.raises(TypeError, match="index with arrays, not vars"):
+        x[x]
+    with pytest.raises(TypeError, match="does not support item assignment"):
+        x[0] = 1.0
+
+
+def test_take_along_axis_like_numpy():
+    a = rng.standard_normal((3, 5))
+    ids = np.array([[4], [0], [-1]])
+    x = xgrad.Tape().input(a)
+    np.testing.assert_array_equal(xgrad.ops.take_along_axis(x, ids, 1).value, np.take_along_axis(a, ids, 1))
+    np.testing.assert_array_equal(xgrad.ops.take_along_axis(x, np.array([[0, 2, 1, 1, 0]]), 0).value,
+                                  np.take_along_axis(a, np.array([[0, 2, 1, 1, 0]]), 0))
+    # cross-entropy without a one-hot matrix: -log softmax picked at the targets
+    targets = np.array([1, 4, 0])
+    loss = -xgrad.ops.take_along_axis(x.log_softmax(), targets[:, None], 1).mean()
+    assert loss.value == pytest.approx(xgrad.ops.cross_entropy(x, targets).value, rel=1e-14)
+    assert xgrad.gradcheck(lambda x: xgrad.ops.take_along_axis(x, ids, 1).tanh().sum(), [a])
+    with pytest.raises(ValueError, match="take_along_axis: indices must be an integer array"):
+        xgrad.ops.take_along_axis(x, np.array([[0.5]]), 1)
+
+
+@pytest.mark.parametrize("name, reference", [("abs", np.abs), ("sin", np.sin), ("cos", np.cos)])
+def test_abs_sin_cos(name, reference):
+    a = rng.standard_normal((3, 4))
+    x = xgrad.Tape().input(a)
+    np.testing.assert_allclose(getattr(x, name)().value, reference(a), rtol=1e-15, atol=1e-16)
+    np.testing.assert_allclose(getattr(xgrad.ops, name)(x).value, reference(a), rtol=1e-15, atol=1e-16)
+    assert xgrad.gradcheck(lambda x: getattr(x, name)().sum(), [a])
+    np.testing.assert_array_equal(abs(x).value, np.abs(a))
+
+
+def test_pow_with_vars_arrays_and_numbers():
+    a = rng.uniform(0.5, 2.0, (2, 3))
+    b = rng.standard_normal(3)
+    t = xgrad.Tape()
+    x, e = t.input(a), t.input(b)
+    np.testing.assert_allclose((x ** e).value, a ** b, rtol=1e-15)
+    np.testing.assert_allclose((x ** b).value, a ** b, rtol=1e-15)
+    np.testing.assert_allclose((2.0 ** e).value, 2.0 ** b, rtol=1e-15)
+    np.testing.assert_allclose(xgrad.ops.pow(x, e).value, a ** b, rtol=1e-15)
+    assert (x ** 2).op == "pow"
+    assert xgrad.gradcheck(lambda x, e: (x ** e).sum(), [a, b])
+    assert xgrad.gradcheck(lambda e: (3.0 ** e).sum(), [b])
+
+
+def test_where_maximum_minimum_clip():
+    a = rng.standard_normal((2, 3))
+    b = rng.standard_normal(3)
+    t = xgrad.Tape()
+    x, y = t.input(a), t.input(b)
+    cond = a > 0
+    np.testing.assert_array_equal(xgrad.ops.where(cond, x, y).value, np.where(cond, a, b))
+    np.testing.assert_array_equal(xgrad.ops.where(cond, x, 0.0).value, np.where(cond, a, 0.0))
+    np.testing.assert_array_equal(xgrad.ops.maximum(x, y).value, np.maximum(a, b))
+    np.testing.assert_array_equal(xgrad.ops.minimum(x, 0.0).value, np.minimum(a, 0.0))
+    np.testing.assert_array_equal(xgrad.ops.clip(x, -0.5, 0.5).value, np.clip(a, -0.5, 0.5))
+    np.testing.assert_array_equal(xgrad.ops.clip(x, None, 0.1).value, np.clip(a, None, 0.1))
+    assert xgrad.gradcheck(lambda x, y: xgrad.ops.where(cond, x, y).sum(), [a, b])
+    assert xgrad.gradcheck(lambda x, y: (xgrad.ops.maximum(x, y) * 2).sum(), [a, b])
+    assert xgrad.gradcheck(lambda x: xgrad.ops.clip(x, -0.5, 0.5).sum(), [a])
+    with pytest.raises(ValueError, match="where: cond must be a bool array"):
+        xgrad.ops.where(a, x, y)
+    with pytest.raises(ValueError, match="clip: needs lo <= hi"):
+        xgrad.ops.clip(x, 1.0, 0.0)
+
+
+def test_take_and_scatter_add_are_adjoint():
+    a = rng.standard_normal(6)
+    x = xgrad.Tape().input(a)
+    p = np.array([[5, 0], [0, 3]])
+    np.testing.assert_array_equal(xgrad.ops.take(x, p).value, np.take(a, p))
+    s = xgrad.ops.scatter_add(xgrad.ops.take(x, p), p, (6,))
+    want = np.zeros(6)
+    np.add.at(want, p, np.take(a, p))
+    np.testing.assert_array_equal(s.value, want)
+    assert xgrad.gradcheck(lambda v: (xgrad.ops.scatter_add(v, p, (6,)) ** 2).sum(), [rng.standard_normal((2, 2))])
