@@ -46,21 +46,22 @@ var<T> pow(const var<T>& a, const var<T>& b)
 {
     broadcast_shapes("pow", a.shape(), b.shape());  // throws naming pow and both shapes
     array<T> y = xt::pow(a.value(), b.value());
-    return detail::record("pow", {a, b}, std::move(y), saves_input0 | saves_input1 | saves_output,
-                          [](backward_context<T>& ctx) {
-                              const array<T>& base = ctx.input(0);
-                              const array<T>& exponent = ctx.input(1);
-                              if (ctx.needs_grad(0))
-                              {
-                                  ctx.accumulate(0, array<T>(ctx.grad() * exponent * xt::pow(base, exponent - T(1))));
-                              }
-                              if (ctx.needs_grad(1))
-                              {
-                                  const auto zero_limit = xt::equal(base, T(0)) && exponent >= T(0);
-                                  ctx.accumulate(1, array<T>(xt::where(zero_limit, T(0),
-                                                                       ctx.grad() * ctx.output() * xt::log(base))));
-                              }
-                          });
+    auto rule = [](backward_context<T>& ctx) {
+        const array<T>& base = ctx.input(0);
+        const array<T>& exponent = ctx.input(1);
+        if (ctx.needs_grad(0))
+        {
+            ctx.accumulate(0, array<T>(ctx.grad() * exponent * xt::pow(base, exponent - T(1))));
+        }
+        if (ctx.needs_grad(1))
+        {
+            const auto zero_limit = xt::equal(base, T(0)) && exponent >= T(0);
+            const auto slope = ctx.grad() * ctx.output() * xt::log(base);
+            ctx.accumulate(1, array<T>(xt::where(zero_limit, T(0), slope)));
+        }
+    };
+    const unsigned saved = saves_input0 | saves_input1 | saves_output;
+    return detail::record("pow", {a, b}, std::move(y), saved, std::move(rule));
 }
 
 #define XGRAD_ELEMENTWISE_NUMPY(T)                                \

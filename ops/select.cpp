@@ -13,7 +13,8 @@ namespace
 template <class T>
 var<T> select(const char* op, const mask_t& mask, const var<T>& a, const var<T>& b)
 {
-    broadcast_shapes(op, broadcast_shapes(op, to_shape(mask.shape()), a.shape()), b.shape());  // throws if not
+    // Throws naming op and the shapes when the three do not broadcast together.
+    broadcast_shapes(op, broadcast_shapes(op, to_shape(mask.shape()), a.shape()), b.shape());
     array<T> y = xt::where(mask, a.value(), b.value());
     auto rule = [mask](backward_context<T>& ctx) {
         if (ctx.needs_grad(0))

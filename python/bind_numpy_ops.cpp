@@ -20,9 +20,10 @@ void bind_numpy_ops_for(py::module_& m)
     m.def("maximum", [](v a, v b) { return ops::maximum(a, b); });
     m.def("minimum", [](v a, v b) { return ops::minimum(a, b); });
     m.def("clip", [](v x, double lo, double hi) { return ops::clip(x, T(lo), T(hi)); });
-    m.def("take", [](v x, const numpy_in<std::int64_t>& positions) { return ops::take(x, to_ids(positions)); });
-    m.def("scatter_add", [](v values, const numpy_in<std::int64_t>& positions, const std::vector<std::size_t>& shape) {
-        return ops::scatter_add(values, to_ids(positions), shape_t(shape.begin(), shape.end()));
+    using positions = const numpy_in<std::int64_t>&;
+    m.def("take", [](v x, positions p) { return ops::take(x, to_ids(p)); });
+    m.def("scatter_add", [](v values, positions p, const std::vector<std::size_t>& shape) {
+        return ops::scatter_add(values, to_ids(p), shape_t(shape.begin(), shape.end()));
     });
 }
 }  // namespace

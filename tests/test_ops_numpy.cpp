@@ -15,9 +15,12 @@ TEST_CASE("abs, sin, cos: values and float64 gradchecks; abs has no gradient at 
     const f64 x = random_away_from_zero({3, 4}, 1);
     tape<double> t;
     const var<double> v = t.input(x);
-    XGRAD_CHECK_CLOSE(ops::abs(v).value(), ref_unary<double>(x, [](double a) { return std::fabs(a); }), 0.0, 0.0);
-    XGRAD_CHECK_CLOSE(ops::sin(v).value(), ref_unary<double>(x, [](double a) { return std::sin(a); }), 1e-15, 0.0);
-    XGRAD_CHECK_CLOSE(ops::cos(v).value(), ref_unary<double>(x, [](double a) { return std::cos(a); }), 1e-15, 0.0);
+    const auto abs_of = [](double a) { return std::fabs(a); };
+    const auto sin_of = [](double a) { return std::sin(a); };
+    const auto cos_of = [](double a) { return std::cos(a); };
+    XGRAD_CHECK_CLOSE(ops::abs(v).value(), ref_unary<double>(x, abs_of), 0.0, 0.0);
+    XGRAD_CHECK_CLOSE(ops::sin(v).value(), ref_unary<double>(x, sin_of), 1e-15, 0.0);
+    XGRAD_CHECK_CLOSE(ops::cos(v).value(), ref_unary<double>(x, cos_of), 1e-15, 0.0);
     XGRAD_CHECK_GRADIENTS([](tape<double>&, const vars& a) { return ops::abs(a[0]); }, {x});
     XGRAD_CHECK_GRADIENTS([](tape<double>&, const vars& a) { return ops::sin(a[0]); }, {x});
     XGRAD_CHECK_GRADIENTS([](tape<double>&, const vars& a) { return ops::cos(a[0]); }, {x});
@@ -43,7 +46,8 @@ TEST_CASE("pow with a var exponent: broadcasting, both gradients, the limit at a
             CHECK(y.value()(i, j) == doctest::Approx(std::pow(base(i, j), exponent(j))).epsilon(1e-15));
         }
     }
-    XGRAD_CHECK_GRADIENTS([](tape<double>&, const vars& a) { return ops::pow(a[0], a[1]); }, {base, exponent});
+    XGRAD_CHECK_GRADIENTS([](tape<double>&, const vars& a) { return ops::pow(a[0], a[1]); },
+                          {base, exponent});
 
     // 0^b: d/db would be 0^b ln 0; as torch.pow it is 0 for b >= 0 (no NaN), and d/da = b 0^(b-1).
     tape<double> z;
@@ -77,7 +81,8 @@ TEST_CASE("where, maximum, minimum: broadcasting, the gradient follows the choic
             CHECK(lo.value()(i, j) == std::min(a(i, j), b(j)));
         }
     }
-    XGRAD_CHECK_GRADIENTS([mask](tape<double>&, const vars& v) { return ops::where(mask, v[0], v[1]); }, {a, b});
+    XGRAD_CHECK_GRADIENTS([mask](tape<double>&, const vars& v) { return ops::where(mask, v[0], v[1]); },
+                          {a, b});
     XGRAD_CHECK_GRADIENTS([](tape<double>&, const vars& v) { return ops::maximum(v[0], v[1]); }, {a, b});
     XGRAD_CHECK_GRADIENTS([](tape<double>&, const vars& v) { return ops::minimum(v[0], v[1]); }, {a, b});
 
@@ -96,8 +101,8 @@ TEST_CASE("clip: values, gradient inside [lo, hi] including the bounds, lo > hi 
     const f64 x = random_away_from_zero({4, 3}, 7);
     tape<double> t;
     const var<double> y = ops::clip(t.input(x), -0.5, 0.5);
-    XGRAD_CHECK_CLOSE(y.value(), ref_unary<double>(x, [](double v) { return std::min(std::max(v, -0.5), 0.5); }),
-                      0.0, 0.0);
+    const auto clipped = [](double v) { return std::min(std::max(v, -0.5), 0.5); };
+    XGRAD_CHECK_CLOSE(y.value(), ref_unary<double>(x, clipped), 0.0, 0.0);
     XGRAD_CHECK_GRADIENTS([](tape<double>&, const vars& v) { return ops::clip(v[0], -0.5, 0.5); }, {x});
     tape<double> bounds;
     const var<double> at = bounds.input(f64{-0.5, 0.5, 0.7});
@@ -120,7 +125,8 @@ TEST_CASE("take and scatter_add: flat positions, repeats accumulate, each the ot
     {
         CHECK(y.value().flat(i) == x.flat(static_cast<std::size_t>(positions.flat(i))));
     }
-    XGRAD_CHECK_GRADIENTS([positions](tape<double>&, const vars& v) { return ops::take(v[0], positions); }, {x});
+    XGRAD_CHECK_GRADIENTS([positions](tape<double>&, const vars& v) { return ops::take(v[0], positions); },
+                          {x});
 
     tape<double> counts;
     const var<double> in = counts.input(f64(xt::zeros<double>({3, 4})));
@@ -133,7 +139,9 @@ TEST_CASE("take and scatter_add: flat positions, repeats accumulate, each the ot
     const var<double> spread = ops::scatter_add(s.input(values), positions, shape_t{3, 4});
     CHECK(spread.value().flat(5) == doctest::Approx(values.flat(1) + values.flat(2) + values.flat(5)));
     XGRAD_CHECK_GRADIENTS(
-        [positions](tape<double>&, const vars& v) { return ops::scatter_add(v[0], positions, shape_t{3, 4}); },
+        [positions](tape<double>&, const vars& v) {
+            return ops::scatter_add(v[0], positions, shape_t{3, 4});
+        },
         {values});
 
     CHECK_THROWS_WITH_AS(ops::take(t.input(x), make_ids({1}, {12})), doctest::Contains("take: position 12"),

@@ -688,8 +688,8 @@ TEST_CASE("bad parameters and hyperparameters are errors naming the optimiser")
     CHECK_THROWS_WITH_AS(adam<double>({w}, {0.1, 0.9, 0.99, -1e-8}), doctest::Contains("eps must be >= 0"),
                          std::invalid_argument);
     CHECK_THROWS_AS(adam<double>({w}, adamw_options(0.1, not_a_number)), std::invalid_argument);
-    CHECK_THROWS_WITH_AS(adam<double>({w}, adamw_options(0.1, -1.0)), doctest::Contains("adamw: weight_decay"),
-                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(adam<double>({w}, adamw_options(0.1, -1.0)),
+                         doctest::Contains("adamw: weight_decay"), std::invalid_argument);
 
     sgd<double> opt({w}, {});
     CHECK_THROWS_WITH_AS(opt.set_lr(-1), doctest::Contains("sgd: learning rate"), std::invalid_argument);

@@ -11,9 +11,9 @@ with layer_norm's eps = 1e-5 and gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044
 
 Write ``block_backward``: from the forward's activations, the parameters and dL/d res_2, return the
 gradient of every activation and parameter of the block under the model's names: "embed" (the block's
-input) and, each with the prefix "blocks.0.", "mlp", "mlp_gelu", "mlp.W_proj", "mlp.b_proj", "mlp_hidden", "ln_2", "mlp.W_fc", "mlp.b_fc", "res_1",
-"ln_2.weight", "ln_2.bias", "attn", "ln_1", "attn.W_Q", "attn.W_K", "attn.W_V", "attn.W_O", "embed",
-"ln_1.weight", "ln_1.bias". The grader compares them with the tape's in backward order
+input) and, each with the prefix "blocks.0.", "mlp", "mlp_gelu", "mlp.W_proj", "mlp.b_proj",
+"mlp_hidden", "ln_2", "mlp.W_fc", "mlp.b_fc", "res_1", "ln_2.weight", "ln_2.bias", "attn", "ln_1",
+"attn.W_Q", "attn.W_K", "attn.W_V", "attn.W_O", "ln_1.weight", "ln_1.bias". The grader compares them with the tape's in backward order
 (xgrad.GPT.first_divergence) and names the first that differs. Your assignments 2 and 3 may be imported.
 
 Grade it: ``python3 -m xgrad.course check DIR --exercise 4``.

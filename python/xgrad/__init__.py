@@ -49,4 +49,5 @@ node, the shapes, the first bad element and the chain of nodes that led to it. A
 __version__ = "0.1.0"
 
 __all__ = ["Tape", "Var", "Parameter", "ops", "gradcheck", "GradcheckError", "AnomalyError", "models", "GPT",
-           "first_divergence", "DivergenceReport", "Function", "FunctionCtx", "optim", "train", "Module", "declare"]
+           "first_divergence", "DivergenceReport", "Function", "FunctionCtx", "optim", "train", "Module",
+           "declare"]

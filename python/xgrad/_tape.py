@@ -211,7 +211,8 @@ class Var:
     """A handle to one node of a tape: its value, its gradient after backward, and the operators.
 
     Operators ``+ - * / @ **`` take vars, numbers or arrays on either side and broadcast like NumPy;
-    ``-x`` negates, ``abs(x)``; ``x[...]`` indexes as NumPy does (a gather whose backward scatter-adds). Arrays and numbers become constants on the var's tape.
+    ``-x`` negates, ``abs(x)``; ``x[...]`` indexes as NumPy does (a gather whose backward scatter-adds).
+    Arrays and numbers become constants on the var's tape.
     ``value`` and ``grad`` are NumPy copies. A var holds its tape alive.
     """
 
@@ -237,10 +238,11 @@ class Var:
         parameter's gradient goes to ``Parameter.grad`` instead."""
         has_grad, released, leaf = _core.grad_state(self._v)
         if not has_grad and released and not leaf:
+            label = ", label %r" % self.label if self.label else ""
             raise RuntimeError(
                 "Var.grad: this var is an intermediate result (op %r%s); backward freed its gradient as it "
                 "walked past it. Call backward(retain_graph=True) to keep every node's gradient, or read the "
-                "gradient of a leaf (t.input) instead" % (self.op, ", label %r" % self.label if self.label else ""))
+                "gradient of a leaf (t.input) instead" % (self.op, label))
         return self._v.grad()
 
     @property

@@ -115,8 +115,8 @@ def _as_value(name, value, dtype):
     """forward's result as a C-ordered array of the tape's dtype; ValueError naming the class otherwise."""
     a = np.asarray(value)
     if a.dtype.kind not in "fiub":
-        raise ValueError("%s.forward: must return an array of real numbers, got %s"
-                         % (name, "dtype %s" % a.dtype if isinstance(value, np.ndarray) else type(value).__name__))
+        got = "dtype %s" % a.dtype if isinstance(value, np.ndarray) else type(value).__name__
+        raise ValueError("%s.forward: must return an array of real numbers, got %s" % (name, got))
     return np.ascontiguousarray(a, dtype=dtype)
 
 

@@ -88,10 +88,10 @@ swiglu = _binary("swiglu", "silu(gate) * up, gate and up of the same shape. Back
 abs = _unary("abs", "|x|. Backward: d x = g sign(x) (0 at x = 0, as torch.abs).")
 sin = _unary("sin", "sin x. Backward: d x = g cos x.")
 cos = _unary("cos", "cos x. Backward: d x = -g sin x.")
-maximum = _binary("maximum", "max(a, b) elementwise, broadcasting. Backward: g to a where a >= b (ties), to b "
-                  "elsewhere.")
-minimum = _binary("minimum", "min(a, b) elementwise, broadcasting. Backward: g to a where a <= b (ties), to b "
-                  "elsewhere.")
+maximum = _binary("maximum", "max(a, b) elementwise, broadcasting. Backward: g to a where a >= b (ties), "
+                  "to b elsewhere.")
+minimum = _binary("minimum", "min(a, b) elementwise, broadcasting. Backward: g to a where a <= b (ties), "
+                  "to b elsewhere.")
 
 
 def where(cond, a, b):
@@ -127,7 +127,8 @@ def take_along_axis(x, indices, axis):
     try:
         picked = np.take_along_axis(positions, ids, axis)
     except (IndexError, ValueError) as e:
-        raise ValueError("take_along_axis: %s (x of shape %s, indices of shape %s)" % (e, x.shape, ids.shape)) from None
+        raise ValueError("take_along_axis: %s (x of shape %s, indices of shape %s)"
+                         % (e, x.shape, ids.shape)) from None
     return Var(_core.take(x._v, np.ascontiguousarray(picked)), x.tape)
 
 
@@ -142,8 +143,8 @@ def scatter_add(values, positions, shape):
     """zeros(shape) with values[i] added at flat position positions[i] (NumPy's add.at; repeats add up);
     positions of values' shape. take's adjoint. Backward: take."""
     _vars("scatter_add", values)
-    return Var(_core.scatter_add(values._v, as_ids(positions, "scatter_add positions"), [int(n) for n in shape]),
-               values.tape)
+    ids = as_ids(positions, "scatter_add positions")
+    return Var(_core.scatter_add(values._v, ids, [int(n) for n in shape]), values.tape)
 
 
 def scale(x, factor):
@@ -398,7 +399,8 @@ __all__ = [
     "add", "sub", "mul", "div", "scale", "add_scalar", "neg", "exp", "log", "sqrt", "rsqrt", "pow", "tanh",
     "relu", "sigmoid", "gelu", "sum", "mean", "max", "variance", "reshape", "permute", "transpose", "slice",
     "concat", "stack", "embedding", "abs", "sin", "cos", "maximum", "minimum", "where", "clip",
-    "take_along_axis", "take", "scatter_add", "matmul", "masked_softmax", "softmax", "attention", "log_softmax", "cross_entropy",
+    "take_along_axis", "take", "scatter_add", "matmul", "masked_softmax", "softmax", "attention", "log_softmax",
+    "cross_entropy",
     "layer_norm", "dropout", "erf", "silu", "gelu_exact", "swiglu", "rms_norm", "rope",
     "attention_token_major", "linear", "linear_gelu", "linear_gelu_exact",
 ]

@@ -26,7 +26,8 @@ using array = xgrad::array<double>;
 // dL/d(xq, xk, xv, W_Q, W_K, W_V, W_O) from dL/d output (B, T, d) and the forward's cache.
 // manual::split_heads and manual::combine_heads may help; the library's own answer is
 // manual::mha_backward (do not call it here).
-manual::mha_gradients<double> my_mha_backward(const array& grad_output, const manual::mha_cache<double>& cache)
+manual::mha_gradients<double> my_mha_backward(const array& grad_output,
+                                              const manual::mha_cache<double>& cache)
 {
 #ifdef XGRAD_COURSE_REFERENCE
     return manual::mha_backward(grad_output, cache);  // the tests' reference solution: the library's path
@@ -64,14 +65,16 @@ int main()
         {
             if (pair.first->shape() != pair.second->shape())
             {
-                std::printf("FAIL 3.2 mha_backward (C++): first wrong gradient '%s': wrong shape\n", name.c_str());
+                std::printf("FAIL 3.2 mha_backward (C++): first wrong gradient '%s': wrong shape\n",
+                            name.c_str());
                 return 1;
             }
             const xgrad::difference d = xgrad::compare(*pair.first, *pair.second);
             if (!d.within(1e-10, 1e-7))
             {
-                std::printf("FAIL 3.2 mha_backward (C++): first wrong gradient '%s': max |mine - reference| = "
-                            "%.3g, relative %.3g\n", name.c_str(), d.max_abs, d.max_rel);
+                std::printf("FAIL 3.2 mha_backward (C++): first wrong gradient '%s': "
+                            "max |mine - reference| = %.3g, relative %.3g\n",
+                            name.c_str(), d.max_abs, d.max_rel);
                 return 1;
             }
         }

@@ -25,7 +25,8 @@ def _first_wrong(mine, reference, what="node"):
     for name, ref in reference:
         got = np.asarray(mine[name])
         if got.shape != np.shape(ref):
-            raise TaskFailed("first wrong %s '%s': shape %s, expected %s" % (what, name, got.shape, np.shape(ref)))
+            raise TaskFailed("first wrong %s '%s': shape %s, expected %s"
+                             % (what, name, got.shape, np.shape(ref)))
     report = xgrad.first_divergence(mine, reference, rtol=RTOL, atol=ATOL)
     if report.diverged:
         row = next(r for r in report.rows if r["name"] == report.first)
@@ -53,8 +54,10 @@ def _compare_graph(build, inputs, op_inputs):
     try:
         loss.backward(retain_graph=True)
     except ValueError as e:
-        message = re.sub(r"for input (\d+)", lambda m: "for input %s ('%s')" % (m.group(1), op_inputs[int(m.group(1))]),
-                         str(e))
+        def named(m):
+            return "for input %s ('%s')" % (m.group(1), op_inputs[int(m.group(1))])
+
+        message = re.sub(r"for input (\d+)", named, str(e))
         raise TaskFailed("backward refused: %s" % message) from e
     _first_wrong({name: v.grad for name, v in nodes}, [(name, v.grad) for name, v in ref_nodes])
 
@@ -135,8 +138,9 @@ def _unbroadcast_task(m):
         want = want.sum(axis=tuple(i for i, n in enumerate(shape) if n == 1), keepdims=True)
         got = np.asarray(m.unbroadcast(g, shape))
         if got.shape != tuple(shape) or not np.allclose(got, want, rtol=RTOL, atol=ATOL):
+            values = "" if got.shape != tuple(shape) else ", wrong values"
             raise TaskFailed("unbroadcast of a (2, 3, 4) gradient to shape %s: got shape %s%s"
-                             % (tuple(shape), got.shape, "" if got.shape != tuple(shape) else ", wrong values"))
+                             % (tuple(shape), got.shape, values))
 
 
 # ---- assignment 2: softmax, masked softmax, layer norm ----------------------------------------------
@@ -179,7 +183,8 @@ def _softmax_task(masked):
             op = _array_function("masked_softmax_backward", lambda s: _softmax(s, mask),
                                  lambda saved, g: m.masked_softmax_backward(saved[1], g, mask))
         else:
-            op = _array_function("softmax_backward", _softmax, lambda saved, g: m.softmax_backward(saved[1], g))
+            op = _array_function("softmax_backward", _softmax,
+                                 lambda saved, g: m.softmax_backward(saved[1], g))
 
         def build(t, vs, mine):
             (x,) = vs
@@ -339,7 +344,8 @@ def _adamw_task(m):
     rng = _rng(11)
     start = {"w": rng.standard_normal((3, 4)), "b": rng.standard_normal(4)}
     params = [xgrad.Parameter(v, k) for k, v in start.items()]
-    reference = xgrad.optim.AdamW([{"params": params}], lr=0.05, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    reference = xgrad.optim.AdamW([{"params": params}], lr=0.05, betas=(0.9, 0.95), eps=1e-8,
+                                  weight_decay=0.1)
     mine = {k: v.copy() for k, v in start.items()}
     opt = m.AdamW(mine, lr=0.05, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
     for step in range(1, 21):
@@ -392,7 +398,8 @@ def _train_task(m):
 
 # ---- assignment 6: the experiment -------------------------------------------------------------------
 
-CORPUS = ("the quick brown fox jumps over the lazy dog. " * 8 + "a small model learns the bytes of a text. " * 8)
+CORPUS = ("the quick brown fox jumps over the lazy dog. " * 8
+          + "a small model learns the bytes of a text. " * 8)
 
 
 def _grid_task(m):
@@ -403,12 +410,13 @@ def _grid_task(m):
         heads_list, seeds, steps = [1, 2], [1, 2], 3
         results = m.run_grid(corpus, os.path.join(tmp, "mine"), heads_list, seeds, steps)
         if sorted(results) != heads_list:
-            raise TaskFailed("run_grid's keys are %s, expected the head counts %s" % (sorted(results), heads_list))
+            raise TaskFailed("run_grid's keys are %s, expected the head counts %s"
+                             % (sorted(results), heads_list))
         for h in heads_list:
             for s, got in zip(seeds, results[h]):
-                run = xgrad.train.run(corpus, os.path.join(tmp, "ref_h%d_s%d" % (h, s)), steps=steps, layers=1,
-                                      d_model=16, heads=h, block_size=16, batch=4, seed=s, progress=False,
-                                      sample_tokens=0, eval_every=steps)
+                run = xgrad.train.run(corpus, os.path.join(tmp, "ref_h%d_s%d" % (h, s)), steps=steps,
+                                      layers=1, d_model=16, heads=h, block_size=16, batch=4, seed=s,
+                                      progress=False, sample_tokens=0, eval_every=steps)
                 if not np.isclose(got, run["val_loss"], rtol=1e-9):
                     raise TaskFailed("first wrong run: heads %d, seed %d: val_loss %.10g, the runner's %.10g"
                                      % (h, s, got, run["val_loss"]))

@@ -46,7 +46,8 @@ def split_heads(x, heads):
 
 
 def combine_heads(x):
-    """(..., H, T, dh) -> swap (..., T, H, dh) -> reshape (..., T, H dh), on the tape (one node for 4 axes)."""
+    """(..., H, T, dh) -> swap (..., T, H, dh) -> reshape (..., T, H dh), on the tape (one node for 4
+    axes)."""
     _vars("combine_heads", x)
     if x.ndim == 4:
         return Var(_core.combine_heads(x._v), x.tape)

@@ -31,7 +31,8 @@ def block_backward(acts, params, d_res2, heads):
     g["ln_2"] = g["mlp_hidden"] @ p("mlp.W_fc").T
     g["mlp.W_fc"] = flat(a("ln_2")).T @ flat(g["mlp_hidden"])
     g["mlp.b_fc"] = flat(g["mlp_hidden"]).sum(axis=0)
-    d_from_ln2, g["ln_2.weight"], g["ln_2.bias"] = layer_norm_backward(a("res_1"), p("ln_2.weight"), g["ln_2"])
+    d_from_ln2, g["ln_2.weight"], g["ln_2.bias"] = layer_norm_backward(a("res_1"), p("ln_2.weight"),
+                                                                        g["ln_2"])
     g["res_1"] = d_res2 + d_from_ln2
     g["attn"] = g["res_1"]
     weights = [p("attn.W_" + n) for n in "QKVO"]
@@ -40,7 +41,8 @@ def block_backward(acts, params, d_res2, heads):
     g["ln_1"] = d_attn["X"]
     for n in "QKVO":
         g["attn.W_" + n] = d_attn["W_" + n]
-    d_from_ln1, g["ln_1.weight"], g["ln_1.bias"] = layer_norm_backward(acts["embed"], p("ln_1.weight"), g["ln_1"])
+    d_from_ln1, g["ln_1.weight"], g["ln_1.bias"] = layer_norm_backward(acts["embed"], p("ln_1.weight"),
+                                                                        g["ln_1"])
     out = {"blocks.0." + k: v for k, v in g.items()}
     out["embed"] = g["res_1"] + d_from_ln1
     return out

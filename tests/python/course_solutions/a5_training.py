@@ -6,7 +6,9 @@ import xgrad
 
 
 def lr_at(step, peak_lr, warmup, decay_steps, min_lr):
-    return xgrad.optim.LRSchedule(peak_lr, decay_steps, warmup=warmup, decay_steps=decay_steps, min_lr=min_lr)(step)
+    schedule = xgrad.optim.LRSchedule(peak_lr, decay_steps, warmup=warmup, decay_steps=decay_steps,
+                                      min_lr=min_lr)
+    return schedule(step)
 
 
 def _parameters(values, grads):
@@ -45,7 +47,8 @@ class AdamW:
             self.arrays[p.name][...] = p.value
 
 
-def train(params, loss_and_grads, steps, peak_lr, warmup, min_lr, max_norm, weight_decay=0.1, betas=(0.9, 0.95)):
+def train(params, loss_and_grads, steps, peak_lr, warmup, min_lr, max_norm, weight_decay=0.1,
+          betas=(0.9, 0.95)):
     opt = AdamW(params, lr=peak_lr, betas=betas, eps=1e-8, weight_decay=weight_decay)
     losses = []
     for s in range(1, steps + 1):
