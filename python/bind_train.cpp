@@ -47,17 +47,29 @@ void bind_optimisers(py::module_& m)
             o.import_state(in);
         });
     py::class_<optim::sgd<T>, base>(m, ("SGD_" + dtype_suffix<T>()).c_str())
-        .def(py::init([](const params& p, double lr, double momentum, bool nesterov, double weight_decay) {
-            return std::make_unique<optim::sgd<T>>(p, optim::sgd_options{lr, momentum, nesterov, weight_decay});
+        .def(py::init([](const params& p, double lr, double momentum, bool nesterov, double weight_decay,
+                         bool decay_every_parameter) {
+            const optim::sgd_options options{lr, momentum, nesterov, weight_decay, decay_every_parameter};
+            return std::make_unique<optim::sgd<T>>(p, options);
         }));
     py::class_<optim::adam<T>, base>(m, ("Adam_" + dtype_suffix<T>()).c_str())
         .def(py::init([](const params& p, double lr, double beta1, double beta2, double eps,
-                         double weight_decay, bool decoupled) {
-            const optim::adam_options options{lr, beta1, beta2, eps, weight_decay, decoupled};
+                         double weight_decay, bool decoupled, bool decay_every_parameter) {
+            const optim::adam_options options{lr, beta1, beta2, eps, weight_decay, decoupled,
+                                              decay_every_parameter};
             return std::make_unique<optim::adam<T>>(p, options);
         }));
     m.def("clip_grad_norm", [](const params& p, double max_norm) {
         return optim::clip_grad_norm(p, max_norm);
+    });
+    // Parameter.grad = array (a hand-written clipping or optimiser), of the parameter's shape.
+    m.def("set_parameter_grad", [](parameter<T>& p, const numpy_in<T>& g) {
+        if (shape_of(g) != to_shape(p.value().shape()))
+        {
+            fail("Parameter.grad", "gradient of shape " + shape_str(shape_of(g)) + " for parameter '" +
+                                       p.name() + "' of shape " + shape_str(to_shape(p.value().shape())));
+        }
+        p.grad() = to_array(g);
     });
     // A module written in Python: its declared parameters, in its dtype, with the metadata that describes it.
     using named_parameters = std::vector<std::pair<std::string, parameter<T>>>;
@@ -193,12 +205,15 @@ void bind_schedule(py::module_& m)
 {
     py::class_<optim::lr_schedule>(m, "LRSchedule")
         .def(py::init([](double peak, std::int64_t total, std::optional<std::int64_t> warmup,
-                         std::optional<std::int64_t> decay) {
-            return optim::make_lr_schedule(peak, total, warmup, decay);
+                         std::optional<std::int64_t> decay, std::optional<double> min_lr) {
+            return optim::make_lr_schedule(peak, total, warmup, decay, min_lr);
         }))
         .def_readonly("peak_lr", &optim::lr_schedule::peak_lr)
         .def_readonly("warmup", &optim::lr_schedule::warmup)
         .def_readonly("decay_steps", &optim::lr_schedule::decay_steps)
+        .def_property_readonly("min_lr", [](const optim::lr_schedule& s) {
+            return s.min_lr.value_or(s.peak_lr / 10);
+        })
         .def("at", &optim::lr_schedule::at);
 }
 }  // namespace

@@ -20,4 +20,6 @@ PYBIND11_MODULE(_core, m)
     xgrad::python::bind_dtype_free(m);
     xgrad::python::bind_tokenizer(m);
     xgrad::python::bind_grad(m);
+    xgrad::python::bind_function(m);
+    xgrad::python::bind_numpy_ops(m);
 }
