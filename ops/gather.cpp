@@ -1,7 +1,8 @@
 // Gather and its adjoint, on flat positions: take(x, indices) reads x.flat[indices] (NumPy's take without
 // an axis), scatter_add(values, indices, shape) adds values into zeros of `shape` at those positions
-// (NumPy's add.at). Every NumPy index (integers, slices with steps, None, ..., integer and boolean
-// arrays) and take_along_axis is one take with the positions NumPy computes (python/xgrad/_tape.py).
+// (NumPy's add.at); each one's rule is the other (on arrays a loop, on vars the op). Every NumPy index
+// (integers, slices with steps, None, ..., integer and boolean arrays) and take_along_axis is one take
+// with the positions NumPy computes (python/xgrad/_tape.py).
 #include "autodiff/instantiate.hpp"
 #include "autodiff/record.hpp"
 #include "ops/ops.hpp"
@@ -57,9 +58,13 @@ var<T> take(const var<T>& x, const ids_t& indices)
     check_positions("take", indices, x.value().size());
     array<T> y = take_values(x.value(), indices);
     const shape_t in_shape = x.shape();
-    auto rule = [indices, in_shape](backward_context<T>& ctx) {
+    auto on_arrays = [indices, in_shape](backward_context<T>& ctx) {
         ctx.accumulate(0, scatter_values(ctx.grad(), indices, in_shape));
     };
+    auto on_vars = [indices, in_shape](graph_context<T>& ctx) {
+        ctx.accumulate(0, ops::scatter_add(ctx.grad(), indices, in_shape));
+    };
+    auto rule = detail::with_var_form<T>(on_arrays, on_vars);
     return detail::record("take", {x}, std::move(y), saves_nothing, std::move(rule), 0,
                           indices.size() * sizeof(std::int64_t));
 }
@@ -75,7 +80,11 @@ var<T> scatter_add(const var<T>& values, const ids_t& indices, const shape_t& sh
     }
     check_positions("scatter_add", indices, element_count(shape));
     array<T> y = scatter_values(values.value(), indices, shape);
-    auto rule = [indices](backward_context<T>& ctx) { ctx.accumulate(0, take_values(ctx.grad(), indices)); };
+    auto on_arrays = [indices](backward_context<T>& ctx) {
+        ctx.accumulate(0, take_values(ctx.grad(), indices));
+    };
+    auto on_vars = [indices](graph_context<T>& ctx) { ctx.accumulate(0, ops::take(ctx.grad(), indices)); };
+    auto rule = detail::with_var_form<T>(on_arrays, on_vars);
     return detail::record("scatter_add", {values}, std::move(y), saves_nothing, std::move(rule), 0,
                           indices.size() * sizeof(std::int64_t));
 }

@@ -1,6 +1,6 @@
 // The NumPy-shaped ops: abs, sin, cos, pow with a var exponent, where, maximum, minimum, clip, take and
-// scatter_add. Values against element-by-element references, float64 gradchecks (away from the kinks
-// where a derivative jumps), the documented choices at the kinks, and the argument errors.
+// scatter_add. Values against element-by-element references, float64 gradchecks and gradgradchecks (away
+// from the kinks where a derivative jumps), the documented choices at the kinks, and the argument errors.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -148,4 +148,41 @@ TEST_CASE("take and scatter_add: flat positions, repeats accumulate, each the ot
                          std::invalid_argument);
     CHECK_THROWS_WITH_AS(ops::scatter_add(s.input(values), make_ids({1}, {0}), shape_t{3}),
                          doctest::Contains("scatter_add: values of shape (2, 3)"), std::invalid_argument);
+}
+
+TEST_CASE("the NumPy-shaped ops are twice differentiable: gradgradcheck of each")
+{
+    const f64 x = random_away_from_zero({2, 3}, 10);
+    const f64 positive = random_array({2, 3}, 11, 0.5, 2.0);
+    const f64 y = random_array({3}, 12);
+    const mask_t mask = random_mask({2, 1}, 13, 0.5);
+    const ids_t positions = make_ids({2, 2}, {5, 0, 5, 3});
+    const std::vector<std::pair<const char*, checked_function<double>>> cases{
+        {"abs", [](tape<double>&, const vars& v) { return ops::abs(ops::sin(v[0])); }},
+        {"sin", [](tape<double>&, const vars& v) { return ops::sin(v[0]); }},
+        {"cos", [](tape<double>&, const vars& v) { return ops::cos(v[0]); }},
+        {"clip", [](tape<double>&, const vars& v) { return ops::clip(ops::sin(v[0]), -0.5, 0.5); }},
+        {"take", [positions](tape<double>&, const vars& v) { return ops::take(ops::sin(v[0]), positions); }},
+    };
+    for (const auto& [name, f] : cases)
+    {
+        CAPTURE(name);
+        const auto report = gradgradcheck(f, {x});
+        CHECK_MESSAGE(report.ok, report.summary());
+    }
+    const auto pow_report = gradgradcheck([](tape<double>&, const vars& v) { return ops::pow(v[0], v[1]); },
+                                          {positive, y});
+    CHECK_MESSAGE(pow_report.ok, pow_report.summary());
+    const auto select_report = gradgradcheck(
+        [mask](tape<double>&, const vars& v) {
+            return ops::where(mask, ops::sin(v[0]), ops::maximum(ops::cos(v[0]), ops::sin(v[1])));
+        },
+        {x, y});
+    CHECK_MESSAGE(select_report.ok, select_report.summary());
+    const auto scatter_report = gradgradcheck(
+        [positions](tape<double>&, const vars& v) {
+            return ops::cos(ops::scatter_add(ops::sin(v[0]), positions, shape_t{2, 3}));
+        },
+        {random_array({2, 2}, 14)});
+    CHECK_MESSAGE(scatter_report.ok, scatter_report.summary());
 }

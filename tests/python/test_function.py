@@ -214,3 +214,13 @@ def test_saved_arrays_count_as_saved_for_backward():
     before = t.bytes_saved_for_backward()
     Softplus.apply(x)
     assert t.bytes_saved_for_backward() >= before + 8000
+
+
+def test_xgrad_grad_goes_through_a_function_and_a_second_order_stops_naming_it():
+    t = xgrad.Tape()
+    x0 = np.array([0.5, -1.0])
+    x = t.input(x0)
+    (g,) = xgrad.grad(Softplus.apply(x).sum(), [x])
+    np.testing.assert_allclose(g.value, 1 / (1 + np.exp(-x0)))
+    with pytest.raises(RuntimeError, match="the backward of 'Softplus' works on arrays only"):
+        xgrad.grad(Softplus.apply(x), [x], seed=np.ones(2), create_graph=True)

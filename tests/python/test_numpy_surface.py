@@ -238,3 +238,23 @@ def test_take_and_scatter_add_are_adjoint():
     np.testing.assert_array_equal(s.value, want)
     v0 = rng.standard_normal((2, 2))
     assert xgrad.gradcheck(lambda v: (xgrad.ops.scatter_add(v, p, (6,)) ** 2).sum(), [v0])
+
+
+@pytest.mark.parametrize("name", ["index", "take_along_axis", "abs", "sin", "cos", "pow", "where", "maximum",
+                                  "minimum", "clip"])
+def test_the_numpy_shaped_ops_are_twice_differentiable(name):
+    a = rng.uniform(0.5, 1.5, (3, 4)) * np.sign(rng.standard_normal((3, 4)))
+    b = rng.uniform(0.5, 1.5, 4)
+    functions = {
+        "index": lambda x, y: x[[0, 2, 2], ::-2].sin(),
+        "take_along_axis": lambda x, y: xgrad.ops.take_along_axis(x.sin(), np.array([[3], [0], [3]]), 1),
+        "abs": lambda x, y: x.sin().abs(),
+        "sin": lambda x, y: x.sin(),
+        "cos": lambda x, y: x.cos(),
+        "pow": lambda x, y: x.abs() ** y,
+        "where": lambda x, y: xgrad.ops.where(a > 0, x.sin(), y.cos()),
+        "maximum": lambda x, y: xgrad.ops.maximum(x.sin(), y.cos()),
+        "minimum": lambda x, y: xgrad.ops.minimum(x.cos(), y.sin()),
+        "clip": lambda x, y: xgrad.ops.clip(x.sin(), -0.8, 0.8),
+    }
+    assert xgrad.gradgradcheck(functions[name], [a, b])
