@@ -222,7 +222,7 @@ xgrad::models::gpt_config decode_config_of(const decode_spec& s)
     c.heads = s.H;
     if (s.llama)
     {
-        c = xgrad::models::with_variant_metadata(c, {{"norm", "rmsnorm"},
+        c = xgrad::models::config_with_values(c, {{"norm", "rmsnorm"},
                                                      {"position", "rope"},
                                                      {"mlp", "swiglu"},
                                                      {"mlp_hidden", std::to_string(s.hidden)},

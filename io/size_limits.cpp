@@ -23,29 +23,12 @@ bool fits(std::uint64_t values, std::size_t value_bytes)
     return !__builtin_mul_overflow(values, value_bytes, &bytes) && bytes <= max_size_bytes;
 }
 
-// The metadata a checkpoint of `config` would carry: the sizes and the variant keys. mlp_hidden is left
-// out when it defaults to 4 d, so that the count of 4 d saturates instead of wrapping.
-std::map<std::string, std::string> size_metadata(const models::gpt_config& config)
-{
-    std::map<std::string, std::string> m = models::variant_metadata(config);
-    if (config.mlp_hidden == 0)
-    {
-        m.erase("mlp_hidden");
-    }
-    m["vocab_size"] = std::to_string(config.vocab_size);
-    m["block_size"] = std::to_string(config.block_size);
-    m["layers"] = std::to_string(config.layers);
-    m["d_model"] = std::to_string(config.d_model);
-    m["heads"] = std::to_string(config.heads);
-    m["kv_heads"] = std::to_string(config.kv_head_count());
-    return m;
-}
 } // namespace
 
 void check_gpt_size(const models::gpt_config& config, std::size_t value_bytes, const std::string& who)
 {
     checkpoint_demand demand;
-    if (!checkpoint_demand_of(size_metadata(config), demand))
+    if (!checkpoint_demand_of(models::config_metadata(config), demand))
     {
         throw std::invalid_argument(who + ": the model's sizes cannot be counted");
     }

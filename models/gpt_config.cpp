@@ -88,13 +88,13 @@ std::string allowed_text(std::size_t) { return "a positive decimal integer"; }
 std::string allowed_text(double) { return "a positive decimal number"; }
 std::string allowed_text(bool) { return "true, false"; }
 
-// Sizes are decimal integers of at most 18 digits, so that products of a few of them are still checked
-// by the readers' own limits (io/checkpoint_limits.hpp) rather than wrapping here.
+// Sizes are decimal integers that fit 64 bits; what they multiply to is checked by the readers' own
+// limits (io/checkpoint_limits.hpp, io/size_limits.hpp), which saturate instead of wrapping.
 void read_field(const std::string& key, const std::string& text, std::size_t& out)
 {
     std::size_t n = 0;
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
-    if (text.empty() || text.size() > 18 || ec != std::errc() || end != text.data() + text.size() ||
+    if (text.empty() || ec != std::errc() || end != text.data() + text.size() ||
         text.find_first_not_of("0123456789") != std::string::npos || n == 0)
     {
         throw variant_error(key, text, allowed_text(out));

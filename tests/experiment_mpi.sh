@@ -10,7 +10,7 @@ program=$1
 dir=$2
 rm -rf "$dir" && mkdir -p "$dir"
 practice_text 5 3000 "runs shared out over the ranks of a grid" "$dir/text.txt"
-steps=600  # long enough that the kill lands mid-run, even on a fast idle CPU
+steps=5000  # long enough that the kill lands mid-run, even on a fast idle CPU (600 was not)
 grid=(--data "$dir/text.txt" --axis heads=1,2 --seeds 2 --steps $steps --jobs 1 --threads 1
       --set d-model=16 --set block=16 --set batch=4 --set eval-every=100 --set eval-windows=4 --set save-every=20
       --set no-plots=true --quiet)

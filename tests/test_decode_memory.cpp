@@ -266,7 +266,7 @@ TEST_CASE("a corrupt or truncated file is refused before anything is allocated f
 TEST_CASE("a decoder step and a sampler draw allocate nothing, on one thread and on two")
 {
     const models::gpt_config c =
-        models::with_variant_metadata({256, 64, 2, 192, 6, 3}, {{"position", "rope"}, {"mlp", "swiglu"}});
+        models::config_with_values({256, 64, 2, 192, 6, 3}, {{"position", "rope"}, {"mlp", "swiglu"}});
     const auto p = models::gpt_parameters<float>::init(c, 3);
     const int before = num_threads();
     for (int threads : {1, 2})

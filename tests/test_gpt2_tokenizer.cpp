@@ -389,7 +389,7 @@ TEST_CASE("--tokenizer gpt2:DIR trains on the folder's two files")
     const std::string text = fortunes_text().substr(0, 20000);
     const auto corpus = text_corpus::of_text(text, 16, "fortunes", spec);
     CHECK(corpus.tokens->size() == 3257);
-    CHECK(corpus.tokens->decode(corpus.train) + corpus.tokens->decode(corpus.validation) == text);
+    CHECK(corpus.tokens->decode(corpus.train.ids()) + corpus.tokens->decode(corpus.validation.ids()) == text);
     CHECK(corpus.validation_bits_per_byte(std::log(2.0)) ==
           doctest::Approx(double(corpus.validation.size()) / corpus.validation_bytes));
     try

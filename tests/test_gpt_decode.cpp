@@ -188,7 +188,7 @@ void check_decoder_against_gpt_decode(const gpt_config& c, std::size_t positions
 
 gpt_config variant(gpt_config c, const std::map<std::string, std::string>& keys)
 {
-    return with_variant_metadata(c, keys);
+    return config_with_values(c, keys);
 }
 }  // namespace
 
@@ -205,7 +205,7 @@ TEST_CASE("the decoder's logits equal gpt_decode's at every position, for every 
     };
     for (const auto& keys : variants)
     {
-        CAPTURE(variant_metadata(variant(sizes, keys)));
+        CAPTURE(describe(variant(sizes, keys)));
         check_decoder_against_gpt_decode(variant(sizes, keys), 9, 10.0);
     }
     gpt_config one_head_group = sizes;

@@ -279,6 +279,39 @@ std::map<std::string, std::vector<gg_case>> cases()
           [](tape<double>&, const vars& v) { return ops::attention(v[0], v[0], v[0]); },
           { random_array({ 1, 1, 3, 2 }, 46) } }
     };
+    // The NumPy-shaped ops (ops/elementwise_numpy.cpp, ops/select.cpp, ops/gather.cpp); abs, relu-like
+    // kinks and ties kept away from the inputs.
+    c["abs"] = { { "abs(x) x", [](tape<double>&, const vars& v) { return ops::abs(v[0]) * v[0]; },
+                   { away_from_zero({ 2, 3 }, 60) } } };
+    c["sin"] = { elementwise("sin", ops::sin<double>, a23) };
+    c["cos"] = { elementwise("cos", ops::cos<double>, a23) };
+    c["clip"] = { { "clip(x, -0.5, 0.5) x",
+                    [](tape<double>&, const vars& v) { return ops::clip(v[0], -0.5, 0.5) * v[0]; },
+                    { random_away_from_zero({ 2, 3 }, 61, 0.6) } } };
+    c["maximum"] = { { "(2,3) and (3)",
+                       [](tape<double>&, const vars& v) { return ops::maximum(v[0], v[1]) * v[0]; },
+                       { random_array({ 2, 3 }, 62), random_array({ 3 }, 63) } } };
+    c["minimum"] = { { "(2,3) and (3)",
+                       [](tape<double>&, const vars& v) { return ops::minimum(v[0], v[1]) * v[1]; },
+                       { random_array({ 2, 3 }, 64), random_array({ 3 }, 65) } } };
+    c["where"] = { { "mask (2,1), (2,3) and (3)",
+                     [](tape<double>&, const vars& v) {
+                         return ops::where(random_mask({ 2, 1 }, 66, 0.5), v[0] * v[0], v[1] * v[0]);
+                     },
+                     { random_array({ 2, 3 }, 67), random_array({ 3 }, 68) } } };
+    c["take"] = { { "repeated positions",
+                    [](tape<double>&, const vars& v) {
+                        const auto taken = ops::take(v[0], make_ids({ 2, 2 }, { 5, 0, 5, 3 }));
+                        return taken * taken;
+                    },
+                    { random_array({ 2, 3 }, 69) } } };
+    c["scatter_add"] = { { "repeated positions",
+                           [](tape<double>&, const vars& v) {
+                               const auto added = ops::scatter_add(v[0], make_ids({ 2, 2 }, { 5, 0, 5, 3 }),
+                                                                   shape_t{ 2, 3 });
+                               return added * added;
+                           },
+                           { random_array({ 2, 2 }, 70) } } };
     c["attention_token_major"] = {
         { "H 2, G 1, causal",
           [](tape<double>&, const vars& v)

@@ -238,4 +238,7 @@ class Muon(Optimizer):
     that is not 2-D is a ValueError naming it. The state is "optim.step" and "optim.momentum.<name>"."""
 
     def __init__(self, params, lr=0.02, momentum=0.95):
-        super().__init__("Muon", params, float(lr), float(momentum))
+        super().__init__(params, dict(lr=lr, momentum=momentum))
+
+    def _make(self, g, what):
+        return _core_optimiser("Muon", g, float(g["lr"]), float(g["momentum"]))

@@ -77,6 +77,18 @@ CASES = {
                    [r(1, 2, 3, 2), r(1, 1, 3, 2), r(1, 1, 3, 2)])],
     "attention_token_major": [(lambda q, k, v: ops.attention_token_major(q, k, v, 2, 1, causal=True),
                                [r(1, 3, 4), r(1, 3, 2), r(1, 3, 2)])],
+    # The NumPy-shaped ops, kinks and ties kept away from the inputs.
+    "abs": [(lambda a: ops.abs(a) * a, [r(2, 3, lo=0.2, hi=1.0)])],
+    "sin": [(ops.sin, [r(2, 3)])],
+    "cos": [(ops.cos, [r(2, 3)])],
+    "clip": [(lambda a: ops.clip(a, -0.5, 0.5) * a, [r(2, 3, lo=0.6, hi=1.0)])],
+    "maximum": [(lambda a, b: ops.maximum(a, b) * a, [r(2, 3), r(3)])],
+    "minimum": [(lambda a, b: ops.minimum(a, b) * b, [r(2, 3), r(3)])],
+    "where": [(lambda a, b: ops.where(np.array([[True], [False]]), a * a, b * a), [r(2, 3), r(3)])],
+    "stack": [(lambda a, b: sq(ops.stack([a, b], 1)), [r(2, 3), r(2, 3)])],
+    "take": [(lambda a: sq(ops.take(a, np.array([5, 0, 5, 3]))), [r(2, 3)])],
+    "take_along_axis": [(lambda a: sq(ops.take_along_axis(a, np.array([[2, 0], [1, 1]]), 1)), [r(2, 3)])],
+    "scatter_add": [(lambda a: sq(ops.scatter_add(a, np.array([5, 0, 5, 3]), (2, 3))), [r(4)])],
 }
 
 
