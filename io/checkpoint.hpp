@@ -1,6 +1,6 @@
 // Checkpoints on safetensors (docs/spec.md, "Checkpoint file: safetensors"). For the GPT: every parameter
-// under its name in the dtype of T, the model's sizes as decimal metadata ("vocab_size", "block_size",
-// "layers", "d_model", "heads", "kv_heads"), the variant's keys where it is not the default model, any
+// under its name in the dtype of T, the model's config as metadata (models/gpt_config.hpp: the sizes always,
+// the variant's keys where it is not the default model), any
 // other metadata ("vocab", "step", ...) and the optimiser's state as tensors named "optim.*". Loading
 // checks the file against the tensors the metadata's model declares. For any module (models/module.hpp):
 // save_module and load_module do the same with the tensors its visit walk declares.

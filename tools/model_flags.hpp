@@ -59,7 +59,7 @@ inline void add_model_flags(CLI::App& app, models::gpt_config& config, bool with
     });
 }
 
-// The flag of a config field's key ("kv_heads" -> "--kv-heads"), or "" when it has none.
+// The flag of a config field's key (kv_heads -> --kv-heads), or "" when it has none.
 inline std::string flag_of_config_key(const std::string& key)
 {
     std::string flag;
