@@ -75,6 +75,21 @@ gpt_parameters<T> gpt_parameters<T>::init(const gpt_config& config, std::uint64_
 
 // ---- forward -------------------------------------------------------------------------------------
 
+const char* mlp_activation_name(mlp_kind kind)
+{
+    switch (kind)
+    {
+    case mlp_kind::gelu_tanh:
+    case mlp_kind::gelu:
+        return "mlp_gelu";
+    case mlp_kind::relu2:
+        return "mlp_relu2";
+    case mlp_kind::swiglu:
+        return "mlp_swiglu";
+    }
+    return "";
+}
+
 namespace
 {
 std::string index_str(std::size_t b, std::size_t t)
@@ -176,16 +191,12 @@ gpt_result<T> gpt_forward(tape<T>& t, const gpt_parameters<T>& params, const ids
         {
             keep(prefix + "mlp_gate", b.mlp.hidden);
             keep(prefix + "mlp_up", b.mlp.up);
-            keep(prefix + "mlp_swiglu", b.mlp.activated);
         }
-        else
+        else if (b.mlp.hidden.valid())  // not when merged into the GELU's node (options.every_activation)
         {
-            if (b.mlp.hidden.valid())  // not when merged into the GELU's node (options.every_activation)
-            {
-                keep(prefix + "mlp_hidden", b.mlp.hidden);
-            }
-            keep(prefix + "mlp_gelu", b.mlp.activated);
+            keep(prefix + "mlp_hidden", b.mlp.hidden);
         }
+        keep(prefix + mlp_activation_name(config.mlp), b.mlp.activated);
         keep(prefix + "mlp", b.mlp.output);
         x = keep(prefix + "res_2", b.res_2);
     }
@@ -193,8 +204,10 @@ gpt_result<T> gpt_forward(tape<T>& t, const gpt_parameters<T>& params, const ids
     const var<T> ln_f_bias = config.norm_has_bias() ? t.param(params.ln_f_bias) : var<T>();
     const var<T> ln_f = keep("ln_f", norm(x, {t.param(params.ln_f_weight), ln_f_bias}, config.norm, fused));
     // logits = N(x; ln_f) wte^T: the tied head is the token embedding, read transposed by the GEMM
-    r.logits = keep("logits", config.tied_head ? ops::matmul(ln_f, wte, false, /*transpose_b=*/true)
-                                               : ops::matmul(ln_f, t.param(params.lm_head)));
+    const var<T> head = config.tied_head ? ops::matmul(ln_f, wte, false, /*transpose_b=*/true)
+                                         : ops::matmul(ln_f, t.param(params.lm_head));
+    // logits = c tanh(head / c) when the logits are soft-capped
+    r.logits = keep("logits", soft_capped(head, config.logit_softcap));
     if (targets)
     {
         r.loss = fused ? ops::cross_entropy(r.logits, *targets) : ops::composed::cross_entropy(r.logits, *targets);

@@ -4,9 +4,10 @@
 //
 //   x = wte[tokens] (+ wpe[0 .. T-1] when position = learned)
 //   for each layer i:
-//       x = x + MHA_i(N(x; ln_1))                 causal; RoPE on Q and K when position = rope
-//       x = x + MLP_i(N(x; ln_2))                 GELU (tanh or exact) or SwiGLU
+//       x = x + MHA_i(N(x; ln_1))                 causal (within the window); QK-norm, RoPE on Q and K
+//       x = x + MLP_i(N(x; ln_2))                 GELU (tanh or exact), relu^2 or SwiGLU
 //   logits = N(x; ln_f) @ wte^T                   or @ lm_head when the head is untied
+//   logits = c tanh(logits / c)                   when logit_softcap c > 0
 // N is LayerNorm or RMSNorm; biases exist as `bias` says.
 #pragma once
 
@@ -32,7 +33,7 @@ struct gpt_block_parameters
     parameter<T> W_Q, W_K, W_V, W_O;       // (d, d), (d, G dh), (d, G dh), (d, d)
     parameter<T> b_Q, b_K, b_V, b_O;       // bias = all: (d,), (G dh,), (G dh,), (d,)
     parameter<T> ln_2_weight, ln_2_bias;   // (d,)
-    parameter<T> W_fc, b_fc;               // (d, h), (h,)        gelu_tanh, gelu
+    parameter<T> W_fc, b_fc;               // (d, h), (h,)        gelu_tanh, gelu, relu2
     parameter<T> W_proj, b_proj;           // (h, d), (d,)
     parameter<T> W_gate, b_gate;           // (d, h), (h,)        swiglu
     parameter<T> W_up, b_up;               // (d, h), (h,)
@@ -98,10 +99,10 @@ using gpt_options = forward_options;
 //   "blocks.{i}.ln_1", "blocks.{i}.attn"     norm output, MHA output (after W_O)     (B, T, d)
 //   "blocks.{i}.res_1"                       x after the attention residual          (B, T, d)
 //   "blocks.{i}.ln_2"                        norm output                             (B, T, d)
-// gelu_tanh and gelu:
+// gelu_tanh, gelu and relu2:
 //   "blocks.{i}.mlp_hidden"                  ln_2 @ W_fc + b_fc, before GELU         (B, T, h)
 //                                            (not with options.every_activation false: no node of its own)
-//   "blocks.{i}.mlp_gelu"                    after GELU                              (B, T, h)
+//   "blocks.{i}.mlp_gelu", "...mlp_relu2"    after GELU, after relu^2                (B, T, h)
 // swiglu:
 //   "blocks.{i}.mlp_gate"                    ln_2 @ W_gate + b_gate                  (B, T, h)
 //   "blocks.{i}.mlp_up"                      ln_2 @ W_up + b_up                      (B, T, h)
@@ -111,7 +112,12 @@ using gpt_options = forward_options;
 //   "blocks.{i}.res_2"                       x after the MLP residual                (B, T, d)
 //   "ln_f", "logits"                                                                 (B, T, d), (B, T, V)
 // With RoPE the attention's Q and K are rotated inside "blocks.{i}.attn" (labelled "Q_rope", "K_rope"
-// on the tape); with dropout the activations are the values after it.
+// on the tape), with qk_norm normalised there ("Q_norm", "K_norm"); "logits" are after the soft cap when
+// logit_softcap > 0; with dropout the activations are the values after it.
+// The name, after "blocks.{i}.", of the MLP's activated hidden values: mlp_gelu (gelu_tanh, gelu),
+// mlp_relu2 or mlp_swiglu.
+const char* mlp_activation_name(mlp_kind kind);
+
 template <class T>
 struct gpt_result
 {
@@ -175,6 +181,7 @@ void gpt_block_parameters<T>::declare(const gpt_config& c, F&& f)
         return;
     case mlp_kind::gelu_tanh:
     case mlp_kind::gelu:
+    case mlp_kind::relu2:
         linear("mlp.W_fc", &B::W_fc, "mlp.b_fc", &B::b_fc, mb, d, h, w, "d", hf);
         linear("mlp.W_proj", &B::W_proj, "mlp.b_proj", &B::b_proj, mb, h, d, r, hf, "d");
         return;

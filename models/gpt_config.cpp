@@ -29,6 +29,10 @@ void gpt_config::validate(const char* op) const
     {
         fail(op, "rope_base must be a positive number, got " + std::to_string(rope_base));
     }
+    if (!(logit_softcap >= 0 && std::isfinite(logit_softcap)))
+    {
+        fail(op, "logit_softcap must be a decimal number >= 0 (0 off), got " + field_text(logit_softcap));
+    }
 }
 
 variant_error::variant_error(std::string k, std::string v, std::string a)
@@ -87,6 +91,8 @@ std::string field_text(bool v) { return v ? "true" : "false"; }
 std::string allowed_text(std::size_t) { return "a positive decimal integer"; }
 std::string allowed_text(double) { return "a positive decimal number"; }
 std::string allowed_text(bool) { return "true, false"; }
+std::string allowed_text(off_when_zero<std::size_t>) { return "a decimal integer >= 0 (0 off)"; }
+std::string allowed_text(off_when_zero<double>) { return "a decimal number >= 0 (0 off)"; }
 
 // Sizes are decimal integers that fit 64 bits; what they multiply to is checked by the readers' own
 // limits (io/checkpoint_limits.hpp, io/size_limits.hpp), which saturate instead of wrapping.
@@ -111,6 +117,35 @@ void read_field(const std::string& key, const std::string& text, double& out)
         throw variant_error(key, text, allowed_text(out));
     }
     out = x;
+}
+
+void read_field(const std::string& key, const std::string& text, off_when_zero<std::size_t>& out)
+{
+    std::size_t n = 1;
+    if (text != "0")
+    {
+        try
+        {
+            read_field(key, text, n);
+        }
+        catch (const variant_error&)
+        {
+            throw variant_error(key, text, allowed_text(out));
+        }
+    }
+    out = text == "0" ? 0 : n;
+}
+
+void read_field(const std::string& key, const std::string& text, off_when_zero<double>& out)
+{
+    double x = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), x);
+    const bool whole = !text.empty() && ec == std::errc() && end == text.data() + text.size();
+    if (!whole || !(x >= 0) || !std::isfinite(x))
+    {
+        throw variant_error(key, text, allowed_text(out));
+    }
+    out = x == 0 ? 0.0 : x;  // -0 reads as 0
 }
 
 void read_field(const std::string& key, const std::string& text, bool& out)

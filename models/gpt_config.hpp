@@ -12,6 +12,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "models/mha_config.hpp"
@@ -35,12 +36,37 @@ enum class mlp_kind
     gelu_tanh,  // GELU, tanh approximation (GPT-2)
     gelu,       // exact GELU, 0.5 x (1 + erf(x / sqrt 2))
     swiglu,     // (silu(x W_gate + b_gate) * (x W_up + b_up)) W_down + b_down
+    relu2,      // relu(x)^2, on the tensors of gelu_tanh
 };
 enum class bias_kind
 {
     mlp,   // the norms' and the MLP's biases
     all,   // also b_Q, b_K, b_V, b_O
     none,  // none at all, the norms' included
+};
+enum class qk_norm_kind
+{
+    none,  // q and k as the projections (and RoPE) make them
+    rms,   // every query and key head vector q becomes q / sqrt(mean(q^2) + 1e-5), no gain
+};
+
+// A number whose 0 means "off" (logit_softcap, attention_window): 0 or a positive N, which metadata and
+// flags write and read as a decimal.
+template <class N>
+struct off_when_zero
+{
+    N value = 0;
+    off_when_zero(N v = 0) : value(v) {}
+    operator N() const { return value; }
+    bool on() const { return value != 0; }
+};
+template <class V>
+struct is_off_when_zero : std::false_type
+{
+};
+template <class N>
+struct is_off_when_zero<off_when_zero<N>> : std::true_type
+{
 };
 
 // The names of an enum's values as metadata, flags and Python spell them. Values from index `listed` on
@@ -62,7 +88,7 @@ struct enum_names<position_kind>
 template <>
 struct enum_names<mlp_kind>
 {
-    static constexpr const char* names[] = {"gelu_tanh", "gelu", "swiglu"};
+    static constexpr const char* names[] = {"gelu_tanh", "gelu", "swiglu", "relu2"};
     static constexpr std::size_t listed = 3;
 };
 template <>
@@ -70,6 +96,12 @@ struct enum_names<bias_kind>
 {
     static constexpr const char* names[] = {"mlp", "all", "none"};
     static constexpr std::size_t listed = 3;
+};
+template <>
+struct enum_names<qk_norm_kind>
+{
+    static constexpr const char* names[] = {"none", "rms"};
+    static constexpr std::size_t listed = 2;
 };
 
 struct gpt_config
@@ -88,6 +120,9 @@ struct gpt_config
     std::size_t mlp_hidden = 0;  // h; 0 means 4 d
     bias_kind bias = bias_kind::mlp;
     bool tied_head = true;       // logits = N(x) wte^T; false: N(x) lm_head
+    qk_norm_kind qk_norm = qk_norm_kind::none;
+    off_when_zero<double> logit_softcap = 0;            // c: logits = c tanh(logits / c); 0 off
+    off_when_zero<std::size_t> attention_window = 0;    // w: query t sees keys t - w < s <= t; 0 off
 
     mha_config attention() const { return {d_model, heads, kv_heads}; }
     std::size_t kv_head_count() const { return kv_heads ? kv_heads : heads; }
@@ -132,6 +167,12 @@ void visit_config(Config& c, F&& f)
     f(config_field{"bias", "--bias", "which biases exist", false, false}, c.bias);
     f(config_field{"tied_head", "--untied-head", "a separate lm_head (d, V) instead of wte^T", false, false},
       c.tied_head);
+    f(config_field{"qk_norm", "--qk-norm", "RMS-normalise every query and key head (no gain)", false, true},
+      c.qk_norm);
+    f(config_field{"logit_softcap", "--logit-softcap", "soft cap c of the logits, c tanh(logits / c)", false, true},
+      c.logit_softcap);
+    f(config_field{"attention_window", "--attention-window", "sliding attention window w (positions)", false, true},
+      c.attention_window);
 }
 
 // A field's value that is not allowed: what() is "'key' = 'value' is not one of a, b, c". `key` is the
@@ -156,6 +197,11 @@ std::vector<std::string> size_keys();
 std::string field_text(std::size_t v);
 std::string field_text(double v);
 std::string field_text(bool v);
+template <class N>
+std::string field_text(off_when_zero<N> v)
+{
+    return field_text(v.value);
+}
 template <class E>
 std::string field_text(E v)
 {
@@ -164,9 +210,13 @@ std::string field_text(E v)
 void read_field(const std::string& key, const std::string& text, std::size_t& out);
 void read_field(const std::string& key, const std::string& text, double& out);
 void read_field(const std::string& key, const std::string& text, bool& out);
+void read_field(const std::string& key, const std::string& text, off_when_zero<std::size_t>& out);
+void read_field(const std::string& key, const std::string& text, off_when_zero<double>& out);
 std::string allowed_text(std::size_t);
 std::string allowed_text(double);
 std::string allowed_text(bool);
+std::string allowed_text(off_when_zero<std::size_t>);
+std::string allowed_text(off_when_zero<double>);
 template <class E>
 std::string allowed_text(E)
 {
@@ -200,6 +250,11 @@ bool is_listed_value(E v)
 inline bool is_listed_value(std::size_t) { return false; }
 inline bool is_listed_value(double) { return false; }
 inline bool is_listed_value(bool) { return false; }
+template <class N>
+bool is_listed_value(off_when_zero<N>)
+{
+    return false;
+}
 
 template <class E>
 const char* name_of(E v)

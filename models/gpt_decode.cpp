@@ -75,7 +75,9 @@ array<T> gpt_decode(const gpt_parameters<T>& params, const ids_t& tokens, kv_cac
     }
     const var<T> ln_f_bias = c.norm_has_bias() ? t.param(params.ln_f_bias) : var<T>();
     const var<T> h = norm(x, {t.param(params.ln_f_weight), ln_f_bias}, c.norm);
-    return (c.tied_head ? ops::matmul(h, wte, false, true) : ops::matmul(h, t.param(params.lm_head))).value();
+    const var<T> head =
+        c.tied_head ? ops::matmul(h, wte, false, true) : ops::matmul(h, t.param(params.lm_head));
+    return soft_capped(head, c.logit_softcap).value();
 }
 
 namespace
@@ -275,6 +277,32 @@ void rotate_heads(T* x, std::size_t heads, std::size_t dh, const T* cos, const T
     }
 }
 
+// Each of `heads` heads of dh entries divided by its root mean square: h / sqrt(mean(h^2) + 1e-5) (QK-norm).
+template <class T>
+void normalise_heads(T* x, std::size_t heads, std::size_t dh)
+{
+    for (std::size_t h = 0; h < heads; ++h)
+    {
+        T* head = x + h * dh;
+        const T scale = T(1) / std::sqrt(dot(head, head, dh) / static_cast<T>(dh) + T(1e-5));
+        std::transform(head, head + dh, head, [scale](T v) { return v * scale; });
+    }
+}
+
+// a := relu(a)^2 over n entries.
+template <class T>
+void relu_squared_in_place(T* a, std::size_t n)
+{
+    std::transform(a, a + n, a, [](T v) { return v > 0 ? v * v : T(0); });
+}
+
+// y := c tanh(y / c) over n entries (the logits' soft cap, c > 0).
+template <class T>
+void soft_cap_in_place(T* y, std::size_t n, T c)
+{
+    std::transform(y, y + n, y, [c](T v) { return c * std::tanh(v / c); });
+}
+
 // a := silu(a) b over n entries, silu(z) = z sigmoid(z): the SwiGLU's product.
 template <class T>
 void swiglu_in_place(T* a, const T* b, std::size_t n)
@@ -414,15 +442,18 @@ decoder<T>::decoder(gpt_parameters<T> params)
     }
 }
 
-// Causal attention of the new position's queries (q_) over the cached positions 0 .. length_, into
+// Causal attention of the new position's queries (q_) over the cached positions 0 .. length_ (with an
+// attention window w, only the last w of them: the keys that left the window are not read), into
 // heads_: for head h (key/value head g = h / (H / G)), s_t = q . k_t / sqrt(dh), a = softmax(s),
 // y = sum_t a_t v_t.
 template <class T>
 void decoder<T>::attend(std::size_t layer)
 {
-    const std::size_t positions = length_ + 1, group = c_.heads / c_.kv_head_count();
-    const T* keys = keys_.get() + layer * c_.block_size * kv_dim_;
-    const T* values = values_.get() + layer * c_.block_size * kv_dim_;
+    const std::size_t window = c_.attention_window, group = c_.heads / c_.kv_head_count();
+    const std::size_t first = window && length_ + 1 > window ? length_ + 1 - window : 0;
+    const std::size_t positions = length_ + 1 - first;
+    const T* keys = keys_.get() + (layer * c_.block_size + first) * kv_dim_;
+    const T* values = values_.get() + (layer * c_.block_size + first) * kv_dim_;
     const T scale = T(1) / std::sqrt(static_cast<T>(dh_));
     const auto heads = [&](std::size_t begin, std::size_t end)
     {
@@ -461,29 +492,34 @@ void decoder<T>::attend(std::size_t layer)
     kernels::parallel_for(threads, std::cref(chunk));
 }
 
-// x += MLP(xn) for xn = N(x; ln_2): GELU(xn W_fc + b_fc) W_proj + b_proj, or
+// x += MLP(xn) for xn = N(x; ln_2): act(xn W_fc + b_fc) W_proj + b_proj (GELU or relu^2), or
 // (silu(xn W_gate + b_gate) * (xn W_up + b_up)) W_down + b_down.
 template <class T>
 void decoder<T>::feed_forward(const layer_weights& w)
 {
     T* a = hidden_a_.data();
     matvec(xn_.data(), w.W_in, w.b_in, a, hidden_, d_);
-    if (c_.mlp == mlp_kind::swiglu)
+    switch (c_.mlp)
+    {
+    case mlp_kind::swiglu:
     {
         T* gate = hidden_b_.data();
         matvec(xn_.data(), w.W_gate, w.b_gate, gate, hidden_, d_);
         swiglu_in_place(gate, a, hidden_);
         a = gate;
+        break;
     }
-    else if (c_.mlp == mlp_kind::gelu)
-    {
+    case mlp_kind::gelu:
         kernels::gelu::bias_gelu_row<kernels::gelu::exact_form>(a, zeros_.data(), a, static_cast<T*>(nullptr),
                                                                 hidden_);
-    }
-    else
-    {
+        break;
+    case mlp_kind::gelu_tanh:
         kernels::gelu::bias_gelu_row<kernels::gelu::tanh_form>(a, zeros_.data(), a, static_cast<T*>(nullptr),
                                                                hidden_);
+        break;
+    case mlp_kind::relu2:
+        relu_squared_in_place(a, hidden_);
+        break;
     }
     matvec(a, w.W_out, w.b_out, out_.data(), d_, hidden_);
     add_scaled(x_.data(), T(1), out_.data(), d_);
@@ -521,6 +557,11 @@ const T* decoder<T>::step(std::int32_t token)
         matvec(xn_.data(), w.W_Q, w.b_Q, q_.data(), d_, d_);
         matvec(xn_.data(), w.W_K, w.b_K, k, kv_dim_, d_);
         matvec(xn_.data(), w.W_V, w.b_V, v, kv_dim_, d_);
+        if (c_.qk_norm == qk_norm_kind::rms)
+        {
+            normalise_heads(q_.data(), c_.heads, dh_);
+            normalise_heads(k, c_.kv_head_count(), dh_);
+        }
         if (c_.position == position_kind::rope)
         {
             const T* cos = rope_cos_.data() + pos * (dh_ / 2);
@@ -535,10 +576,14 @@ const T* decoder<T>::step(std::int32_t token)
         norm_row(x_.data(), w.ln_2_weight, w.ln_2_bias ? w.ln_2_bias : no_bias, xn_.data(), d_, c_.norm);
         feed_forward(w);
     }
-    // logits = N(x; ln_f) wte^T, or N(x; ln_f) lm_head
+    // logits = N(x; ln_f) wte^T, or N(x; ln_f) lm_head, soft-capped when logit_softcap > 0
     const T* ln_f_bias = c_.norm_has_bias() ? params_.ln_f_bias.value().data() : no_bias;
     norm_row(x_.data(), params_.ln_f_weight.value().data(), ln_f_bias, xn_.data(), d_, c_.norm);
     matvec(xn_.data(), head_, static_cast<const T*>(nullptr), logits_.data(), c_.vocab_size, d_);
+    if (c_.logit_softcap.on())  // logits = c tanh(logits / c)
+    {
+        soft_cap_in_place(logits_.data(), c_.vocab_size, static_cast<T>(c_.logit_softcap.value));
+    }
     ++length_;
     return logits_.data();
 }

@@ -329,9 +329,10 @@ std::vector<std::string> gpt_parameter_names(const gpt_config& config)
 
 std::vector<std::string> gpt_activation_names(const gpt_config& config)
 {
-    const std::vector<const char*> mlp = config.mlp == mlp_kind::swiglu
-                                             ? std::vector<const char*>{"mlp_gate", "mlp_up", "mlp_swiglu"}
-                                             : std::vector<const char*>{"mlp_hidden", "mlp_gelu"};
+    const std::vector<const char*> mlp =
+        config.mlp == mlp_kind::swiglu
+            ? std::vector<const char*>{"mlp_gate", "mlp_up", mlp_activation_name(config.mlp)}
+            : std::vector<const char*>{"mlp_hidden", mlp_activation_name(config.mlp)};
     std::vector<std::string> names = {"embed"};
     for (std::size_t i = 0; i < config.layers; ++i)
     {
@@ -374,7 +375,7 @@ std::vector<std::string> gpt_backward_order(const gpt_config& config)
         in_block("mlp");
         if (config.mlp == mlp_kind::swiglu)
         {
-            for (const char* rest : {"mlp_swiglu", "mlp.W_down"})
+            for (const char* rest : {mlp_activation_name(config.mlp), "mlp.W_down"})
             {
                 in_block(rest);
             }
@@ -389,7 +390,7 @@ std::vector<std::string> gpt_backward_order(const gpt_config& config)
         }
         else
         {
-            in_block("mlp_gelu");
+            in_block(mlp_activation_name(config.mlp));
             in_block("mlp.W_proj");
             in_block("mlp.b_proj", mlp_bias);
             for (const char* rest : {"mlp_hidden", "ln_2", "mlp.W_fc"})
@@ -526,7 +527,45 @@ attention_weights<T> attention_of(const gpt_config& c, const gpt_block_parameter
 
 attention_variant attention_variant_of(const gpt_config& c)
 {
-    return {c.position == position_kind::rope, c.rope_base, 0};
+    const bool qk_norm = c.qk_norm == qk_norm_kind::rms, rope = c.position == position_kind::rope;
+    return {qk_norm, rope, c.rope_base, 0, c.attention_window};
+}
+
+// act(hidden) of the MLP's fc/proj kinds: GELU (tanh or exact) or relu^2.
+template <class T>
+array<T> activation_forward(mlp_kind kind, const array<T>& hidden)
+{
+    switch (kind)
+    {
+    case mlp_kind::gelu_tanh:
+        return gelu_forward(hidden);
+    case mlp_kind::gelu:
+        return gelu_exact_forward(hidden);
+    case mlp_kind::relu2:
+        return relu2_forward(hidden);
+    case mlp_kind::swiglu:
+        break;  // two inputs: swiglu_forward
+    }
+    fail("activation_forward", "mlp = swiglu has no one-input activation");
+}
+
+// Reverses activation_forward by the rules of `r`.
+template <class T>
+array<T> activation_backward(mlp_kind kind, const backward_rules<T>& r, const array<T>& d_y,
+                             const array<T>& hidden)
+{
+    switch (kind)
+    {
+    case mlp_kind::gelu_tanh:
+        return r.gelu_tanh(d_y, hidden);
+    case mlp_kind::gelu:
+        return r.gelu_exact(d_y, hidden);
+    case mlp_kind::relu2:
+        return r.relu2(d_y, hidden);
+    case mlp_kind::swiglu:
+        break;  // two inputs: swiglu_backward
+    }
+    fail("activation_backward", "mlp = swiglu has no one-input activation");
 }
 }  // namespace
 
@@ -569,16 +608,16 @@ gpt_forward_result<T> gpt_forward(const gpt_parameters<T>& p, const ids_t& token
             c.up = linear_forward(c.ln_2_out, w.W_up.value(), value_if(mlp_bias, w.b_up));
             named(block_name(i, "mlp_up"), c.up);
             c.activated = swiglu_forward(c.hidden, c.up);
-            named(block_name(i, "mlp_swiglu"), c.activated);
+            named(block_name(i, mlp_activation_name(config.mlp)), c.activated);
             mlp = linear_forward(c.activated, w.W_down.value(), value_if(mlp_bias, w.b_down));
         }
         else
         {
-            // MLP = GELU(ln_2 W_fc + b_fc) W_proj + b_proj, GELU tanh-approximated or exact
+            // MLP = act(ln_2 W_fc + b_fc) W_proj + b_proj, act GELU (tanh-approximated or exact) or relu^2
             c.hidden = linear_forward(c.ln_2_out, w.W_fc.value(), value_if(mlp_bias, w.b_fc));
             named(block_name(i, "mlp_hidden"), c.hidden);
-            c.activated = config.mlp == mlp_kind::gelu ? gelu_exact_forward(c.hidden) : gelu_forward(c.hidden);
-            named(block_name(i, "mlp_gelu"), c.activated);
+            c.activated = activation_forward(config.mlp, c.hidden);
+            named(block_name(i, mlp_activation_name(config.mlp)), c.activated);
             mlp = linear_forward(c.activated, w.W_proj.value(), value_if(mlp_bias, w.b_proj));
         }
         named(block_name(i, "mlp"), mlp);
@@ -590,6 +629,12 @@ gpt_forward_result<T> gpt_forward(const gpt_parameters<T>& p, const ids_t& token
     named("ln_f", cache.ln_f_out);
     r.logits = config.tied_head ? tied_head_forward(cache.ln_f_out, p.wte.value())
                                 : linear_forward(cache.ln_f_out, p.lm_head.value(), static_cast<const array<T>*>(nullptr));
+    if (config.logit_softcap.on())
+    {
+        // logits = c tanh(logits / c)
+        r.logits = softcap_forward(r.logits, config.logit_softcap);
+        cache.capped = r.logits;
+    }
     named("logits", r.logits);
     if (targets != nullptr)
     {
@@ -618,7 +663,7 @@ array<T> mlp_backward(const gpt_config& config, const gpt_block_parameters<T>& w
     {
         // mlp = mlp_swiglu W_down + b_down
         linear_gradients<T> down = rules("mlp.out").linear(d_mlp, c.activated, w.W_down.value(), b);
-        done(block_name(i, "mlp_swiglu"), down.x);
+        done(block_name(i, mlp_activation_name(config.mlp)), down.x);
         done(block_name(i, "mlp.W_down"), down.w);
         bias_done("mlp.b_down", down.b);
         // mlp_swiglu = silu(mlp_gate) * mlp_up
@@ -637,15 +682,13 @@ array<T> mlp_backward(const gpt_config& config, const gpt_block_parameters<T>& w
         bias_done("mlp.b_up", up.b);
         return d_ln_2;
     }
-    // mlp = mlp_gelu W_proj + b_proj
+    // mlp = mlp_gelu W_proj + b_proj (mlp_relu2 likewise)
     linear_gradients<T> proj = rules("mlp.out").linear(d_mlp, c.activated, w.W_proj.value(), b);
-    done(block_name(i, "mlp_gelu"), proj.x);
+    done(block_name(i, mlp_activation_name(config.mlp)), proj.x);
     done(block_name(i, "mlp.W_proj"), proj.w);
     bias_done("mlp.b_proj", proj.b);
-    // mlp_gelu = GELU(mlp_hidden), tanh-approximated or exact
-    const backward_rules<T> act = rules("mlp_act");
-    const array<T> d_hidden = config.mlp == mlp_kind::gelu ? act.gelu_exact(proj.x, c.hidden)
-                                                           : act.gelu_tanh(proj.x, c.hidden);
+    // mlp_gelu = GELU(mlp_hidden), tanh-approximated or exact; mlp_relu2 = relu(mlp_hidden)^2
+    const array<T> d_hidden = activation_backward(config.mlp, rules("mlp_act"), proj.x, c.hidden);
     done(block_name(i, "mlp_hidden"), d_hidden);
     // mlp_hidden = ln_2 W_fc + b_fc
     linear_gradients<T> fc = rules("mlp.in").linear(d_hidden, c.ln_2_out, w.W_fc.value(), b);
@@ -682,8 +725,13 @@ gpt_gradients<T> gpt_backward(const gpt_cache<T>& cache, const fault_hook<T>& ho
     array<T> d_wte = zeros_like(p.wte.value());
 
     // loss = cross_entropy(logits, targets)
-    const array<T> d_logits = rules("loss").cross_entropy(*cache.loss);
+    array<T> d_logits = rules("loss").cross_entropy(*cache.loss);
     done("logits", d_logits);
+    if (config.logit_softcap.on())
+    {
+        // logits = c tanh(head / c)  ->  d head = d logits (1 - (logits / c)^2)
+        d_logits = rules("softcap").softcap(d_logits, cache.capped, config.logit_softcap);
+    }
     // logits = ln_f wte^T  (tied)  or  ln_f lm_head
     array<T> d_ln_f;
     if (config.tied_head)

@@ -90,9 +90,11 @@ struct block_cache
     attention_cache<T> attn;
     norm_cache<T> ln_2;
     array<T> ln_2_out;     // input of the MLP
-    array<T> hidden;       // gelu: ln_2 @ W_fc + b_fc (mlp_hidden); swiglu: ln_2 @ W_gate + b_gate (mlp_gate)
+    array<T> hidden;       // gelu, relu2: ln_2 @ W_fc + b_fc (mlp_hidden); swiglu: ln_2 @ W_gate + b_gate
+                           // (mlp_gate)
     array<T> up;           // swiglu: ln_2 @ W_up + b_up (mlp_up)
-    array<T> activated;    // GELU(hidden) (mlp_gelu) or silu(hidden) * up (mlp_swiglu): input of W_proj, W_down
+    array<T> activated;    // GELU(hidden) (mlp_gelu), relu(hidden)^2 (mlp_relu2) or silu(hidden) * up
+                           // (mlp_swiglu): input of W_proj, W_down
 };
 
 // Everything gpt_backward needs. It holds handles to the parameters (sharing their storage): do not
@@ -105,6 +107,7 @@ struct gpt_cache
     std::vector<block_cache<T>> blocks;
     norm_cache<T> ln_f;
     array<T> ln_f_out;     // input of the head
+    array<T> capped;       // logit_softcap > 0: the soft-capped logits c tanh(head / c), what softcap reads
     std::optional<cross_entropy_cache<T>> loss;  // empty when the forward had no targets
 };
 
@@ -140,6 +143,8 @@ struct backward_rules
     array<T> (*residual)(const array<T>&, const array<T>&) = residual_backward<T>;
     array<T> (*gelu_tanh)(const array<T>&, const array<T>&) = gelu_backward<T>;
     array<T> (*gelu_exact)(const array<T>&, const array<T>&) = gelu_exact_backward<T>;
+    array<T> (*relu2)(const array<T>&, const array<T>&) = relu2_backward<T>;
+    array<T> (*softcap)(const array<T>&, const array<T>&, double) = softcap_backward<T>;
     swiglu_gradients<T> (*swiglu)(const array<T>&, const array<T>&, const array<T>&) = swiglu_backward<T>;
     attention_gradients<T> (*attention)(const array<T>&, const attention_cache<T>&, const attention_weights<T>&,
                                         const attention_rules<T>&) = causal_self_attention_backward<T>;
@@ -148,8 +153,9 @@ struct backward_rules
 };
 
 // Called by gpt_backward before each step with the step's site and a fresh table of the correct rules,
-// which it may change. Sites, in backward order: "loss", "head", "ln_f", then per block i with
-// p = "blocks.{i}.": p + "res_2", p + "mlp.out" (W_proj or W_down), p + "mlp_act" (GELU or SwiGLU),
+// which it may change. Sites, in backward order: "loss", "softcap" (logit_softcap > 0), "head", "ln_f", then
+// per block i with p = "blocks.{i}.": p + "res_2", p + "mlp.out" (W_proj or W_down), p + "mlp_act" (GELU,
+// relu^2 or SwiGLU),
 // p + "mlp.in" (W_fc, or W_gate and W_up), p + "ln_2", p + "res_1", p + "attn", p + "ln_1"; and "embed".
 template <class T>
 using fault_hook = std::function<void(const std::string& site, backward_rules<T>& rules)>;
@@ -182,7 +188,8 @@ std::vector<std::string> gpt_activation_names(const gpt_config& config);
 // Every activation and parameter in the order the backward pass completes its gradient:
 //   logits, [lm_head], ln_f, blocks.{L-1}.res_2, ln_f.weight, [ln_f.bias],
 //   then per block i from L-1 down to 0:
-//     mlp, then gelu: mlp_gelu, mlp.W_proj, [mlp.b_proj], mlp_hidden, ln_2, mlp.W_fc, [mlp.b_fc]
+//     mlp, then gelu, relu2: mlp_gelu (mlp_relu2), mlp.W_proj, [mlp.b_proj], mlp_hidden, ln_2, mlp.W_fc,
+//              [mlp.b_fc]
 //              or swiglu: mlp_swiglu, mlp.W_down, [mlp.b_down], mlp_gate, mlp_up, ln_2, mlp.W_gate,
 //              [mlp.b_gate], mlp.W_up, [mlp.b_up];
 //     res_1, ln_2.weight, [ln_2.bias], attn, ln_1, attn.W_Q, [attn.b_Q], attn.W_K, [attn.b_K], attn.W_V,

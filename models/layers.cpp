@@ -68,6 +68,29 @@ var<T> swiglu(const var<T>& gate, const var<T>& up, bool fused)
     return fused ? ops::swiglu(gate, up) : ops::composed::swiglu(gate, up);
 }
 
+// x / sqrt(mean(x^2) + 1e-5) over each head vector
+template <class T>
+var<T> head_rms_norm(const var<T>& x, bool fused)
+{
+    const var<T> unit = constant_like(x, array<T>(xt::ones<T>({x.shape().back()})), "unit_gain");
+    return fused ? ops::rms_norm(x, unit) : ops::composed::rms_norm(x, unit);
+}
+
+// relu(x)^2
+template <class T>
+var<T> relu_squared(const var<T>& x)
+{
+    const var<T> r = ops::relu(x);
+    return ops::mul(r, r);
+}
+
+// c tanh(logits / c)
+template <class T>
+var<T> soft_capped(const var<T>& logits, double cap)
+{
+    return cap > 0 ? ops::softcap(logits, cap) : logits;
+}
+
 // (x_2i, x_2i+1) -> (x_2i cos - x_2i+1 sin, x_2i sin + x_2i+1 cos), angle (offset + t) base^(-2i/dh)
 template <class T>
 var<T> rope(const var<T>& x, double base, std::size_t offset, bool fused)
@@ -81,30 +104,34 @@ var<T> norm(const var<T>& x, const norm_weights<T>& w, norm_kind kind, bool fuse
     return kind == norm_kind::rmsnorm ? rms_norm(x, w.weight, fused) : layer_norm(x, w.weight, w.bias, fused);
 }
 
-// GELU(x W_fc + b_fc) W_proj + b_proj, or (silu(x W_gate + b_gate) * (x W_up + b_up)) W_down + b_down
+// act(x W_fc + b_fc) W_proj + b_proj, or (silu(x W_gate + b_gate) * (x W_up + b_up)) W_down + b_down
 template <class T>
 mlp_result<T> mlp(const var<T>& x, const mlp_weights<T>& w, mlp_kind kind, const block_options& o)
 {
     const bool fused = o.fused;
+    // GELU(x W_fc + b_fc) in one node when nobody reads x W_fc + b_fc
+    const bool merged = fused && !o.every_activation && w.b_fc.valid();
     mlp_result<T> r;
-    if (kind == mlp_kind::swiglu)
+    switch (kind)
     {
+    case mlp_kind::swiglu:
         r.hidden = linear(x, w.W_gate, w.b_gate, fused);
         r.up = linear(x, w.W_up, w.b_up, fused);
         r.activated = swiglu(r.hidden, r.up, fused);
         r.output = linear(r.activated, w.W_down, w.b_down, fused);
         return r;
-    }
-    if (fused && !o.every_activation && w.b_fc.valid())
-    {
-        // GELU(x W_fc + b_fc) in one node: nobody reads x W_fc + b_fc
-        r.activated = kind == mlp_kind::gelu ? ops::linear_gelu_exact(x, w.W_fc, w.b_fc)
-                                             : ops::linear_gelu(x, w.W_fc, w.b_fc);
-    }
-    else
-    {
+    case mlp_kind::gelu_tanh:
+        r.hidden = merged ? var<T>() : linear(x, w.W_fc, w.b_fc, fused);
+        r.activated = merged ? ops::linear_gelu(x, w.W_fc, w.b_fc) : gelu(r.hidden, fused);
+        break;
+    case mlp_kind::gelu:
+        r.hidden = merged ? var<T>() : linear(x, w.W_fc, w.b_fc, fused);
+        r.activated = merged ? ops::linear_gelu_exact(x, w.W_fc, w.b_fc) : gelu_exact(r.hidden, fused);
+        break;
+    case mlp_kind::relu2:
         r.hidden = linear(x, w.W_fc, w.b_fc, fused);
-        r.activated = kind == mlp_kind::gelu ? gelu_exact(r.hidden, fused) : gelu(r.hidden, fused);
+        r.activated = relu_squared(r.hidden);
+        break;
     }
     r.output = linear(r.activated, w.W_proj, w.b_proj, fused);
     return r;
@@ -118,7 +145,8 @@ var<T> dropped(const var<T>& x, const block_options& o)
     return o.generator && o.dropout > 0 ? ops::dropout(x, static_cast<T>(o.dropout), *o.generator) : x;
 }
 
-// Causal self-attention with the variant's biases and rotary embedding, over the cached positions too.
+// Causal self-attention (within the sliding window, when there is one) with the variant's biases,
+// QK-norm and rotary embedding, over the cached positions too.
 template <class T>
 std::pair<var<T>, var<T>> causal_attention(const var<T>& x, const attention_weights<T>& w, const gpt_config& c,
                                            const block_options& o, kv_cache_layer<T>* cache)
@@ -129,17 +157,23 @@ std::pair<var<T>, var<T>> causal_attention(const var<T>& x, const attention_weig
     var<T> q_linear = linear(x, w.W_Q, w.b_Q, o.fused).named("Q_linear");
     var<T> k_linear = linear(x, w.W_K, w.b_K, o.fused).named("K_linear");
     var<T> v_linear = linear(x, w.W_V, w.b_V, o.fused).named("V_linear");
-    if (o.fused && !o.attention_weights && !cache && c.position != position_kind::rope)
+    const bool qk_norm = c.qk_norm == qk_norm_kind::rms;
+    if (o.fused && !o.attention_weights && !cache && c.position != position_kind::rope && !qk_norm)
     {
         // The projections' (B, T, H dh) rows are read in place: no split into heads, no join after.
         var<T> joined = ops::attention_token_major(q_linear, k_linear, v_linear, mc.heads, mc.kv_head_count(),
-                                                   nullptr, /*causal=*/true)
+                                                   nullptr, /*causal=*/true, c.attention_window)
                             .named("joined");
         return {linear(joined, w.W_O, w.b_O, o.fused).named("output"), var<T>()};
     }
     var<T> q = split_heads(q_linear, mc.heads).named("Q");
     var<T> k = split_heads(k_linear, mc.kv_head_count()).named("K");
     var<T> v = split_heads(v_linear, mc.kv_head_count()).named("V");
+    if (qk_norm)
+    {
+        q = head_rms_norm(q, o.fused).named("Q_norm");
+        k = head_rms_norm(k, o.fused).named("K_norm");
+    }
     if (c.position == position_kind::rope)
     {
         q = rope(q, c.rope_base, o.position_offset, o.fused).named("Q_rope");
@@ -158,11 +192,12 @@ std::pair<var<T>, var<T>> causal_attention(const var<T>& x, const attention_weig
     var<T> heads, weights;
     if (o.fused && !o.attention_weights)
     {
-        heads = ops::attention(q, k, v, nullptr, /*causal=*/true).named("head_output");
+        heads = ops::attention(q, k, v, nullptr, /*causal=*/true, c.attention_window).named("head_output");
     }
     else
     {
-        const mask_t causal = causal_mask(q.shape()[2], k.shape()[2]);  // bottom-right aligned
+        // bottom-right aligned, the last attention_window keys of each query's prefix (all when 0)
+        const mask_t causal = causal_mask(q.shape()[2], k.shape()[2], c.attention_window);
         std::tie(heads, weights) = attention(q, k, v, &causal);
     }
     var<T> joined = combine_heads(heads).named("joined");
@@ -220,6 +255,9 @@ block_weights<T> bind(tape<T>& t, const gpt_block_parameters<T>& b, const gpt_co
     template var<T> gelu(const var<T>&, bool);                                                             \
     template var<T> gelu_exact(const var<T>&, bool);                                                       \
     template var<T> swiglu(const var<T>&, const var<T>&, bool);                                            \
+    template var<T> head_rms_norm(const var<T>&, bool);                                                    \
+    template var<T> relu_squared(const var<T>&);                                                           \
+    template var<T> soft_capped(const var<T>&, double);                                                    \
     template var<T> rope(const var<T>&, double, std::size_t, bool);                                        \
     template var<T> norm(const var<T>&, const norm_weights<T>&, norm_kind, bool);                          \
     template mlp_result<T> mlp(const var<T>&, const mlp_weights<T>&, mlp_kind, const block_options&);      \

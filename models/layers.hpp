@@ -44,6 +44,20 @@ var<T> gelu_exact(const var<T>& x, bool fused = true);
 template <class T>
 var<T> swiglu(const var<T>& gate, const var<T>& up, bool fused = true);
 
+// QK-norm: every head vector (last axis) of x becomes x / sqrt(mean(x^2) + 1e-5), no gain. fused: the
+// RMS norm op with a constant unit weight, else its composition.
+template <class T>
+var<T> head_rms_norm(const var<T>& x, bool fused = true);
+
+// relu(x)^2, elementwise.
+template <class T>
+var<T> relu_squared(const var<T>& x);
+
+// The logits' soft cap: c tanh(logits / c) for c > 0 (one node, ops::softcap), the logits as they are
+// for c = 0.
+template <class T>
+var<T> soft_capped(const var<T>& logits, double cap);
+
 // Rotary embedding of x (B, H, T, dh), dh even: pair (2i, 2i+1) of row t rotated by
 // (offset + t) * base^(-2i/dh).
 template <class T>
@@ -84,7 +98,7 @@ struct block_options
 template <class T>
 struct mlp_weights
 {
-    var<T> W_fc, b_fc, W_proj, b_proj;                  // gelu_tanh, gelu: (d, h), (h,), (h, d), (d,)
+    var<T> W_fc, b_fc, W_proj, b_proj;                  // gelu_tanh, gelu, relu2: (d, h), (h,), (h, d), (d,)
     var<T> W_gate, b_gate, W_up, b_up, W_down, b_down;  // swiglu: (d, h), (h,), (d, h), (h,), (h, d), (d,)
 };
 
@@ -94,12 +108,12 @@ struct mlp_result
 {
     var<T> hidden;     // x W_fc + b_fc, or x W_gate + b_gate        (..., h), or empty: merged into activated
     var<T> up;         // x W_up + b_up (swiglu only)                (..., h)
-    var<T> activated;  // GELU(hidden), or silu(hidden) * up         (..., h)
+    var<T> activated;  // GELU(hidden), relu(hidden)^2, or silu(hidden) * up (..., h)
     var<T> output;     // activated W_proj + b_proj (W_down, b_down) (..., d)
 };
 
-// MLP(x) = GELU(x W_fc + b_fc) W_proj + b_proj, or (silu(x W_gate + b_gate) * (x W_up + b_up)) W_down + b_down.
-// Reads o.fused and o.every_activation.
+// MLP(x) = act(x W_fc + b_fc) W_proj + b_proj with act GELU (tanh or exact) or relu^2, or
+// (silu(x W_gate + b_gate) * (x W_up + b_up)) W_down + b_down. Reads o.fused and o.every_activation.
 template <class T>
 mlp_result<T> mlp(const var<T>& x, const mlp_weights<T>& w, mlp_kind kind, const block_options& o = {});
 
@@ -137,8 +151,8 @@ struct block_result
 // The pre-norm transformer block, causal self-attention:
 //   x = x + MHA(N(x; ln_1));  x = x + MLP(N(x; ln_2)).
 // With `cache`, the keys and values of earlier positions are read from it (causal bottom-right: query i
-// sees keys j <= i + cached) and the new ones appended. Throws std::invalid_argument naming "gpt_block"
-// for weights whose shapes do not fit the config.
+// sees keys j <= i + cached, and j > i + cached - w with attention_window w) and the new ones appended.
+// Throws std::invalid_argument naming "gpt_block" for weights whose shapes do not fit the config.
 template <class T>
 block_result<T> transformer_block(const var<T>& x, const block_weights<T>& w, const gpt_config& config,
                                   const block_options& options = {}, kv_cache_layer<T>* cache = nullptr);

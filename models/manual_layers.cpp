@@ -281,6 +281,116 @@ array<T> gelu_exact_backward(const array<T>& d_y, const array<T>& x)
     return dx;
 }
 
+// ---- QK-norm -----------------------------------------------------------------------------------------
+
+template <class T>
+array<T> head_rms_forward(const array<T>& x, head_rms_cache<T>& cache)
+{
+    const std::size_t c = width(x), n = rows(x);
+    cache.y = array<T>::from_shape(x.shape());
+    shape_t per_row = to_shape(x.shape());
+    per_row.pop_back();
+    cache.rrms = array<T>::from_shape(per_row);
+    for (std::size_t r = 0; r < n; ++r)
+    {
+        const T* h = x.data() + r * c;
+        T squares = 0;
+        for (std::size_t i = 0; i < c; ++i)
+        {
+            squares += h[i] * h[i];
+        }
+        const T rrms = T(1) / std::sqrt(squares / static_cast<T>(c) + static_cast<T>(norm_eps));
+        cache.rrms.data()[r] = rrms;  // rrms = (mean(h^2) + eps)^(-1/2)
+        for (std::size_t i = 0; i < c; ++i)
+        {
+            cache.y.data()[r * c + i] = h[i] * rrms;  // y = h rrms
+        }
+    }
+    return cache.y;
+}
+
+template <class T>
+array<T> head_rms_backward(const array<T>& d_y, const head_rms_cache<T>& cache)
+{
+    const std::size_t c = width(cache.y), n = rows(cache.y);
+    require_shape("head_rms_backward", "d_y", d_y, to_shape(cache.y.shape()));
+    array<T> dx = array<T>::from_shape(d_y.shape());
+    for (std::size_t r = 0; r < n; ++r)
+    {
+        const T* dy = d_y.data() + r * c;
+        const T* y = cache.y.data() + r * c;
+        T dot = 0;  // sum_i d y_i y_i
+        for (std::size_t i = 0; i < c; ++i)
+        {
+            dot += dy[i] * y[i];
+        }
+        // y = h rrms, rrms = (mean(h^2) + eps)^(-1/2), d rrms / d h_k = -rrms^3 h_k / C
+        //   ->  d h_k = rrms d y_k - rrms^3 h_k (1/C) sum_i d y_i h_i
+        //             = rrms (d y_k - y_k (1/C) sum_i d y_i y_i)
+        const T rrms = cache.rrms.data()[r];
+        for (std::size_t i = 0; i < c; ++i)
+        {
+            dx.data()[r * c + i] = rrms * (dy[i] - y[i] * dot / static_cast<T>(c));
+        }
+    }
+    return dx;
+}
+
+// ---- ReLU squared ------------------------------------------------------------------------------------
+
+template <class T>
+array<T> relu2_forward(const array<T>& x)
+{
+    array<T> y = array<T>::from_shape(x.shape());
+    for (std::size_t i = 0; i < x.size(); ++i)
+    {
+        const T r = x.data()[i] > 0 ? x.data()[i] : T(0);
+        y.data()[i] = r * r;  // y = relu(x)^2
+    }
+    return y;
+}
+
+template <class T>
+array<T> relu2_backward(const array<T>& d_y, const array<T>& x)
+{
+    require_same_shape("relu2_backward", "d_y", d_y, "x", x);
+    array<T> dx = array<T>::from_shape(x.shape());
+    for (std::size_t i = 0; i < x.size(); ++i)
+    {
+        const T r = x.data()[i] > 0 ? x.data()[i] : T(0);
+        dx.data()[i] = d_y.data()[i] * T(2) * r;  // y = relu(x)^2  ->  d x = d y 2 relu(x) (0 for x <= 0)
+    }
+    return dx;
+}
+
+// ---- the logits' soft cap ----------------------------------------------------------------------------
+
+template <class T>
+array<T> softcap_forward(const array<T>& x, double cap)
+{
+    const T c = static_cast<T>(cap);
+    array<T> y = array<T>::from_shape(x.shape());
+    for (std::size_t i = 0; i < x.size(); ++i)
+    {
+        y.data()[i] = c * std::tanh(x.data()[i] / c);  // y = c tanh(x / c)
+    }
+    return y;
+}
+
+template <class T>
+array<T> softcap_backward(const array<T>& d_y, const array<T>& y, double cap)
+{
+    require_same_shape("softcap_backward", "d_y", d_y, "y", y);
+    const T c = static_cast<T>(cap);
+    array<T> dx = array<T>::from_shape(y.shape());
+    for (std::size_t i = 0; i < y.size(); ++i)
+    {
+        const T t = y.data()[i] / c;                      // tanh(x / c), from the output
+        dx.data()[i] = d_y.data()[i] * (T(1) - t * t);     // y = c tanh(x / c)  ->  d x = d y (1 - tanh^2)
+    }
+    return dx;
+}
+
 // ---- SwiGLU ------------------------------------------------------------------------------------------
 
 template <class T>
@@ -405,12 +515,17 @@ array<T> causal_self_attention_forward(const array<T>& x, const attention_weight
     c.q = split_heads(linear_forward(x, *w.w_q, w.b_q), config.heads);  // Q = split(x W_Q + b_Q)
     c.k = split_heads(linear_forward(x, *w.w_k, w.b_k), groups);        // K = split(x W_K + b_K)
     c.v = split_heads(linear_forward(x, *w.w_v, w.b_v), groups);        // V = split(x W_V + b_V)
+    if (variant.qk_norm)
+    {
+        c.q = head_rms_forward(c.q, c.q_norm);  // Q = head_rms(Q)
+        c.k = head_rms_forward(c.k, c.k_norm);  // K = head_rms(K)
+    }
     if (variant.rope)
     {
         c.q = rope_forward(c.q, variant.rope_base, variant.position_offset);  // Q = rope(Q)
         c.k = rope_forward(c.k, variant.rope_base, variant.position_offset);  // K = rope(K)
     }
-    const mask_t causal = causal_mask(length, length);
+    const mask_t causal = causal_mask(length, length, variant.window);  // s <= t, and t - w < s with a window
     array<T> heads_out;
     attention_forward(c.q, c.k, c.v, &causal, c.weights, heads_out);  // O = softmax(Q K^T / sqrt(dh)) V
     c.joined = combine_heads(heads_out);                               // joined = concat(O_1 .. O_H)
@@ -439,6 +554,11 @@ attention_gradients<T> causal_self_attention_backward(const array<T>& d_y, const
         d_q = rules.rope(d_q, c.variant.rope_base, c.variant.position_offset);  // Q = rope(Q)  ->  R(-a) d Q
         d_k = rules.rope(d_k, c.variant.rope_base, c.variant.position_offset);  // K = rope(K)  ->  R(-a) d K
     }
+    if (c.variant.qk_norm)
+    {
+        d_q = rules.qk_norm(d_q, c.q_norm);  // Q = head_rms(Q)  ->  rrms (d Q - Q mean(d Q Q)) per head
+        d_k = rules.qk_norm(d_k, c.k_norm);  // K = head_rms(K)  ->  likewise
+    }
     // Q = split(x W_Q + b_Q)  ->  d (x W_Q + b_Q) = combine(d Q), then as linear_forward; likewise K and V
     const array<T> d_q_lin = combine_heads(d_q), d_k_lin = combine_heads(d_k), d_v_lin = combine_heads(d_v);
     linear_gradients<T> q = linear_backward(d_q_lin, c.x, *w.w_q, false);
@@ -458,18 +578,24 @@ attention_gradients<T> causal_self_attention_backward(const array<T>& d_y, const
     template array<T> layernorm_forward(const array<T>&, const array<T>&, const array<T>*, layernorm_cache<T>&); \
     template layernorm_gradients<T> layernorm_backward(const array<T>&, const layernorm_cache<T>&,                \
                                                        const array<T>&);                                         \
-    template array<T> rmsnorm_forward(const array<T>&, const array<T>&, rmsnorm_cache<T>&);                       \
+    template array<T> rmsnorm_forward(const array<T>&, const array<T>&, rmsnorm_cache<T>&);                  \
     template rmsnorm_gradients<T> rmsnorm_backward(const array<T>&, const rmsnorm_cache<T>&, const array<T>&);    \
-    template array<T> rope_forward(const array<T>&, double, std::size_t);                                         \
-    template array<T> rope_backward(const array<T>&, double, std::size_t);                                        \
-    template array<T> gelu_exact_forward(const array<T>&);                                                        \
-    template array<T> gelu_exact_backward(const array<T>&, const array<T>&);                                      \
-    template array<T> swiglu_forward(const array<T>&, const array<T>&);                                           \
+    template array<T> rope_forward(const array<T>&, double, std::size_t);                                    \
+    template array<T> rope_backward(const array<T>&, double, std::size_t);                                   \
+    template array<T> gelu_exact_forward(const array<T>&);                                                   \
+    template array<T> gelu_exact_backward(const array<T>&, const array<T>&);                                 \
+    template array<T> head_rms_forward(const array<T>&, head_rms_cache<T>&);                                 \
+    template array<T> head_rms_backward(const array<T>&, const head_rms_cache<T>&);                          \
+    template array<T> relu2_forward(const array<T>&);                                                        \
+    template array<T> relu2_backward(const array<T>&, const array<T>&);                                      \
+    template array<T> softcap_forward(const array<T>&, double);                                              \
+    template array<T> softcap_backward(const array<T>&, const array<T>&, double);                            \
+    template array<T> swiglu_forward(const array<T>&, const array<T>&);                                      \
     template swiglu_gradients<T> swiglu_backward(const array<T>&, const array<T>&, const array<T>&);              \
-    template array<T> linear_forward(const array<T>&, const array<T>&, const array<T>*);                          \
+    template array<T> linear_forward(const array<T>&, const array<T>&, const array<T>*);                     \
     template linear_gradients<T> linear_backward(const array<T>&, const array<T>&, const array<T>&, bool);        \
-    template array<T> bias_backward(const array<T>&);                                                             \
-    template array<T> causal_self_attention_forward(const array<T>&, const attention_weights<T>&,                 \
+    template array<T> bias_backward(const array<T>&);                                                        \
+    template array<T> causal_self_attention_forward(const array<T>&, const attention_weights<T>&,            \
                                                     const mha_config&, const attention_variant&,                  \
                                                     attention_cache<T>&);                                         \
     template attention_gradients<T> causal_self_attention_backward(const array<T>&, const attention_cache<T>&,    \

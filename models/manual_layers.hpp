@@ -1,9 +1,10 @@
 // The hand-derived layers, by family (docs/spec.md, "The small GPT" and "Architecture variants"),
 // llm.c-style *_forward / *_backward pairs on plain arrays, no tape: the norms (LayerNorm, RMSNorm), the
-// rotary embedding, the exact GELU, SwiGLU, a bias's backward, and causal self-attention with optional
-// biases and rotary embedding. Each backward names the forward it reverses and carries its math; they
-// share no code with ops/ (only the GEMM and the per-head attention of models/mha_manual.hpp), so that
-// agreeing with the tape is evidence. models/gpt_manual.hpp builds the whole model's twin from these and
+// rotary embedding, QK-norm, the exact GELU, ReLU squared, SwiGLU, the logits' soft cap, a bias's
+// backward, and causal self-attention with optional biases, QK-norm, rotary embedding and a sliding
+// window. Each backward names the forward it reverses and carries its math; they share no code with ops/
+// (only the GEMM and the per-head attention of models/mha_manual.hpp), so that agreeing with the tape is
+// evidence. models/gpt_manual.hpp builds the whole model's twin from these and
 // the layers it declares itself.
 #pragma once
 
@@ -125,6 +126,37 @@ struct swiglu_gradients
 template <class T>
 swiglu_gradients<T> swiglu_backward(const array<T>& d_y, const array<T>& gate, const array<T>& up);
 
+// ---- QK-norm: every head vector h of dh numbers becomes h / sqrt(mean(h^2) + 1e-5), no gain -----------
+
+template <class T>
+struct head_rms_cache
+{
+    array<T> y;     // the normalised heads, (B, H, T, dh)
+    array<T> rrms;  // 1 / sqrt(mean(h^2) + eps) per head vector, (B, H, T)
+};
+// y = h rrms, rrms = (mean(h^2) + 1e-5)^(-1/2), over the last axis of x (B, H, T, dh).
+template <class T>
+array<T> head_rms_forward(const array<T>& x, head_rms_cache<T>& cache);
+// Reverses head_rms_forward: d h = rrms (d y - y mean(d y y)) per head vector.
+template <class T>
+array<T> head_rms_backward(const array<T>& d_y, const head_rms_cache<T>& cache);
+
+// ---- ReLU squared: y = relu(x)^2, elementwise ----------------------------------------------------------
+
+template <class T>
+array<T> relu2_forward(const array<T>& x);
+// Reverses relu2_forward: d x = d y 2 relu(x).
+template <class T>
+array<T> relu2_backward(const array<T>& d_y, const array<T>& x);
+
+// ---- the logits' soft cap: y = c tanh(x / c), c > 0, elementwise --------------------------------------
+
+template <class T>
+array<T> softcap_forward(const array<T>& x, double cap);
+// Reverses softcap_forward from its output: d x = d y (1 - tanh^2(x / c)) = d y (1 - (y / c)^2).
+template <class T>
+array<T> softcap_backward(const array<T>& d_y, const array<T>& y, double cap);
+
 // ---- products and biases ------------------------------------------------------------------------------
 
 // out = x @ W, plus b on every row when b is given: x (B, T, C), W (C, OC), b (OC,) or nullptr.
@@ -162,9 +194,11 @@ struct attention_weights
 
 struct attention_variant
 {
+    bool qk_norm = false;     // RMS-normalise every query and key head before the rotation (qk_norm = rms)
     bool rope = false;        // rotate every query and key head (position = rope)
     double rope_base = 10000;
     std::size_t position_offset = 0;  // the absolute position of row 0
+    std::size_t window = 0;           // attention_window: query t sees keys t - w < s <= t (0: every s <= t)
 };
 
 template <class T>
@@ -175,13 +209,15 @@ struct attention_cache
     bool has_bias = false;
     array<T> x;        // (B, T, d), the input of all three projections
     array<T> q, k, v;  // split heads after the rotation: (B, H, T, dh), (B, G, T, dh), (B, G, T, dh)
+    head_rms_cache<T> q_norm, k_norm;  // qk_norm: what head_rms_backward needs
     array<T> weights;  // softmax P, (B, H, T, T)
     array<T> joined;   // combined heads, the input of W_O: (B, T, d)
 };
 
-// Q = split(x W_Q + b_Q), K = split(x W_K + b_K), V = split(x W_V + b_V); with rope, Q = rope(Q) and
-// K = rope(K); O = attention(Q, K, V), causal; y = combine(O) W_O + b_O. Throws std::invalid_argument
-// naming "causal_self_attention_forward" for shapes that disagree with `config` or a missing bias.
+// Q = split(x W_Q + b_Q), K = split(x W_K + b_K), V = split(x W_V + b_V); with qk_norm, Q = head_rms(Q)
+// and K = head_rms(K); with rope, Q = rope(Q) and K = rope(K); O = attention(Q, K, V), causal (within
+// the window); y = combine(O) W_O + b_O. Throws std::invalid_argument naming
+// "causal_self_attention_forward" for shapes that disagree with `config` or a missing bias.
 template <class T>
 array<T> causal_self_attention_forward(const array<T>& x, const attention_weights<T>& weights,
                                        const mha_config& config, const attention_variant& variant,
@@ -193,11 +229,12 @@ struct attention_gradients
     array<T> x, w_q, w_k, w_v, w_o;
     array<T> b_q, b_k, b_v, b_o;  // not computed (default, 0-d arrays) without biases
 };
-// The rules causal_self_attention_backward calls for its rotary embedding and its biases: the correct
-// ones unless a fault hook swapped one for a deliberate mistake (models/manual_faults.hpp).
+// The rules causal_self_attention_backward calls for its QK-norm, rotary embedding and biases: the
+// correct ones unless a fault hook swapped one for a deliberate mistake (models/manual_faults.hpp).
 template <class T>
 struct attention_rules
 {
+    array<T> (*qk_norm)(const array<T>&, const head_rms_cache<T>&) = head_rms_backward<T>;
     array<T> (*rope)(const array<T>&, double, std::size_t) = rope_backward<T>;
     array<T> (*bias)(const array<T>&) = bias_backward<T>;
 };

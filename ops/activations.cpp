@@ -1,8 +1,8 @@
 // The activations, elementwise, each one node with a hand-derived backward rule: relu, sigmoid, the GELU
-// in its tanh form and its exact form, erf, silu and SwiGLU (docs/spec.md; the variants' ones are checked
-// against their composed twins, ops/composed.hpp). The GELU's forms run on xsimd batches (the exact
-// form's float64 tail on libm, kernels/gelu.hpp), silu and swiglu too (kernels/activations.hpp), erf and
-// sigmoid on libm one value at a time.
+// in its tanh form and its exact form, erf, silu, SwiGLU and the logits' soft cap (docs/spec.md; the
+// variants' ones are checked against their composed twins, ops/composed.hpp). The GELU's forms run on
+// xsimd batches (the exact form's float64 tail on libm, kernels/gelu.hpp), silu and swiglu too
+// (kernels/activations.hpp), erf, sigmoid and the soft cap on libm one value at a time.
 #include <cmath>
 
 #include "autodiff/instantiate.hpp"
@@ -137,6 +137,23 @@ var<T> swiglu(const var<T>& gate, const var<T>& up)
                           }, twin));
 }
 
+// y = c tanh(x / c), c > 0: the logits' soft cap (docs/spec.md, "More architecture variants"), one node.
+// dL/dx = g (1 - tanh^2(x / c)) = g (1 - (y / c)^2), from the saved output
+template <class T>
+var<T> softcap(const var<T>& x, double cap)
+{
+    if (!(cap > 0) || !std::isfinite(cap))
+    {
+        fail("softcap", "the cap c must be a positive finite number, got " + std::to_string(cap));
+    }
+    const T c = static_cast<T>(cap), inverse_square = T(1) / (c * c);
+    array<T> y = c * xt::tanh(x.value() / c);
+    return detail::record("softcap", {x}, std::move(y), saves_output, [inverse_square](auto& ctx) {
+        const auto& y = ctx.output();
+        ctx.accumulate(0, ctx.grad() * (T(1) - y * y * inverse_square));
+    });
+}
+
 #define XGRAD_ACTIVATIONS(T)                                               \
     template var<T> relu(const var<T>&);                                   \
     template var<T> sigmoid(const var<T>&);                                \
@@ -144,6 +161,7 @@ var<T> swiglu(const var<T>& gate, const var<T>& up)
     template var<T> erf(const var<T>&);                                    \
     template var<T> silu(const var<T>&);                                   \
     template var<T> gelu_exact(const var<T>&);                             \
-    template var<T> swiglu(const var<T>&, const var<T>&);
+    template var<T> swiglu(const var<T>&, const var<T>&);                  \
+    template var<T> softcap(const var<T>&, double);
 XGRAD_INSTANTIATE_FOR_FLOAT_TYPES(XGRAD_ACTIVATIONS)
 }  // namespace xgrad::ops

@@ -40,6 +40,8 @@ template <class T> var<T> erf(const var<T>& x);
 template <class T> var<T> silu(const var<T>& x);
 // silu(gate) * up; gate and up of the same shape.
 template <class T> var<T> swiglu(const var<T>& gate, const var<T>& up);
+// c tanh(x / c) for a cap c > 0 (the logits' soft cap, Gemma 2), elementwise, one node.
+template <class T> var<T> softcap(const var<T>& x, double cap);
 
 // Reductions (ops/reduce.cpp): over all axes, or the given axes, optionally keeping them as size 1.
 template <class T> var<T> sum(const var<T>& x);

@@ -133,6 +133,11 @@ struct gpt_model
 py::object python_value(std::size_t v) { return py::int_(v); }
 py::object python_value(double v) { return py::float_(v); }
 py::object python_value(bool v) { return py::bool_(v); }
+template <class N>
+py::object python_value(models::off_when_zero<N> v)
+{
+    return python_value(v.value);
+}
 template <class E>
 py::object python_value(E v)
 {

@@ -125,6 +125,7 @@ void bind_elementwise(py::module_& m)
     m.def("silu", [](v x) { return ops::silu(x); });
     m.def("gelu_exact", [](v x) { return ops::gelu_exact(x); });
     m.def("swiglu", [](v gate, v up) { return ops::swiglu(gate, up); });
+    m.def("softcap", [](v x, double cap) { return ops::softcap(x, cap); });
 }
 
 template <class T>

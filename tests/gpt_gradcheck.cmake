@@ -9,6 +9,16 @@ if(TARGET gpt_gradcheck)
   set_tests_properties(gpt_gradcheck_llama PROPERTIES PASS_REGULAR_EXPRESSION "no divergence: all 42 gradients agree")
   add_test(NAME gpt_gradcheck_gpt2 COMMAND gpt_gradcheck ${small} ${gpt2} --untied-head)
   set_tests_properties(gpt_gradcheck_gpt2 PROPERTIES PASS_REGULAR_EXPRESSION "no divergence")
+  # The later variants (docs/spec.md, "More architecture variants"), each alone and all together.
+  foreach(case "qk_norm|--qk-norm;rms" "relu2|--mlp;relu2" "softcap|--logit-softcap;3"
+      "window|--attention-window;2" "speedrun|--qk-norm;rms;--mlp;relu2;--logit-softcap;30;--attention-window;3;--position;rope")
+    string(REPLACE "|" ";" parts "${case}")
+    list(GET parts 0 name)
+    list(REMOVE_AT parts 0)
+    add_test(NAME gpt_gradcheck_${name} COMMAND gpt_gradcheck ${small} ${parts})
+    set_tests_properties(gpt_gradcheck_${name} PROPERTIES
+      PASS_REGULAR_EXPRESSION "no divergence: all [0-9]+ gradients agree")
+  endforeach()
   foreach(case
       "rms_norm|llama|blocks.1.res_1" "rope|llama|blocks.1.ln_1" "swiglu|llama|blocks.1.mlp_gate"
       "untied_head|llama|lm_head" "gelu_exact|gpt2|blocks.1.mlp_hidden" "attention_bias|gpt2|blocks.1.attn.b_Q")
@@ -26,7 +36,7 @@ if(TARGET gpt_gradcheck)
     PASS_REGULAR_EXPRESSION "gpt_gradcheck: --break rope: this variant does not use the rule \\(needs --position rope\\)")
   add_test(NAME gpt_gradcheck_bad_value COMMAND gpt_gradcheck --mlp relu)
   set_tests_properties(gpt_gradcheck_bad_value PROPERTIES
-    PASS_REGULAR_EXPRESSION "--mlp 'relu' is not one of gelu_tanh, gelu, swiglu")
+    PASS_REGULAR_EXPRESSION "--mlp 'relu' is not one of gelu_tanh, gelu, swiglu, relu2")
   # A pass regex makes ctest ignore the exit status: a sanitizer's report must still fail the test.
   get_property(gradcheck_tests DIRECTORY PROPERTY TESTS)
   list(FILTER gradcheck_tests INCLUDE REGEX "^gpt_gradcheck_")

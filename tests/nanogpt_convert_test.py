@@ -5,8 +5,10 @@ xgrad-convert's strict reader, and back, equal bit for bit. Exit 77 (skipped) wi
 
     nanogpt_convert_test.py XGRAD_CONVERT SCRATCH_DIR
 """
+import json
 import os
 import pickle
+import struct
 import subprocess
 import sys
 
@@ -37,6 +39,18 @@ def nanogpt_state(L, d, V, T, bias, g):
         s["transformer.ln_f.bias"] = torch.randn(d, generator=g)
     s["lm_head.weight"] = s["transformer.wte.weight"]
     return s
+
+
+def with_metadata(src, dst, extra):
+    """Copies the safetensors file src to dst with `extra` added to its metadata."""
+    data = open(src, "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    header["__metadata__"].update(extra)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(dst, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + data[8 + n:])
 
 
 def run(*args):
@@ -81,6 +95,16 @@ def main(convert, scratch):
             if needle not in header:
                 print("FAILED: metadata lacks", needle)
                 failures += 1
+    for key, value, later in (("qk_norm", "rms", "qk_norm"), ("logit_softcap", "30", "logit_softcap"),
+                              ("mlp", "relu2", "mlp")):
+        # A later variant (docs/spec.md, "More architecture variants") nanoGPT cannot express: refused by name.
+        variant = os.path.join(scratch, "later.safetensors")
+        with_metadata(os.path.join(scratch, "model.safetensors"), variant, {key: value, "model_keys": later})
+        r = run(sys.executable, SCRIPT, "to-nanogpt", variant, os.path.join(scratch, "later.pt"))
+        if r.returncode != 2 or r.stderr.count("\n") != 1 or f'"{later}"' not in r.stderr or \
+                os.path.exists(os.path.join(scratch, "later.pt")):
+            print("FAILED: a later variant gave", r.returncode, r.stderr)
+            failures += 1
     bad = run(sys.executable, SCRIPT, "to-xgrad", os.path.join(scratch, "meta.pkl"), os.path.join(scratch, "x.safetensors"))
     if bad.returncode != 2 or bad.stderr.count("\n") != 1 or os.path.exists(os.path.join(scratch, "x.safetensors")):
         print("FAILED: bad input gave", bad.returncode, bad.stderr)

@@ -419,6 +419,23 @@ TEST_CASE("variants a format cannot express are refused, naming the metadata key
     io::model_layout none = small_layout();
     none.position = models::position_kind::none;
     refused(none, "hf-gpt2", "position");
+    // The later variants (docs/spec.md, "More architecture variants"): no converter's format has them.
+    for (const char* to : { "hf-gpt2", "llama2c" })
+    {
+        const io::model_layout base = std::string(to) == "llama2c" ? llama_layout() : small_layout();
+        io::model_layout qk = base;
+        qk.qk_norm = models::qk_norm_kind::rms;
+        refused(qk, to, "qk_norm");
+        io::model_layout capped = base;
+        capped.logit_softcap = 30.0;
+        refused(capped, to, "logit_softcap");
+    }
+    io::model_layout relu2 = small_layout();
+    relu2.mlp = models::mlp_kind::relu2;
+    refused(relu2, "hf-gpt2", "mlp");
+    io::model_layout llama_relu2 = llama_layout();
+    llama_relu2.mlp = models::mlp_kind::relu2;
+    refused(llama_relu2, "llama2c", "mlp");
     for (const char* dir_left : { ".x.partial" })
     {
         for (const auto& e : fs::directory_iterator(dir.path))

@@ -151,7 +151,8 @@ TEST_CASE("docs/spec.md's variant tables say what the config says: every key, it
             CHECK(test::contains(values, "`true`, `false`"));
             CHECK(test::contains(default_cell, "`" + field_text(member) + "`"));
         }
-        else if constexpr (std::is_same_v<std::decay_t<decltype(member)>, double>)
+        else if constexpr (std::is_same_v<std::decay_t<decltype(member)>, double> ||
+                           std::is_same_v<std::decay_t<decltype(member)>, off_when_zero<double>>)
         {
             CHECK(test::contains(values, "decimal number"));
             CHECK(test::contains(default_cell, "`" + field_text(member) + "`"));
@@ -196,7 +197,7 @@ TEST_CASE("every variant: the memory estimate, gpt_parameter_count, the checkpoi
             }
         }
     }
-    CHECK(checked == 4 * 2 * 3 * 3 * 3 * 2);  // kv x hidden, then norm, position, mlp, bias, tied_head
+    CHECK(checked == 4 * 2 * 3 * 4 * 3 * 2 * 2);  // kv x hidden, then norm, position, mlp, bias, tied_head, qk_norm
 }
 
 TEST_CASE("metadata: a key named in model_keys that this build does not know is refused by every reader")

@@ -202,6 +202,12 @@ TEST_CASE("the decoder's logits equal gpt_decode's at every position, for every 
       {{"mlp", "gelu"}, {"bias", "all"}, {"position", "none"}, {"mlp_hidden", "40"}},
       {{"mlp", "swiglu"}, {"bias", "all"}, {"position", "rope"}, {"rope_base", "500"}, {"mlp_hidden", "36"}},
       {{"bias", "none"}, {"tied_head", "false"}},
+      {{"qk_norm", "rms"}, {"mlp", "relu2"}, {"logit_softcap", "1.5"}},
+      {{"norm", "rmsnorm"}, {"position", "rope"}, {"mlp", "swiglu"}, {"bias", "none"}, {"qk_norm", "rms"},
+       {"logit_softcap", "30"}},
+      {{"attention_window", "3"}, {"position", "rope"}},
+      {{"attention_window", "1"}, {"qk_norm", "rms"}, {"mlp", "relu2"}},
+      {{"attention_window", "40"}},
     };
     for (const auto& keys : variants)
     {

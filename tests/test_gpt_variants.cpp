@@ -66,6 +66,37 @@ std::vector<named_variant> variants()
         c.mlp = mlp_kind::gelu;
         c.tied_head = false;
     });
+    add("qk_norm", [](gpt_config& c) { c.qk_norm = qk_norm_kind::rms; });
+    add("relu2", [](gpt_config& c) { c.mlp = mlp_kind::relu2; });
+    add("logit_softcap 2", [](gpt_config& c) { c.logit_softcap = 2.0; });
+    add("llama + qk_norm + softcap", [](gpt_config& c) {
+        c.norm = norm_kind::rmsnorm;
+        c.position = position_kind::rope;
+        c.mlp = mlp_kind::swiglu;
+        c.bias = bias_kind::none;
+        c.qk_norm = qk_norm_kind::rms;
+        c.logit_softcap = 1.5;
+    }, 1);
+    add("attention_window 2", [](gpt_config& c) { c.attention_window = 2; });
+    add("llama + qk_norm + window 3", [](gpt_config& c) {
+        c.norm = norm_kind::rmsnorm;
+        c.position = position_kind::rope;
+        c.mlp = mlp_kind::swiglu;
+        c.bias = bias_kind::none;
+        c.qk_norm = qk_norm_kind::rms;
+        c.attention_window = 3;
+    }, 1);
+    add("relu2 + softcap + window 1", [](gpt_config& c) {
+        c.mlp = mlp_kind::relu2;
+        c.logit_softcap = 3.0;
+        c.attention_window = 1;
+    });
+    add("relu2, bias all, untied, qk_norm", [](gpt_config& c) {
+        c.mlp = mlp_kind::relu2;
+        c.bias = bias_kind::all;
+        c.tied_head = false;
+        c.qk_norm = qk_norm_kind::rms;
+    });
     return v;
 }
 
@@ -247,15 +278,26 @@ TEST_CASE("config metadata: the sizes always, other fields when not the default,
     CHECK(config_metadata(wide).at("mlp_hidden") == "48");
     CHECK(config_metadata(wide).at("rope_base") == "5e+05");  // the shortest text that reads back
     CHECK(config_metadata(wide).count("model_keys") == 0);  // the first variant table needs no listing
+    gpt_config later = sizes();
+    later.mlp = mlp_kind::relu2;  // a later value of an earlier key
+    later.qk_norm = qk_norm_kind::rms;
+    later.logit_softcap = 30.0;
+    CHECK(config_metadata(later).at("model_keys") == "mlp,qk_norm,logit_softcap");
+    CHECK(config_metadata(later).at("logit_softcap") == "30");
+    later.logit_softcap = 0.0;  // off: the default, not written
+    CHECK(config_metadata(later).count("logit_softcap") == 0);
+    CHECK(config_metadata(later).at("model_keys") == "mlp,qk_norm");
 
     const std::map<std::string, std::string> bad[] = {
         {{"norm", "batchnorm"}},   {{"position", "alibi"}},  {{"mlp", "relu"}},       {{"bias", "some"}},
         {{"tied_head", "yes"}},    {{"rope_base", "-3"}},    {{"rope_base", "1e400"}}, {{"mlp_hidden", "0"}},
-        {{"mlp_hidden", "12.5"}},
+        {{"mlp_hidden", "12.5"}}, {{"qk_norm", "layer"}}, {{"logit_softcap", "-1"}}, {{"logit_softcap", "big"}},
+        {{"logit_softcap", "inf"}},
     };
-    const char* allowed[] = {"layernorm, rmsnorm", "learned, rope, none", "gelu_tanh, gelu, swiglu",
+    const char* allowed[] = {"layernorm, rmsnorm", "learned, rope, none", "gelu_tanh, gelu, swiglu, relu2",
                              "mlp, all, none", "true, false", "positive decimal number",
-                             "positive decimal number", "positive decimal integer", "positive decimal integer"};
+                             "positive decimal number", "positive decimal integer", "positive decimal integer",
+                             "none, rms", "decimal number >= 0", "decimal number >= 0", "decimal number >= 0"};
     for (std::size_t k = 0; k < std::size(bad); ++k)
     {
         const std::string key = bad[k].begin()->first;
@@ -272,6 +314,30 @@ TEST_CASE("config metadata: the sizes always, other fields when not the default,
             CHECK(test::contains(e.what(), allowed[k]));
         }
     }
+}
+
+TEST_CASE("attention_window: a window at least the block long is plain causal attention; a shorter one "
+          "changes only the positions it hides")
+{
+    gpt_config c = sizes();
+    c.block_size = 7;
+    auto p = gpt_parameters<double>::init(c, 5);
+    randomise(p, 6, 0.5);
+    const ids_t tokens = random_ids(2, 7, c.vocab_size, 3);
+    auto logits_with = [&](std::size_t window) {
+        p.config.attention_window = window;
+        tape<double> t;
+        return array<double>(gpt_forward(t, p, tokens).logits.value());
+    };
+    const array<double> full = logits_with(0);
+    CHECK(logits_with(7) == full);
+    CHECK(logits_with(1000) == full);
+    const array<double> three = logits_with(3);
+    // positions 0 .. 2 see the same keys either way; position 3 on has lost key 0
+    CHECK(max_relative_difference(array<double>(xt::view(three, xt::all(), xt::range(0, 3), xt::all())),
+                                  array<double>(xt::view(full, xt::all(), xt::range(0, 3), xt::all()))) < 1e-13);
+    CHECK(max_relative_difference(array<double>(xt::view(three, xt::all(), xt::range(3, 7), xt::all())),
+                                  array<double>(xt::view(full, xt::all(), xt::range(3, 7), xt::all()))) > 1e-6);
 }
 
 TEST_CASE("validate: RoPE needs an even head width")
@@ -356,7 +422,7 @@ TEST_CASE("checkpoints: a tensor the variant lacks, a missing one, a wrong shape
         io::safetensors_file f = file;
         f.metadata["mlp"] = "geglu";
         CHECK(test::contains(write("value.safetensors", f),
-                             "metadata 'mlp' = 'geglu' is not one of gelu_tanh, gelu, swiglu"));
+                             "metadata 'mlp' = 'geglu' is not one of gelu_tanh, gelu, swiglu, relu2"));
     }
     {
         io::safetensors_file f = file;
@@ -462,9 +528,16 @@ TEST_CASE("gradcheck: every parameter of every variant against central differenc
             CAPTURE(named[i].name());
             const array<double> numeric =
                 numeric_gradient([&] { return loss_of(p, tokens, targets); }, named[i].value());
-            // b_K shifts every score of a query alike, which the softmax ignores: its gradient is 0
-            const bool key_bias = named[i].name().find("attn.b_K") != std::string::npos;
-            CHECK((key_bias ? test::max_abs(numeric) < 1e-9 : test::max_abs(numeric) > 0));
+            // b_K shifts every score of a query alike, which the softmax ignores: its gradient is 0 (not
+            // once QK-norm rescales each key); a window of 1 leaves each query one key, whose weight is 1
+            // whatever the scores: W_Q, W_K, b_Q, b_K get 0.
+            const std::string& n = named[i].name();
+            const bool key_bias = n.find("attn.b_K") != std::string::npos && c.qk_norm == qk_norm_kind::none;
+            const bool one_key = c.attention_window == 1 && (n.find("attn.W_Q") != std::string::npos ||
+                                                             n.find("attn.W_K") != std::string::npos ||
+                                                             n.find("attn.b_Q") != std::string::npos ||
+                                                             n.find("attn.b_K") != std::string::npos);
+            CHECK((key_bias || one_key ? test::max_abs(numeric) < 1e-9 : test::max_abs(numeric) > 0));
             XGRAD_CHECK_CLOSE(grads[i], numeric, 1e-5, 1e-8);
         }
     }

@@ -91,6 +91,9 @@ std::map<std::string, std::vector<gg_case>> cases()
     c["exp"] = { elementwise("exp", ops::exp<double>, a23) };
     c["log"] = { elementwise("log", ops::log<double>, positive({ 2, 3 }, 8)) };
     c["tanh"] = { elementwise("tanh", ops::tanh<double>, a23) };
+    c["softcap"] = { { "1.5 tanh(x / 1.5)",
+                       [](tape<double>&, const vars& v) { return ops::softcap(v[0], 1.5); },
+                       { random_array({ 2, 3 }, 41) } } };
     c["relu"] = { { "relu(x) x",
                     [](tape<double>&, const vars& v) { return ops::relu(v[0]) * v[0]; },
                     { away_from_zero({ 2, 3 }, 9) } } };

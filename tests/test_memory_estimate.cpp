@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <random>
 #include <string>
 
@@ -156,6 +157,15 @@ TEST_CASE("memory estimates grow with every size and saturate instead of wrappin
     CHECK(estimate_training(deeper, 16, 1).total() > small);
     CHECK(estimate_training(base, 32, 1).total() > small);
     CHECK(estimate_training(base, 16, 2).total() > small);
+    // The later variants keep more values (relu(x) beside its square, the normalised Q and K, the uncapped
+    // logits); the window keeps none.
+    for (const auto& [key, value] : std::map<std::string, std::string>{
+           {"mlp", "relu2"}, {"qk_norm", "rms"}, {"logit_softcap", "30"}})
+    {
+        CAPTURE(key);
+        const gpt_sizes later = sizes_of(models::config_with_values(base_config, {{key, value}}));
+        CHECK(estimate_training(later, 16, 1).activations > estimate_training(base, 16, 1).activations);
+    }
 
     // --layers 200 --d-model 4096: about 40 billion parameters x 80 bytes.
     const gpt_sizes huge = sizes_of(models::gpt_config{256, 64, 200, 4096, 4, 4});

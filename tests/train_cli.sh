@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # xgrad-train's command line with the architecture variants, run as a user runs it: an unknown flag is
-# named before a missing --data; a bad variant value, an odd head width with RoPE, a bad --dropout and a
+# named before a missing --data; a bad variant value (the later ones too: --qk-norm, --logit-softcap,
+# --attention-window), an odd head width with RoPE, a bad --dropout and a
 # --resume whose variant disagrees with the flags each exit 2 with one line naming the flag or key and
 # write nothing; a variant run samples with xgrad-sample. Every failure of either program is one line
 # "PROGRAM: ..." and the exit status docs/spec.md gives it. Usage: train_cli.sh TRAIN SAMPLE DIR
@@ -45,7 +46,16 @@ expect_refusal "unknown flag" "--bogus" --bogus
 grep -qF -- "--data" "$dir/err.txt" && fail "unknown flag: reported the missing --data instead"
 expect_refusal "unknown norm" "--norm 'batchnorm' is not one of layernorm, rmsnorm" "${common[@]}" --out "$dir/a" --norm batchnorm
 expect_refusal "unknown position" "--position 'alibi' is not one of learned, rope, none" "${common[@]}" --out "$dir/a" --position alibi
-expect_refusal "unknown mlp" "--mlp 'relu' is not one of gelu_tanh, gelu, swiglu" "${common[@]}" --out "$dir/a" --mlp relu
+expect_refusal "unknown mlp" "--mlp 'relu' is not one of gelu_tanh, gelu, swiglu, relu2" "${common[@]}" --out "$dir/a" --mlp relu
+expect_refusal "unknown qk_norm" "--qk-norm 'layer' is not one of none, rms" "${common[@]}" --out "$dir/a" --qk-norm layer
+expect_refusal "negative cap" "--logit-softcap '-1' is not a decimal number >= 0 (0 off)" "${common[@]}" --out "$dir/a" \
+    --logit-softcap -1
+expect_refusal "non-numeric cap" "--logit-softcap 'big' is not a decimal number >= 0 (0 off)" "${common[@]}" \
+    --out "$dir/a" --logit-softcap big
+expect_refusal "negative window" "--attention-window '-2' is not a decimal integer >= 0 (0 off)" "${common[@]}" \
+    --out "$dir/a" --attention-window -2
+expect_refusal "fractional window" "--attention-window '2.5' is not a decimal integer >= 0 (0 off)" "${common[@]}" \
+    --out "$dir/a" --attention-window 2.5
 expect_refusal "unknown bias" "--bias 'some' is not one of mlp, all, none" "${common[@]}" --out "$dir/a" --bias some
 expect_refusal "odd dh with RoPE" "position = rope needs an even head width" \
     --data "$dir/text.txt" --out "$dir/a" --d-model 6 --heads 2 --position rope --quiet
@@ -85,6 +95,16 @@ cmp -s "$dir/llama/log.csv" "$dir/log.before" || fail "a refused --resume change
 "$sample" --checkpoint "$dir/llama/model.safetensors" --tokens 20 --prompt "the " > "$dir/sample.txt" ||
     fail "xgrad-sample on a variant checkpoint"
 expect_help "$sample"
+# The later variants (docs/spec.md, "More architecture variants") train, resume only with the same flags, and
+# sample (the window shorter than the context, so decoding drops keys).
+speedrun=(--qk-norm rms --mlp relu2 --logit-softcap 30 --attention-window 4)
+"$train" "${common[@]}" --out "$dir/speedrun" --steps 3 "${speedrun[@]}" || fail "training the later variants"
+grep -q '"model_keys":"mlp,qk_norm,logit_softcap,attention_window"' "$dir/speedrun/model.safetensors" ||
+    fail "the checkpoint does not name its later keys in model_keys"
+expect_refusal "resume, other window" "was trained with --attention-window 4, not 0" \
+    "${common[@]}" --out "$dir/speedrun" --steps 5 --resume --qk-norm rms --mlp relu2 --logit-softcap 30
+"$sample" --checkpoint "$dir/speedrun/model.safetensors" --tokens 40 --prompt "the " > "$dir/sample.txt" ||
+    fail "xgrad-sample on the later variants"
 expect_failure "$sample" 2 "sample, unknown flag" "--bogus" --checkpoint "$dir/llama/model.safetensors" --bogus
 expect_failure "$sample" 2 "sample, empty prompt" "--prompt" --checkpoint "$dir/llama/model.safetensors" --prompt ""
 expect_failure "$sample" 2 "sample, malformed checkpoint" "$dir/malformed/model.safetensors" \

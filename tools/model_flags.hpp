@@ -14,7 +14,8 @@ namespace xgrad::tools
 {
 // Adds the config's flags to `app`, bound to `config`'s fields (their current values are the defaults
 // shown). `with_sizes` false leaves out the sizes (a tool whose sizes come from elsewhere). An enum value
-// that is not allowed is a CLI11 ValidationError: "--norm 'x' is not one of layernorm, rmsnorm". A bool
+// (or a number off_when_zero) that is not allowed is a CLI11 ValidationError: "--norm 'x' is not one of
+// layernorm, rmsnorm", "--attention-window '-1' is not a decimal integer >= 0 (0 off)". A bool
 // field's flag sets the opposite of its default (--untied-head).
 inline void add_model_flags(CLI::App& app, models::gpt_config& config, bool with_sizes = true)
 {
@@ -29,7 +30,7 @@ inline void add_model_flags(CLI::App& app, models::gpt_config& config, bool with
             const bool flipped = !member;
             app.add_flag_callback(f.flag, [&member, flipped] { member = flipped; }, f.help);
         }
-        else if constexpr (std::is_enum_v<value_type>)
+        else if constexpr (std::is_enum_v<value_type> || models::is_off_when_zero<value_type>::value)
         {
             const std::string flag = f.flag;
             app.add_option_function<std::string>(
@@ -46,7 +47,9 @@ inline void add_model_flags(CLI::App& app, models::gpt_config& config, bool with
                            {
                                ch = ch >= 32 && ch < 127 ? ch : '?';  // one printable line whatever was typed
                            }
-                           throw CLI::ValidationError(flag + " '" + shown + "' is not one of " + e.allowed);
+                           const bool list = e.allowed.find(',') != std::string::npos;
+                           throw CLI::ValidationError(flag + " '" + shown + "' is not " + (list ? "one of " : "") +
+                                                      e.allowed);
                        }
                    },
                    std::string(f.help) + ": " + models::allowed_text(member))

@@ -55,10 +55,11 @@ std::uint64_t activation_values(const gpt_sizes& s,
                                 std::uint64_t logit_copies_kept)
 {
     const std::uint64_t d = s.d_model;
-    const std::uint64_t per_layer =
-      add(add(mul(32, d), mul(2, s.mlp_hidden)), add(mul(2, kv_width(s)), mul(s.heads, tokens)));
+    const std::uint64_t per_layer = add(add(add(mul(32, d), mul(2, s.mlp_hidden)),
+                                            add(mul(2, kv_width(s)), mul(s.heads, tokens))),
+                                        s.layer_extra);
     const std::uint64_t per_token =
-      add(mul(s.layers, per_layer), add(mul(logit_copies_kept, s.vocab), mul(8, d)));
+      add(add(mul(s.layers, per_layer), add(mul(logit_copies_kept, s.vocab), mul(8, d))), s.head_extra);
     return mul(mul(batch, tokens), per_token);
 }
 
@@ -202,9 +203,20 @@ gpt_sizes sizes_of(const models::gpt_config& c)
     s.d_model = c.d_model;
     s.heads = c.heads;
     s.kv_heads = c.kv_head_count();
-    // SwiGLU has three (d, h) matrices where the GELU MLP has two: count it as 1.5 h wide, rounded up.
+    // SwiGLU has three (d, h) matrices where the GELU MLP has two: count it as 1.5 h wide, rounded up;
+    // relu^2 keeps relu(x) besides its square: 2 h.
     const std::uint64_t h = c.hidden_width();
-    s.mlp_hidden = c.mlp == models::mlp_kind::swiglu ? add(h, (h + 1) / 2) : h;
+    switch (c.mlp)
+    {
+    case models::mlp_kind::gelu_tanh:
+    case models::mlp_kind::gelu: s.mlp_hidden = h; break;
+    case models::mlp_kind::swiglu: s.mlp_hidden = add(h, (h + 1) / 2); break;
+    case models::mlp_kind::relu2: s.mlp_hidden = add(h, h); break;
+    }
+    // QK-norm keeps the normalised Q (d) and K (G dh), and their gradients; the soft cap the uncapped
+    // logits and their gradient.
+    s.layer_extra = c.qk_norm == models::qk_norm_kind::rms ? mul(2, add(s.d_model, kv_width(s))) : 0;
+    s.head_extra = c.logit_softcap.on() ? mul(2, s.vocab) : 0;
     const models::gpt_value_count count = models::gpt_values(c);
     s.parameters = add(count.outside_blocks, mul(c.layers, count.per_block));
     return s;

@@ -34,6 +34,9 @@ struct gpt_sizes
 {
     std::uint64_t vocab = 0, block = 0, layers = 0, d_model = 0, heads = 1, kv_heads = 1, mlp_hidden = 0;
     std::uint64_t parameters = 0;  // every parameter the variant declares (models::gpt_values)
+    // Values per token a variant keeps beyond the default model's, with their gradients: in each layer
+    // (QK-norm's normalised Q and K), and after the head (the soft cap's uncapped logits).
+    std::uint64_t layer_extra = 0, head_extra = 0;
 };
 gpt_sizes sizes_of(const models::gpt_config& c);
 

@@ -11,7 +11,7 @@ tanh relu sigmoid gelu. Reductions: sum mean (all or given axes), max (one axis)
 Shapes: reshape permute transpose slice concat, embedding. Products: matmul (batched, broadcast,
 transpose flags). Fused, hand-derived rules: masked_softmax softmax log_softmax cross_entropy
 layer_norm dropout attention attention_token_major linear linear_gelu linear_gelu_exact. The
-architecture variants': erf silu gelu_exact swiglu rms_norm rope.
+architecture variants': erf silu gelu_exact swiglu rms_norm rope softcap.
 """
 
 import numbers
@@ -151,6 +151,13 @@ def scale(x, factor):
     """factor * x for a number factor. Backward: d x = factor g."""
     _vars("scale", x)
     return Var(_core.scale(x._v, float(factor)), x.tape)
+
+
+def softcap(x, cap):
+    """cap * tanh(x / cap) for a number cap > 0 (the logits' soft cap), one node. Backward:
+    d x = g (1 - (y / cap)^2)."""
+    _vars("softcap", x)
+    return Var(_core.softcap(x._v, float(cap)), x.tape)
 
 
 def add_scalar(x, c):
@@ -401,6 +408,6 @@ __all__ = [
     "concat", "stack", "embedding", "abs", "sin", "cos", "maximum", "minimum", "where", "clip",
     "take_along_axis", "take", "scatter_add", "matmul", "masked_softmax", "softmax", "attention", "log_softmax",
     "cross_entropy",
-    "layer_norm", "dropout", "erf", "silu", "gelu_exact", "swiglu", "rms_norm", "rope",
+    "layer_norm", "dropout", "erf", "silu", "gelu_exact", "swiglu", "rms_norm", "rope", "softcap",
     "attention_token_major", "linear", "linear_gelu", "linear_gelu_exact",
 ]

@@ -47,6 +47,7 @@ CASES = {
     "silu": [(ops.silu, [r(2, 3, lo=-3, hi=3)])],
     "gelu_exact": [(ops.gelu_exact, [r(2, 3, lo=-3, hi=3)])],
     "swiglu": [(ops.swiglu, [r(2, 3), r(2, 3)])],
+    "softcap": [(lambda a: ops.softcap(a, 1.5), [r(2, 3, lo=-3, hi=3)])],
     "sum": [(lambda a: sq(ops.sum(a, axis=1, keepdims=True)), [r(2, 3, 4)])],
     "mean": [(lambda a: sq(ops.mean(a, axis=(0, 2))), [r(2, 3, 4)])],
     "max": [(lambda a: sq(ops.max(a, axis=1)), [r(2, 3, 4)])],

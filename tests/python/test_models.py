@@ -413,7 +413,9 @@ def test_negative_sizes_are_value_errors():
 
 
 VARIANT_CASES = ["gpt2_bias_all", "llama", "llama_gqa", "llama_t1", "mqa_rope_bias_all", "nanogpt_bias_none",
-                 "position_none", "swiglu_biases", "untied_head"]
+                 "position_none", "swiglu_biases", "untied_head", "qk_norm", "relu2", "softcap",
+                 "llama_qk_norm_softcap", "gpt2_relu2_softcap", "window", "llama_qk_norm_window",
+                 "relu2_softcap_window_long"]
 
 
 @pytest.mark.parametrize("name", VARIANT_CASES)
@@ -454,6 +456,46 @@ def test_gpt_variant_from_python(tmp_path):
         xgrad.GPT(11, 8, 1, 16, 4, norm="batchnorm")
     with pytest.raises(ValueError):
         xgrad.GPT(11, 8, 1, 12, 4, position="rope")  # dh = 3 is odd
+
+
+@pytest.mark.parametrize("keywords", [dict(qk_norm="rms"), dict(mlp="relu2"), dict(logit_softcap=2.5),
+                                      dict(attention_window=2),
+                                      dict(qk_norm="rms", mlp="relu2", logit_softcap=30, attention_window=3,
+                                           position="rope")])
+def test_later_variants_from_python(tmp_path, keywords):
+    """docs/spec.md, "More architecture variants": each keyword builds its model, which trains (a finite
+    gradient for every parameter, equal to the hand-derived twin's) and round-trips through a checkpoint
+    that names its later keys in model_keys."""
+    m = xgrad.GPT(vocab_size=11, block_size=8, layers=2, d_model=16, heads=4, kv_heads=2, seed=4, **keywords)
+    for key, value in keywords.items():
+        assert m.config[key] == value
+    tokens, targets = np.array([[1, 2, 3, 4, 5], [5, 4, 3, 2, 1]]), np.array([[2, 3, 4, 5, 6], [0, 1, -1, 3, 2]])
+    logits, loss = m(tokens, targets)
+    if "logit_softcap" in keywords:
+        assert np.abs(logits.value).max() < keywords["logit_softcap"]
+    loss.backward()
+    grads = m.grads()
+    assert all(np.isfinite(g).all() and np.abs(g).max() > 0 for g in grads.values())
+    _, manual_loss, manual = m.manual_gradients(tokens, targets)
+    assert manual_loss == pytest.approx(float(loss.value), rel=1e-12)
+    for name, g in grads.items():
+        np.testing.assert_allclose(manual[name], g, rtol=1e-9, atol=1e-12, err_msg=name)
+    path = tmp_path / "later.safetensors"
+    m.save(path)
+    back = xgrad.GPT.load(path)
+    assert back.config == m.config
+    assert sorted(back.metadata["model_keys"].split(",")) == sorted(keywords.keys() - {"position"})
+    np.testing.assert_array_equal(back(tokens)[0].value, logits.value)
+
+
+@pytest.mark.parametrize("keywords, named", [(dict(qk_norm="layer"), "qk_norm"), (dict(mlp="relu3"), "mlp"),
+                                             (dict(logit_softcap=-1.0), "logit_softcap"),
+                                             (dict(logit_softcap="big"), "logit_softcap"),
+                                             (dict(attention_window=-1), "attention_window"),
+                                             (dict(attention_window=2.5), "attention_window")])
+def test_later_variants_bad_values_are_value_errors(keywords, named):
+    with pytest.raises(ValueError, match=named):
+        xgrad.GPT(11, 8, 1, 16, 4, **keywords)
 
 
 def test_training_a_variant(tmp_path):

@@ -94,6 +94,7 @@ CHECKS = {
     "gelu_exact": ([rng.standard_normal(4)], lambda a: ops.gelu_exact(a)),
     "swiglu": ([rng.standard_normal((2, 3)), rng.standard_normal((2, 3))], lambda g, u: ops.swiglu(g, u)),
     "rms_norm": ([rng.standard_normal((2, 5)), rng.standard_normal(5)], lambda x, w: ops.rms_norm(x, w)),
+    "softcap": ([3 * rng.standard_normal((2, 3))], lambda a: ops.softcap(a, 2.0)),
     "rope": ([rng.standard_normal((1, 2, 3, 4))], lambda x: ops.rope(x, 100.0, position_offset=2)),
 }
 
@@ -191,3 +192,16 @@ def test_large_logits_stay_finite():
 def test_bad_arguments_are_value_errors(call, match):
     with pytest.raises(ValueError, match=match):
         call(xgrad.Tape())
+
+
+def test_softcap_equals_its_formula_and_needs_a_positive_cap():
+    x0 = 4 * rng.standard_normal((3, 4))
+    t = xgrad.Tape()
+    x = t.input(x0)
+    y = ops.softcap(x, 2.5)
+    np.testing.assert_allclose(y.value, 2.5 * np.tanh(x0 / 2.5), rtol=1e-15, atol=1e-15)
+    ops.sum(y).backward()
+    np.testing.assert_allclose(x.grad, 1 - np.tanh(x0 / 2.5) ** 2, rtol=1e-14, atol=1e-15)
+    for cap in (0.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="softcap"):
+            ops.softcap(x, cap)

@@ -39,7 +39,9 @@ class GPT:
 
     The architecture variant as keyword arguments named like the checkpoint's metadata keys (docs/spec.md,
     "Architecture variants"): ``norm="rmsnorm"``, ``position="rope"``, ``rope_base=500000.0``,
-    ``mlp="swiglu"``, ``mlp_hidden=256``, ``bias="none"``, ``tied_head=False`` and the rest of that table;
+    ``mlp="swiglu"``, ``mlp_hidden=256``, ``bias="none"``, ``tied_head=False``, and the later ones
+    (docs/spec.md, "More architecture variants"): ``qk_norm="rms"``, ``mlp="relu2"``, ``logit_softcap=30.0``,
+    ``attention_window=256``;
     an unknown key or value is a ValueError naming it and the values allowed.
     The hand-derived twin (manual_gradients) covers the model it covers in C++.
 
