@@ -222,11 +222,11 @@ xgrad::models::gpt_config decode_config_of(const decode_spec& s)
     c.heads = s.H;
     if (s.llama)
     {
-        c = xgrad::models::config_with_values(c, {{"norm", "rmsnorm"},
-                                                     {"position", "rope"},
-                                                     {"mlp", "swiglu"},
-                                                     {"mlp_hidden", std::to_string(s.hidden)},
-                                                     {"bias", "none"}});
+        c.norm = xgrad::models::norm_kind::rmsnorm;
+        c.position = xgrad::models::position_kind::rope;
+        c.mlp = xgrad::models::mlp_kind::swiglu;
+        c.mlp_hidden = s.hidden;
+        c.bias = xgrad::models::bias_kind::none;
     }
     return c;
 }

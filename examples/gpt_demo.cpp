@@ -39,39 +39,33 @@ const char* equal_or_not(std::uint64_t a, std::uint64_t b)
     return a == b ? "(equal)" : "(DIFFERENT)";
 }
 
-bool ends_with(const std::string& s, const std::string& tail)
+// The term of gpt_multiply_adds a matmul node belongs to, told by the declaration of the parameter it
+// multiplies (a parameter leaf is labelled with its name): the embedding or head is "head", a matrix of
+// a block's attention "projections", one of its MLP "mlp"; a product of two activations is attention.
+std::string term_of(const gpt_config& c, const std::vector<node_info>& nodes, const node_info& n)
 {
-    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
-// The term of gpt_multiply_adds a matmul node belongs to, told by the parameter it multiplies (a
-// parameter leaf is labelled with its docs/spec.md name); a product of two activations is attention.
-std::string term_of(const std::vector<node_info>& nodes, const node_info& n)
-{
+    std::map<std::string, parameter_role> roles;
+    for_each_gpt_parameter(c, [&](const std::string& name, const declaration& d) { roles.emplace(name, d.role); });
     for (auto input : n.inputs)
     {
         const node_info& in = nodes[input];
-        if (in.op != "param")
+        const auto found = roles.find(in.label);
+        if (in.op != "param" || found == roles.end())
         {
             continue;
         }
-        for (const char* w : {"W_Q", "W_K", "W_V", "W_O"})
+        switch (found->second)
         {
-            if (ends_with(in.label, w))
+        case parameter_role::embedding:
+        case parameter_role::head: return "head";
+        case parameter_role::matrix:
+            if (in.label.find(".attn.") != std::string::npos)
             {
                 return "projections";
             }
-        }
-        for (const char* w : {"W_fc", "W_proj", "W_gate", "W_up", "W_down"})
-        {
-            if (ends_with(in.label, w))
-            {
-                return "mlp";
-            }
-        }
-        if (in.label == "wte" || in.label == "lm_head")
-        {
-            return "head";
+            return "mlp";
+        case parameter_role::norm_weight:
+        case parameter_role::bias: break;
         }
     }
     return "attention";
@@ -156,7 +150,7 @@ int main(int argc, char** argv)
     {
         if (n.multiply_adds)
         {
-            counted[term_of(nodes, n)] += n.multiply_adds;
+            counted[term_of(c, nodes, n)] += n.multiply_adds;
         }
     }
     const gpt_multiply_adds m = gpt_forward_multiply_adds(c, B, T);

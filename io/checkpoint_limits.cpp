@@ -131,7 +131,8 @@ void check_demand(const std::string& path, const std::map<std::string, std::stri
     const std::string many = std::to_string(demand.tensors);
     if (far_beyond(demand.tensors, tensors))
     {
-        throw format_error(path + ": metadata says layers = " + value_of(metadata, "layers") +
+        const char* layers = models::key_of(&models::gpt_config::layers);
+        throw format_error(path + ": metadata says " + layers + " = " + value_of(metadata, layers) +
                            ", which needs " + (demand.tensors == saturated ? "over " + many : many) +
                            " tensors; the file holds " + std::to_string(tensors) +
                            " (besides optimiser state)");

@@ -277,6 +277,20 @@ std::map<std::string, std::string> config_metadata(const gpt_config& c);
 
 // The metadata keys a config owns (every field's key and "model_keys").
 bool is_config_key(const std::string& key);
+// The key of the config's field `member`: key_of(&gpt_config::layers) is "layers".
+template <class M>
+const char* key_of(M gpt_config::*member)
+{
+    gpt_config c;
+    const char* key = "";
+    visit_config(c, [&](const config_field& f, const auto& value) {
+        if (static_cast<const void*>(&value) == static_cast<const void*>(&(c.*member)))
+        {
+            key = f.key;
+        }
+    });
+    return key;
+}
 
 // A config from metadata: the six sizes must be there; a variant key that is absent keeps its default.
 // Keys that are not the config's are ignored, except that every key named in "model_keys" must be one of

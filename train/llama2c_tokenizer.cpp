@@ -11,6 +11,7 @@
 
 #include "io/binary.hpp"
 #include "io/llama2c.hpp"
+#include "models/gpt_config.hpp"
 #include "train/tokenizer.hpp"
 
 namespace xgrad::train
@@ -137,7 +138,7 @@ std::string tokenizer_bin_bytes(const tokenizer& vocabulary)
 llama2c_model read_llama2c(const std::string& folder)
 {
     llama2c_model result{ io::read_llama2c_model((fs::path(folder) / "model.bin").string()), "" };
-    const std::size_t vocab = result.model.tensors.at("wte").values.shape()[0];
+    const std::size_t vocab = models::config_from_metadata(result.model.metadata).vocab_size;
     const vocabulary_file v = read_tokenizer_bin((fs::path(folder) / "tokenizer.bin").string(), vocab);
     result.note = vocabulary_metadata(folder, v, result.model.metadata);
     return result;

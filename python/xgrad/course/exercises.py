@@ -268,10 +268,11 @@ def _mha_task(m):
 
 # ---- assignment 4: one GPT block -------------------------------------------------------------------
 
-BLOCK_NAMES = ["embed"] + ["blocks.0." + n for n in (
-    "mlp", "mlp_gelu", "mlp.W_proj", "mlp.b_proj", "mlp_hidden", "ln_2", "mlp.W_fc", "mlp.b_fc", "res_1",
-    "ln_2.weight", "ln_2.bias", "attn", "ln_1", "attn.W_Q", "attn.W_K", "attn.W_V", "attn.W_O", "ln_1.weight",
-    "ln_1.bias")]
+def _block_names(model):
+    """What block_backward returns: the gradients of block 0's nodes and parameters and of its input
+    "embed", in the model's backward order (its output's gradient, blocks.0.res_2, is given)."""
+    return [n for n in model.backward_order()
+            if n == "embed" or (n.startswith("blocks.0.") and n != "blocks.0.res_2")]
 
 
 def _perturbed_gpt():
@@ -295,10 +296,11 @@ def _block_task(m):
     params = dict(model.named_parameters())
     d_res2 = model.tape_gradients(tokens, targets)["blocks.0.res_2"]
     mine = dict(m.block_backward(acts, params, d_res2, 2))
-    missing = [n for n in BLOCK_NAMES if n not in mine]
+    names = _block_names(model)
+    missing = [n for n in names if n not in mine]
     if missing:
         raise TaskFailed("block_backward returned no %s" % ", ".join("'%s'" % n for n in missing))
-    report = model.first_divergence({n: mine[n] for n in BLOCK_NAMES}, tokens, targets, rtol=RTOL, atol=ATOL)
+    report = model.first_divergence({n: mine[n] for n in names}, tokens, targets, rtol=RTOL, atol=ATOL)
     if report.diverged:
         row = next(r for r in report.rows if r["name"] == report.first)
         raise TaskFailed("first wrong node '%s' (in backward order): max |mine - tape| = %.3g, relative %.3g"
