@@ -487,7 +487,7 @@ attention_weights<T> attention_of(const gpt_config& c, const gpt_block_parameter
 attention_variant attention_variant_of(const gpt_config& c)
 {
     const bool qk_norm = c.qk_norm == qk_norm_kind::rms, rope = c.position == position_kind::rope;
-    return {qk_norm, rope, c.rope_base, 0, c.attention_window};
+    return {rope, c.rope_base, 0, c.attention_window, qk_norm};
 }
 
 // act(hidden) of the MLP's fc/proj kinds: GELU (tanh or exact) or relu^2.

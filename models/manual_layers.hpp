@@ -194,11 +194,11 @@ struct attention_weights
 
 struct attention_variant
 {
-    bool qk_norm = false;     // RMS-normalise every query and key head before the rotation (qk_norm = rms)
     bool rope = false;        // rotate every query and key head (position = rope)
     double rope_base = 10000;
     std::size_t position_offset = 0;  // the absolute position of row 0
     std::size_t window = 0;           // attention_window: query t sees keys t - w < s <= t (0: every s <= t)
+    bool qk_norm = false;     // RMS-normalise every query and key head before the rotation (qk_norm = rms)
 };
 
 template <class T>

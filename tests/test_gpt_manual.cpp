@@ -27,9 +27,10 @@ std::string block_name(std::size_t i, const std::string& rest) { return block_pr
 
 std::vector<std::string> expected_activation_names(const gpt_config& config)
 {
+    const char* activated = config.mlp == mlp_kind::relu2 ? "mlp_relu2" : "mlp_gelu";
     const std::vector<const char*> mlp = config.mlp == mlp_kind::swiglu
                                              ? std::vector<const char*>{"mlp_gate", "mlp_up", "mlp_swiglu"}
-                                             : std::vector<const char*>{"mlp_hidden", "mlp_gelu"};
+                                             : std::vector<const char*>{"mlp_hidden", activated};
     std::vector<std::string> names = {"embed"};
     for (std::size_t i = 0; i < config.layers; ++i)
     {
@@ -87,7 +88,7 @@ std::vector<std::string> expected_backward_order(const gpt_config& config)
         }
         else
         {
-            in_block("mlp_gelu");
+            in_block(config.mlp == mlp_kind::relu2 ? "mlp_relu2" : "mlp_gelu");
             in_block("mlp.W_proj");
             in_block("mlp.b_proj", mlp_bias);
             for (const char* rest : {"mlp_hidden", "ln_2", "mlp.W_fc"})

@@ -127,6 +127,40 @@ TEST_CASE_TEMPLATE("gelu_exact and swiglu pairs equal the tape's ops, large valu
     }
 }
 
+TEST_CASE_TEMPLATE("head_rms, relu2 and softcap pairs equal the tape's compositions and op", T, double, float)
+{
+    unsigned seed = 60;
+    for (const auto& shape : row_shapes)
+    {
+        CAPTURE(shape_str(shape));
+        const array<T> x = random_of<T>(shape, seed, -3.0, 3.0), G = random_of<T>(shape, seed + 1);
+        seed += 2;
+        // QK-norm: x / sqrt(mean(x^2) + 1e-5) per row, composed of primitives on the tape
+        const auto norm = on_tape<T>(
+            [](const auto& v) {
+                const var<T> ms = ops::mean(v[0] * v[0], {v[0].shape().size() - 1}, true);
+                return v[0] * ops::rsqrt(ops::add_scalar(ms, T(1e-5)));
+            },
+            {x}, G);
+        manual::head_rms_cache<T> cache;
+        check_close(manual::head_rms_forward(x, cache), norm.first, tolerance<T>());
+        check_close(manual::head_rms_backward(G, cache), norm.second[0], tolerance<T>(), 1.0);  // 0 at dh = 1
+        // relu(x)^2
+        const auto relu2 = on_tape<T>([](const auto& v) { return ops::relu(v[0]) * ops::relu(v[0]); }, {x}, G);
+        check_close(manual::relu2_forward(x), relu2.first, tolerance<T>());
+        check_close(manual::relu2_backward(G, x), relu2.second[0], tolerance<T>());
+        // c tanh(x / c), against tanh and scale on the tape
+        for (double cap : {0.5, 30.0})
+        {
+            const auto capped = on_tape<T>(
+                [cap](const auto& v) { return ops::scale(ops::tanh(ops::scale(v[0], T(1 / cap))), T(cap)); }, {x}, G);
+            const array<T> y = manual::softcap_forward(x, cap);
+            check_close(y, capped.first, tolerance<T>());
+            check_close(manual::softcap_backward(G, y, cap), capped.second[0], tolerance<T>());
+        }
+    }
+}
+
 TEST_CASE_TEMPLATE("linear_forward and linear_backward, with and without a bias, equal the tape", T, double, float)
 {
     const array<T> x = random_of<T>({2, 3, 4}, 60), w = random_of<T>({4, 5}, 61), b = random_of<T>({5}, 62);
@@ -168,28 +202,40 @@ var<T> attention_on_tape(const std::vector<var<T>>& v, const models::mha_config&
     var<T> q = models::split_heads(project(1, 5), config.heads);
     var<T> k = models::split_heads(project(2, 6), config.kv_head_count());
     const var<T> vv = models::split_heads(project(3, 7), config.kv_head_count());
+    if (variant.qk_norm)  // x / sqrt(mean(x^2) + 1e-5) per head vector
+    {
+        const auto normalised = [](const var<T>& x) {
+            return x * ops::rsqrt(ops::add_scalar(ops::mean(x * x, {3}, true), T(1e-5)));
+        };
+        q = normalised(q);
+        k = normalised(k);
+    }
     if (variant.rope)
     {
         q = ops::rope(q, variant.rope_base, variant.position_offset);
         k = ops::rope(k, variant.rope_base, variant.position_offset);
     }
-    const var<T> y = ops::matmul(models::combine_heads(ops::attention(q, k, vv, nullptr, true)), v[4]);
+    const var<T> y = ops::matmul(models::combine_heads(ops::attention(q, k, vv, nullptr, true, variant.window)), v[4]);
     return bias ? ops::add(y, v[8]) : y;
 }
 }  // namespace
 
-TEST_CASE_TEMPLATE("causal_self_attention pair equals the tape: biases, rope, G = H, G < H, G = 1, T = 1", T,
-                   double, float)
+TEST_CASE_TEMPLATE("causal_self_attention pair equals the tape: biases, rope, QK-norm, windows, G = H, G < H, "
+                   "G = 1, T = 1", T, double, float)
 {
     struct attention_case
     {
         std::size_t heads, groups, length;
         bool bias, rope;
+        bool qk_norm = false;
+        std::size_t window = 0;
     };
     const std::size_t d = 8;
     const std::vector<attention_case> cases = {
         {2, 2, 5, false, false}, {2, 2, 5, true, false}, {2, 2, 5, false, true}, {4, 2, 6, true, true},
         {4, 1, 4, false, true},  {2, 2, 1, true, true},  {4, 2, 1, false, true},
+        {2, 2, 5, true, false, true}, {4, 2, 6, false, true, true, 2}, {2, 1, 5, true, false, false, 1},
+        {4, 2, 6, true, true, false, 3},
     };
     unsigned seed = 80;
     for (const auto& c : cases)
@@ -204,7 +250,9 @@ TEST_CASE_TEMPLATE("causal_self_attention pair equals the tape: biases, rope, G 
             CAPTURE(offset);
             const models::mha_config config{d, c.heads, c.groups};
             const std::size_t kv = c.groups * (d / c.heads);
-            const manual::attention_variant variant{c.rope, 500.0, offset};
+            CAPTURE(c.qk_norm);
+            CAPTURE(c.window);
+            const manual::attention_variant variant{c.rope, 500.0, offset, c.window, c.qk_norm};
             std::vector<array<T>> inputs = {random_of<T>({2, c.length, d}, seed), random_of<T>({d, d}, seed + 1),
                                             random_of<T>({d, kv}, seed + 2), random_of<T>({d, kv}, seed + 3),
                                             random_of<T>({d, d}, seed + 4)};
