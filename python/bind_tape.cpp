@@ -167,7 +167,8 @@ void bind_nn_ops(py::module_& m)
         return ops::attention(q, k, val, m ? &*m : nullptr, causal, window);
     });
     m.def("attention_token_major", [](v q, v k, v val, std::size_t heads, std::size_t kv_heads,
-                                      const std::optional<numpy_in<bool>>& mask, bool causal, std::size_t window) {
+                                      const std::optional<numpy_in<bool>>& mask, bool causal,
+                                      std::size_t window) {
         const std::optional<mask_t> m = mask ? std::optional<mask_t>(to_mask(*mask)) : std::nullopt;
         return ops::attention_token_major(q, k, val, heads, kv_heads, m ? &*m : nullptr, causal, window);
     });
