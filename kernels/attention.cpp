@@ -434,8 +434,8 @@ attention_forward_result<T> attention_forward_token_major(const array<T>& q, con
                                                           std::size_t heads, std::size_t kv_heads,
                                                           const mask_t* mask, bool causal, std::size_t window)
 {
-    const auto vis =
-        token_major_visibility(to_shape(q.shape()), to_shape(k.shape()), heads, kv_heads, mask, causal, window);
+    const auto vis = token_major_visibility(to_shape(q.shape()), to_shape(k.shape()), heads, kv_heads, mask,
+                                            causal, window);
     return forward_with(vis, q, k, v);
 }
 
@@ -446,8 +446,8 @@ attention_gradients<T> attention_backward_token_major(const array<T>& q, const a
                                                       std::size_t kv_heads, const mask_t* mask, bool causal,
                                                       std::size_t window)
 {
-    const auto vis =
-        token_major_visibility(to_shape(q.shape()), to_shape(k.shape()), heads, kv_heads, mask, causal, window);
+    const auto vis = token_major_visibility(to_shape(q.shape()), to_shape(k.shape()), heads, kv_heads, mask,
+                                            causal, window);
     return backward_with(vis, q, k, v, output, log_sum_exp, grad_output);
 }
 
