@@ -92,6 +92,17 @@ template <class T>
 double fma_peak_gflops(int threads);
 std::string fma_isa();  // the vector ISA of that loop, e.g. "avx512bw, 16 floats / 8 doubles per register"
 
+// ---- the fused attention op alone: the sliding-window section (float32) ----
+class attention_case
+{
+public:
+    virtual ~attention_case() = default;
+    virtual void step() = 0;                           // fresh tape, ops::attention, backward with dO
+    virtual std::uint64_t multiply_adds() const = 0;  // the forward's, as the op counts them
+};
+// q, k, v and dO (B, H, T, dh) seeded; causal attention with the sliding window `window` (0: none).
+std::unique_ptr<attention_case> make_xgrad_attention(std::size_t B, std::size_t H, std::size_t T,
+                                                     std::size_t dh, std::size_t window);
 // ---- the GPT training step: forward, cross-entropy loss, backward, AdamW (float32) ----
 struct gpt_spec
 {

@@ -10,7 +10,7 @@
 // Prints one table per dtype and writes the same rows as JSON.
 //
 //   xgrad_bench [--json PATH] [--quick] [--sizes tiny,small,...] [--dtypes f32,f64] [--threads 1,2]
-//               [--budget SECONDS] [--min-reps N] [--max-reps N] [--no-bf16]
+//               [--budget SECONDS] [--min-reps N] [--max-reps N] [--no-bf16] [--window-T 1024|none]
 #include <stdlib.h>
 #include <time.h>
 
@@ -90,6 +90,7 @@ struct settings
     int decode_rounds = 5;     // timed rounds of block_size tokens per decode row
     int decode_load_runs = 5;  // fresh processes per load measurement
     bool bf16 = true;  // the bf16 columns of the float32 MHA and GPT rows (--no-bf16: none)
+    std::vector<std::size_t> window_lengths{1024};  // T of the sliding-window rows (--window-T)
 };
 
 // docs/spec.md's small GPT at three sizes (V, L, d, H, T, B), trained with AdamW, float32.
@@ -125,6 +126,16 @@ struct row
     // float32 rows: the fused path at bf16 matmul precision, LibTorch composed under autocast to bfloat16
     bool has_bf16;
     double xgrad_bf16_ms, libtorch_bf16_ms, xgrad_bf16_cpu_ms, libtorch_bf16_cpu_ms;
+};
+
+// The fused attention op alone, forward + backward (float32, causal) at length T with the batch, width and
+// heads of the large MHA size: the sliding window w = T / 8 against full causal attention.
+struct window_row
+{
+    std::size_t B, H, T, dh, window;
+    int threads, reps;
+    double full_ms, window_ms, full_cpu_ms, window_cpu_ms;
+    std::uint64_t full_multiply_adds, window_multiply_adds;  // the forward's work, as the op counts it
 };
 
 struct peak_row
@@ -488,6 +499,31 @@ row mha_row(const settings& opt, const size_spec& s, const std::string& dtype, i
                   << fixed(out.libtorch_bf16_ms, 3) << " ms";
     }
     std::cerr << "\n";
+    return out;
+}
+
+window_row attention_window_row(const settings& opt, std::size_t T, int threads)
+{
+    const size_spec& s = all_sizes[3];  // large: B 8, d 512, H 8
+    struct impl
+    {
+        const char* name;
+        std::unique_ptr<bench::attention_case> c;
+        int blas;
+        std::vector<double> times, cpu_times;  // wall clock; the calling thread's CPU time
+    };
+    window_row out{s.B, s.H, T, s.d / s.H, T / 8, threads, 0, 0, 0, 0, 0, 0, 0};
+    std::vector<impl> impls;
+    impls.push_back({"full causal", bench::make_xgrad_attention(out.B, out.H, T, out.dh, 0), 1, {}, {}});
+    impls.push_back({"window", bench::make_xgrad_attention(out.B, out.H, T, out.dh, out.window), 1, {}, {}});
+    const double warm = interleaved_round(impls, 0, false);
+    out.reps = timed_rounds(impls, warm, opt, opt.min_reps);
+    out.full_ms = median(impls[0].times);
+    out.window_ms = median(impls[1].times);
+    out.full_cpu_ms = median(impls[0].cpu_times);
+    out.window_cpu_ms = median(impls[1].cpu_times);
+    out.full_multiply_adds = impls[0].c->multiply_adds();
+    out.window_multiply_adds = impls[1].c->multiply_adds();
     return out;
 }
 
@@ -1030,6 +1066,43 @@ void print_decode_table(std::ostream& out, const std::vector<decode_row>& rows)
     }
 }
 
+void print_window_table(std::ostream& out, const std::vector<window_row>& rows)
+{
+    if (rows.empty())
+    {
+        return;
+    }
+    out << "\n=== float32 — fused attention (ops::attention) forward+backward, causal: sliding window "
+           "w = T/8 against full causal attention; medians ===\n"
+        << "speed-up = full ms / window ms; work ratio = the forward multiply-adds the op counts "
+           "(full / window); cpu = the calling thread's CPU time (1 thread)\n"
+        << "thr | (B,H,T,dh)       |    w | full ms | window ms | speed-up | work ratio | cpu: full ms | "
+           "window ms | speed-up | reps\n"
+        << "----|------------------|------|---------|-----------|----------|------------|--------------|-"
+           "----------|----------|-----\n";
+    for (const auto& r : rows)
+    {
+        const std::string shape = "(" + std::to_string(r.B) + "," + std::to_string(r.H) + "," +
+                                  std::to_string(r.T) + "," + std::to_string(r.dh) + ")";
+        const double work =
+            static_cast<double>(r.full_multiply_adds) / static_cast<double>(r.window_multiply_adds);
+        out << pad(std::to_string(r.threads), 3) << " | " << pad(shape, 16, true) << " | "
+            << pad(std::to_string(r.window), 4) << " | " << pad(fixed(r.full_ms, 2), 7) << " | "
+            << pad(fixed(r.window_ms, 2), 9) << " | " << pad(fixed(r.full_ms / r.window_ms, 2), 8) << " | "
+            << pad(fixed(work, 2), 10) << " | ";
+        if (r.threads == 1)
+        {
+            out << pad(fixed(r.full_cpu_ms, 2), 12) << " | " << pad(fixed(r.window_cpu_ms, 2), 9) << " | "
+                << pad(fixed(r.full_cpu_ms / r.window_cpu_ms, 2), 8) << " | ";
+        }
+        else
+        {
+            out << pad("-", 12) << " | " << pad("-", 9) << " | " << pad("-", 8) << " | ";
+        }
+        out << r.reps << "\n";
+    }
+}
+
 void print_gpt_table(std::ostream& out, const std::vector<gpt_row>& rows)
 {
     if (rows.empty())
@@ -1286,6 +1359,10 @@ settings parse(int argc, char** argv)
     app.add_option("--threads", threads, "thread counts, e.g. 1,2")->capture_default_str();
     app.add_option("--gpt", gpt, "GPT configs: nano,char,shake or none")->capture_default_str();
     app.add_option("--decode", decode, "decode configs: stories15M,nano,char,shake or none")->capture_default_str();
+    std::string window_lengths = "1024";
+    app.add_option("--window-T", window_lengths,
+                   "sliding-window attention rows: lengths T (w = T/8), or none")
+        ->capture_default_str();
     app.add_option("--budget", opt.budget_s, "seconds of timed rounds per row, before the clamps")
         ->capture_default_str();
     app.add_option("--min-reps", min_reps, "at least this many rounds per row")->capture_default_str();
@@ -1310,6 +1387,16 @@ settings parse(int argc, char** argv)
     opt.dtypes = split(dtypes);
     opt.gpt_configs = list_or_none(gpt);
     opt.decode_configs = list_or_none(decode);
+    opt.window_lengths.clear();
+    for (const std::string& t : list_or_none(window_lengths))
+    {
+        if (t.empty() || t.find_first_not_of("0123456789") != std::string::npos || t.size() > 6 ||
+            std::stoi(t) < 8)
+        {
+            die("--window-T: '" + t + "' is not a length of at least 8 (see --help)");
+        }
+        opt.window_lengths.push_back(static_cast<std::size_t>(std::stoi(t)));
+    }
     opt.threads.clear();
     for (const std::string& t : split(threads))
     {
@@ -1391,6 +1478,7 @@ int main(int argc, char** argv)
     std::vector<overhead_row> overheads;
     std::vector<gpt_row> gpt_rows;
     std::vector<decode_row> decode_rows;
+    std::vector<window_row> window_rows;
     std::string decode_folder = (std::filesystem::temp_directory_path() / "xgrad-bench-decode-XXXXXX").string();
     if (!opt.decode_configs.empty() && !::mkdtemp(decode_folder.data()))
     {
@@ -1456,6 +1544,13 @@ int main(int argc, char** argv)
                 }
                 gpt_rows.push_back(gpt_step_row(opt, *it, threads, fma));
             }
+            for (std::size_t T : opt.window_lengths)
+            {
+                window_rows.push_back(attention_window_row(opt, T, threads));
+                const auto& w = window_rows.back();
+                std::cerr << "window T=" << T << " threads=" << threads << ": full " << fixed(w.full_ms, 2)
+                          << " ms, w=" << w.window << " " << fixed(w.window_ms, 2) << " ms\n";
+            }
             for (std::size_t k = 0; k < opt.decode_configs.size(); ++k)
             {
                 decode_rows.push_back(
@@ -1476,6 +1571,7 @@ int main(int argc, char** argv)
         print_table(std::cout, dtype, rows, peaks, overheads);
     }
     print_gpt_table(std::cout, gpt_rows);
+    print_window_table(std::cout, window_rows);
     print_decode_table(std::cout, decode_rows);
     if (!opt.decode_configs.empty())
     {

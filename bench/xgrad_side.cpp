@@ -126,6 +126,38 @@ private:
     xgrad::array<T> x_, c_;
     double result_ = 0;
 };
+class xgrad_attention final : public attention_case
+{
+public:
+    xgrad_attention(std::size_t B, std::size_t H, std::size_t T, std::size_t dh, std::size_t window)
+        : window_(window)
+    {
+        std::mt19937 rng(77);
+        std::normal_distribution<float> unit(0.0f, 1.0f);
+        for (auto* x : {&q_, &k_, &v_, &grad_})
+        {
+            *x = xgrad::array<float>::from_shape({B, H, T, dh});
+            std::generate(x->begin(), x->end(), [&] { return unit(rng); });
+        }
+    }
+
+    void step() override
+    {
+        xgrad::tape<float> t;
+        auto q = t.input(q_), k = t.input(k_), v = t.input(v_);
+        auto out = xgrad::ops::attention(q, k, v, nullptr, /*causal=*/true, window_);
+        multiply_adds_ = out.node().multiply_adds;
+        t.backward(out, grad_);
+    }
+
+    std::uint64_t multiply_adds() const override { return multiply_adds_; }
+
+private:
+    std::size_t window_;
+    xgrad::array<float> q_, k_, v_, grad_;
+    std::uint64_t multiply_adds_ = 0;
+};
+
 xgrad::models::gpt_config gpt_config_of(const gpt_spec& s)
 {
     xgrad::models::gpt_config c;
@@ -310,6 +342,12 @@ template <class T>
 std::unique_ptr<chain_case> make_xgrad_chain(std::size_t length, std::size_t width)
 {
     return std::make_unique<xgrad_chain<T>>(length, width);
+}
+
+std::unique_ptr<attention_case> make_xgrad_attention(std::size_t B, std::size_t H, std::size_t T,
+                                                     std::size_t dh, std::size_t window)
+{
+    return std::make_unique<xgrad_attention>(B, H, T, dh, window);
 }
 
 std::uint64_t mha_multiply_adds(std::size_t B, std::size_t T, std::size_t d)

@@ -13,8 +13,9 @@
 //             dV_u += P^T dO_t,  dP = dO_t V_u^T,  dS = scale P (dP - D)
 //             dQ_t += dS K_u,    dK_u += dS^T Q_t
 //
-// With a causal mask, key tiles wholly after a query tile's last visible key are never touched, forward
-// or backward (about half the work when Tq = Tk). A row with no visible key never enters the sums:
+// Only the key tiles between a query tile's first row's first visible key and its last row's last one are
+// touched, forward or backward: with a causal mask about half the work when Tq = Tk; with a sliding window
+// w, about Tq (w + tile_q) key visits instead of Tq Tk / 2. A row with no visible key never enters the sums:
 // output 0, lse -inf, and no gradient. The forward splits (batch, head, query tile) across threads; the
 // backward splits (batch, key/value head), so each thread owns the dK and dV it accumulates into.
 //
@@ -44,26 +45,28 @@ constexpr std::size_t tile_q = 64, tile_k = 64;
 // Below this many multiply-adds, waking threads costs more than it saves.
 constexpr std::uint64_t parallel_threshold = 1 << 21;
 
-// Which keys each query may see (the causal limit and the (broadcast) mask), and where the rows of q, k,
-// v and the output live: heads-major (B, H, T, dh), row stride dh, or token-major (B, T, H dh), the
-// projections' own layout, row stride H dh (G dh for k and v).
+// Which keys each query may see (the causal band of visible_keys() and the (broadcast) mask), and where
+// the rows of q, k, v and the output live: heads-major (B, H, T, dh), row stride dh, or token-major
+// (B, T, H dh), the projections' own layout, row stride H dh (G dh for k and v).
 struct visibility
 {
     std::size_t B, H, G, Tq, Tk, dh;
     bool causal;
+    std::size_t window;
     bool token_major = false;
     const bool* mask = nullptr;
     std::size_t stride_b = 0, stride_h = 0, stride_i = 0, stride_j = 0;  // 0 where the mask broadcasts
 
-    visibility(const shape_t& qs, const shape_t& ks, const mask_t* m, bool c)
-        : visibility(qs[0], qs[1], ks[1], qs[2], ks[2], qs[3], m, c)
+    visibility(const shape_t& qs, const shape_t& ks, const mask_t* m, bool c, std::size_t w)
+        : visibility(qs[0], qs[1], ks[1], qs[2], ks[2], qs[3], m, c, w)
     {
     }
 
     visibility(std::size_t b, std::size_t h, std::size_t g, std::size_t tq, std::size_t tk, std::size_t width,
-               const mask_t* m, bool c)
-        : B(b), H(h), G(g), Tq(tq), Tk(tk), dh(width), causal(c)
+               const mask_t* m, bool c, std::size_t w)
+        : B(b), H(h), G(g), Tq(tq), Tk(tk), dh(width), causal(c), window(w)
     {
+        check_window("kernels::attention", causal, window);
         if (m)
         {
             const auto strides = broadcast_strides(to_shape(m->shape()), 4);
@@ -75,42 +78,36 @@ struct visibility
         }
     }
 
-    // Keys [0, key_end(i)) may be visible to query i: j <= i + (Tk - Tq) when causal.
-    std::size_t key_end(std::size_t i) const
-    {
-        if (!causal)
-        {
-            return Tk;
-        }
-        return i + Tk + 1 <= Tq ? 0 : std::min(Tk, i + Tk + 1 - Tq);
-    }
+    key_range keys(std::size_t i) const { return visible_keys(i, Tq, Tk, causal, window); }
 
     const bool* mask_row(std::size_t b, std::size_t h, std::size_t i) const
     {
         return mask ? mask + b * stride_b + h * stride_h + i * stride_i : nullptr;
     }
 
-    // For the scores s[0, cols) of keys j0 .. j0 + cols of query i: the entries past the causal limit
-    // are set to 0 (P = 0 there: the exp is never taken, which halves it on a diagonal tile), the masked
-    // ones before it to -inf (exp -> 0). Returns how many leading entries may be visible, or 0 when
-    // none is.
+    // For the scores s[0, cols) of keys j0 .. j0 + cols of query i: the columns [begin, end) that the causal
+    // band allows; the entries outside it are set to 0 (P = 0 there: the exp is never taken), the masked
+    // ones inside it to -inf (exp -> 0). Returns those columns, or an empty range when none is visible.
     template <class T>
-    std::size_t visible_prefix(T* s, std::size_t cols, std::size_t j0, std::size_t i, const bool* row) const
+    key_range visible_columns(T* s, std::size_t cols, std::size_t j0, std::size_t i, const bool* row) const
     {
-        const std::size_t end = std::min(cols, key_end(i) > j0 ? key_end(i) - j0 : 0);
+        const key_range band = keys(i);
+        const std::size_t begin = std::clamp(band.begin, j0, j0 + cols) - j0;
+        const std::size_t end = std::clamp(band.end, j0 + begin, j0 + cols) - j0;
+        std::fill(s, s + begin, T(0));
         std::fill(s + end, s + cols, T(0));
         if (!row)
         {
-            return end;
+            return {begin, end};
         }
         bool any = false;
-        for (std::size_t c = 0; c < end; ++c)
+        for (std::size_t c = begin; c < end; ++c)
         {
             const bool keep = row[(j0 + c) * stride_j];
             s[c] = keep ? s[c] : -std::numeric_limits<T>::infinity();
             any = any || keep;
         }
-        return any ? end : 0;
+        return {begin, any ? end : begin};
     }
 
     // Offset of query row i of head h (the output's rows alike), and of key/value row j of head g.
@@ -126,8 +123,12 @@ struct visibility
     std::size_t kv_stride() const { return token_major ? G * dh : dh; }
 
     std::size_t query_tiles() const { return (Tq + tile_q - 1) / tile_q; }
-    // Keys a query tile starting at i0 with `rows` rows visits: [0, tile_key_end).
-    std::size_t tile_key_end(std::size_t i0, std::size_t rows) const { return key_end(i0 + rows - 1); }
+    // The keys a query tile of `rows` rows from i0 visits: from its first row's first visible key to its
+    // last row's last (both ends grow with i). Key tiles outside are never touched.
+    key_range tile_keys(std::size_t i0, std::size_t rows) const
+    {
+        return {keys(i0).begin, keys(i0 + rows - 1).end};
+    }
 };
 
 template <class T>
@@ -217,25 +218,26 @@ void forward_tile(const visibility& vis, const product_operands<T>& in, T* out, 
         std::fill(o_tile + r * qs, o_tile + r * qs + dh, T(0));
     }
 
-    const std::size_t key_end = vis.tile_key_end(i0, rows);
-    for (std::size_t j0 = 0; j0 < key_end; j0 += tile_k)
+    const key_range keys = vis.tile_keys(i0, rows);
+    for (std::size_t j0 = keys.begin; j0 < keys.end; j0 += tile_k)
     {
-        const std::size_t cols = std::min(tile_k, key_end - j0);
+        const std::size_t cols = std::min(tile_k, keys.end - j0);
         gemm(false, true, rows, cols, dh, q_tile, qs, k_head + j0 * ks, ks, T(0), s, tile_k);  // S = Q K^T
         for (std::size_t r = 0; r < rows; ++r)
         {
             T* row = s + r * tile_k;
             const std::size_t i = i0 + r;
-            const std::size_t visible = vis.visible_prefix(row, cols, j0, i, vis.mask_row(b, h, i));
-            if (!visible)
+            const key_range visible = vis.visible_columns(row, cols, j0, i, vis.mask_row(b, h, i));
+            if (visible.empty())
             {
                 std::fill(row, row + cols, T(0));  // nothing visible here: P = 0, the row's state unchanged
                 continue;
             }
             seen[r] = 1;
-            const T new_max = std::max(m[r], scale * simd::max_of(row, visible));
+            T* p_visible = row + visible.begin;
+            const T new_max = std::max(m[r], scale * simd::max_of(p_visible, visible.size()));
             const T shrink = std::exp(m[r] - new_max);  // 0 on the row's first visible tile
-            const T sum = simd::exp_sum(row, visible, scale, new_max);
+            const T sum = simd::exp_sum(p_visible, visible.size(), scale, new_max);
             l[r] = l[r] * shrink + sum;
             m[r] = new_max;
             if (shrink != T(1))
@@ -291,10 +293,10 @@ void backward_group(const visibility& vis, const product_operands<T>& in, const 
             {
                 d[r] = simd::dot(grad_out + offset + r * qs, out + offset + r * qs, dh);  // D_i = dO_i . O_i
             }
-            const std::size_t key_end = vis.tile_key_end(i0, rows);
-            for (std::size_t j0 = 0; j0 < key_end; j0 += tile_k)
+            const key_range keys = vis.tile_keys(i0, rows);
+            for (std::size_t j0 = keys.begin; j0 < keys.end; j0 += tile_k)
             {
-                const std::size_t cols = std::min(tile_k, key_end - j0);
+                const std::size_t cols = std::min(tile_k, keys.end - j0);
                 gemm(false, true, rows, cols, dh, q_tile, qs, k_head + j0 * ks, ks, T(0), p, tile_k);  // S = Q K^T
                 gemm(false, true, rows, cols, dh, do_tile, qs, v_head + j0 * ks, ks, T(0), dp, tile_k);  // dP = dO V^T
                 for (std::size_t r = 0; r < rows; ++r)
@@ -302,11 +304,18 @@ void backward_group(const visibility& vis, const product_operands<T>& in, const 
                     T* p_row = p + r * tile_k;
                     T* ds_row = dp + r * tile_k;
                     const std::size_t i = i0 + r;
-                    const std::size_t visible = vis.visible_prefix(p_row, cols, j0, i, vis.mask_row(b, h, i));
-                    std::fill(p_row + visible, p_row + cols, T(0));
-                    std::fill(ds_row + visible, ds_row + cols, T(0));
-                    simd::exp_sum(p_row, visible, scale, lse[bh * vis.Tq + i]);  // P = exp(scale S - lse)
-                    for (std::size_t c = 0; c < visible; ++c)
+                    const key_range visible = vis.visible_columns(p_row, cols, j0, i, vis.mask_row(b, h, i));
+                    if (visible.empty())
+                    {
+                        std::fill(p_row, p_row + cols, T(0));  // P = 0 and dS = 0 on the whole row
+                        std::fill(ds_row, ds_row + cols, T(0));
+                        continue;
+                    }
+                    std::fill(ds_row, ds_row + visible.begin, T(0));
+                    std::fill(ds_row + visible.end, ds_row + cols, T(0));
+                    // P = exp(scale S - lse)
+                    simd::exp_sum(p_row + visible.begin, visible.size(), scale, lse[bh * vis.Tq + i]);
+                    for (std::size_t c = visible.begin; c < visible.end; ++c)
                     {
                         ds_row[c] = scale * p_row[c] * (ds_row[c] - d[r]);  // dS = scale P (dP - D)
                     }
@@ -327,7 +336,7 @@ std::uint64_t visited_multiply_adds(const visibility& vis)
     for (std::size_t i0 = 0; i0 < vis.Tq; i0 += tile_q)
     {
         const std::size_t rows = std::min(tile_q, vis.Tq - i0);
-        keys += static_cast<std::uint64_t>(rows) * vis.tile_key_end(i0, rows);
+        keys += static_cast<std::uint64_t>(rows) * vis.tile_keys(i0, rows).size();
     }
     return 2 * keys * vis.dh * vis.B * vis.H;  // S = Q K^T and P V
 }
@@ -345,6 +354,15 @@ void run_items(std::size_t count, std::uint64_t work, const std::function<void(s
     parallel_for(count, body);
 }
 }  // namespace
+
+void check_window(const char* op, bool causal, std::size_t window)
+{
+    if (window > 0 && !causal)
+    {
+        fail(op, "window = " + std::to_string(window) +
+                     " needs causal = true (a sliding window is a band of the causal mask)");
+    }
+}
 
 namespace
 {
@@ -386,9 +404,9 @@ attention_gradients<T> backward_with(const visibility& vis, const array<T>& q, c
 
 // q (B, Tq, H dh), k (B, Tk, G dh): the token-major view of H query heads and G key/value heads.
 visibility token_major_visibility(const shape_t& qs, const shape_t& ks, std::size_t heads, std::size_t kv_heads,
-                                  const mask_t* mask, bool causal)
+                                  const mask_t* mask, bool causal, std::size_t window)
 {
-    visibility vis(qs[0], heads, kv_heads, qs[1], ks[1], qs[2] / heads, mask, causal);
+    visibility vis(qs[0], heads, kv_heads, qs[1], ks[1], qs[2] / heads, mask, causal, window);
     vis.token_major = true;
     return vis;
 }
@@ -396,26 +414,28 @@ visibility token_major_visibility(const shape_t& qs, const shape_t& ks, std::siz
 
 template <class T>
 attention_forward_result<T> attention_forward(const array<T>& q, const array<T>& k, const array<T>& v,
-                                              const mask_t* mask, bool causal)
+                                              const mask_t* mask, bool causal, std::size_t window)
 {
-    return forward_with(visibility(to_shape(q.shape()), to_shape(k.shape()), mask, causal), q, k, v);
+    return forward_with(visibility(to_shape(q.shape()), to_shape(k.shape()), mask, causal, window), q, k, v);
 }
 
 template <class T>
 attention_gradients<T> attention_backward(const array<T>& q, const array<T>& k, const array<T>& v,
                                           const array<T>& output, const array<T>& log_sum_exp,
-                                          const array<T>& grad_output, const mask_t* mask, bool causal)
+                                          const array<T>& grad_output, const mask_t* mask, bool causal,
+                                          std::size_t window)
 {
-    const visibility vis(to_shape(q.shape()), to_shape(k.shape()), mask, causal);
+    const visibility vis(to_shape(q.shape()), to_shape(k.shape()), mask, causal, window);
     return backward_with(vis, q, k, v, output, log_sum_exp, grad_output);
 }
 
 template <class T>
 attention_forward_result<T> attention_forward_token_major(const array<T>& q, const array<T>& k, const array<T>& v,
                                                           std::size_t heads, std::size_t kv_heads,
-                                                          const mask_t* mask, bool causal)
+                                                          const mask_t* mask, bool causal, std::size_t window)
 {
-    const auto vis = token_major_visibility(to_shape(q.shape()), to_shape(k.shape()), heads, kv_heads, mask, causal);
+    const auto vis = token_major_visibility(to_shape(q.shape()), to_shape(k.shape()), heads, kv_heads, mask,
+                                            causal, window);
     return forward_with(vis, q, k, v);
 }
 
@@ -423,22 +443,25 @@ template <class T>
 attention_gradients<T> attention_backward_token_major(const array<T>& q, const array<T>& k, const array<T>& v,
                                                       const array<T>& output, const array<T>& log_sum_exp,
                                                       const array<T>& grad_output, std::size_t heads,
-                                                      std::size_t kv_heads, const mask_t* mask, bool causal)
+                                                      std::size_t kv_heads, const mask_t* mask, bool causal,
+                                                      std::size_t window)
 {
-    const auto vis = token_major_visibility(to_shape(q.shape()), to_shape(k.shape()), heads, kv_heads, mask, causal);
+    const auto vis = token_major_visibility(to_shape(q.shape()), to_shape(k.shape()), heads, kv_heads, mask,
+                                            causal, window);
     return backward_with(vis, q, k, v, output, log_sum_exp, grad_output);
 }
 
 #define XGRAD_ATTENTION_KERNELS(T)                                                                            \
     template attention_forward_result<T> attention_forward(const array<T>&, const array<T>&, const array<T>&, \
-                                                           const mask_t*, bool);                              \
+                                                           const mask_t*, bool, std::size_t);                 \
     template attention_gradients<T> attention_backward(const array<T>&, const array<T>&, const array<T>&,     \
                                                        const array<T>&, const array<T>&, const array<T>&,     \
-                                                       const mask_t*, bool);                              \
+                                                       const mask_t*, bool, std::size_t);                     \
     template attention_forward_result<T> attention_forward_token_major(                                       \
-        const array<T>&, const array<T>&, const array<T>&, std::size_t, std::size_t, const mask_t*, bool);    \
+        const array<T>&, const array<T>&, const array<T>&, std::size_t, std::size_t, const mask_t*, bool,     \
+        std::size_t);                                                                                         \
     template attention_gradients<T> attention_backward_token_major(                                           \
         const array<T>&, const array<T>&, const array<T>&, const array<T>&, const array<T>&, const array<T>&, \
-        std::size_t, std::size_t, const mask_t*, bool);
+        std::size_t, std::size_t, const mask_t*, bool, std::size_t);
 XGRAD_INSTANTIATE_FOR_FLOAT_TYPES(XGRAD_ATTENTION_KERNELS)
 }  // namespace xgrad::kernels

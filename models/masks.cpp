@@ -1,15 +1,18 @@
 #include "models/masks.hpp"
 
+#include "kernels/attention.hpp"
+
 namespace xgrad::models
 {
-mask_t causal_mask(std::size_t tq, std::size_t tk)
+mask_t causal_mask(std::size_t tq, std::size_t tk, std::size_t window)
 {
     mask_t m = mask_t::from_shape({tq, tk});
     for (std::size_t i = 0; i < tq; ++i)
     {
+        const kernels::key_range band = kernels::visible_keys(i, tq, tk, /*causal=*/true, window);
         for (std::size_t j = 0; j < tk; ++j)
         {
-            m(i, j) = j + tq <= i + tk;  // j <= i + (tk - tq), without unsigned underflow
+            m(i, j) = band.contains(j);
         }
     }
     return m;

@@ -1,5 +1,6 @@
 // Attention masks (docs/spec.md): boolean, true = this query may attend to this key, broadcast
-// over (B, H, Tq, Tk). Causal is bottom-right aligned: query i sees key j iff j <= i + (Tk - Tq).
+// over (B, H, Tq, Tk). Causal is bottom-right aligned: query i sees key j iff j <= i + (Tk - Tq); a
+// sliding window w > 0 also needs j > i + (Tk - Tq) - w (kernels::visible_keys, the fused kernel's band).
 #pragma once
 
 #include <optional>
@@ -8,8 +9,9 @@
 
 namespace xgrad::models
 {
-// The (Tq, Tk) causal mask, bottom-right aligned.
-mask_t causal_mask(std::size_t tq, std::size_t tk);
+// The (Tq, Tk) causal mask, bottom-right aligned; with window > 0 only the last `window` keys of each
+// query's causal prefix (0 = no window).
+mask_t causal_mask(std::size_t tq, std::size_t tk, std::size_t window = 0);
 
 // A (B, 1, 1, Tk) padding mask from per-sequence lengths: key j of sequence b is kept iff j < lengths[b].
 mask_t padding_mask(const std::vector<std::size_t>& lengths, std::size_t tk);

@@ -112,24 +112,27 @@ std::shared_ptr<const mask_t> kept(const mask_t* mask)
 }
 }  // namespace
 
-// O = softmax(S) V with S = scale Q K^T (masked entries excluded), P = softmax(S):
+// O = softmax(S) V with S = scale Q K^T (masked entries, those outside the causal band, excluded),
+// P = softmax(S):
 //   dV = P^T dO                                   (summed over the H / G query heads sharing a kv head)
 //   dP = dO V^T,  dS_ij = P_ij (dP_ij - D_i),  D_i = sum_j P_ij dP_ij = sum_c dO_ic O_ic
 //   dQ = scale dS K,  dK = scale dS^T Q            (dK summed over the heads sharing it, like dV)
 // P is recomputed tile by tile from the saved log-sum-exp: P_ij = exp(S_ij - lse_i). Rows with no
 // visible key have P = 0, so they send nothing to any gradient.
 template <class T>
-var<T> attention(const var<T>& q, const var<T>& k, const var<T>& v, const mask_t* mask, bool causal)
+var<T> attention(const var<T>& q, const var<T>& k, const var<T>& v, const mask_t* mask, bool causal,
+                 std::size_t window)
 {
+    kernels::check_window("attention", causal, window);
     check_attention_shapes(q.shape(), k.shape(), v.shape(), mask);
-    auto forward = kernels::attention_forward(q.value(), k.value(), v.value(), mask, causal);
+    auto forward = kernels::attention_forward(q.value(), k.value(), v.value(), mask, causal, window);
     const auto kept_mask = kept(mask);  // one copy for both forms of the rule
-    auto backward = [kept_mask, causal](const array<T>& q_, const array<T>& k_, const array<T>& v_,
-                                                     const array<T>& o, const array<T>& lse, const array<T>& g) {
-        return kernels::attention_backward(q_, k_, v_, o, lse, g, kept_mask.get(), causal);
+    auto backward = [kept_mask, causal, window](const array<T>& q_, const array<T>& k_, const array<T>& v_,
+                                                const array<T>& o, const array<T>& lse, const array<T>& g) {
+        return kernels::attention_backward(q_, k_, v_, o, lse, g, kept_mask.get(), causal, window);
     };
-    auto twin = [kept_mask, causal](const std::vector<var<T>>& in) {
-        return composed::attention(in[0], in[1], in[2], kept_mask.get(), causal);
+    auto twin = [kept_mask, causal, window](const std::vector<var<T>>& in) {
+        return composed::attention(in[0], in[1], in[2], kept_mask.get(), causal, window);
     };
     return record_attention(q, k, v, std::move(forward), backward, twin, mask);
 }
@@ -138,28 +141,31 @@ var<T> attention(const var<T>& q, const var<T>& k, const var<T>& v, const mask_t
 // [h dh, (h + 1) dh) of each token's row).
 template <class T>
 var<T> attention_token_major(const var<T>& q, const var<T>& k, const var<T>& v, std::size_t heads,
-                             std::size_t kv_heads, const mask_t* mask, bool causal)
+                             std::size_t kv_heads, const mask_t* mask, bool causal, std::size_t window)
 {
+    kernels::check_window("attention_token_major", causal, window);
     check_token_major_shapes(q.shape(), k.shape(), v.shape(), heads, kv_heads, mask);
-    auto forward =
-        kernels::attention_forward_token_major(q.value(), k.value(), v.value(), heads, kv_heads, mask, causal);
+    auto forward = kernels::attention_forward_token_major(q.value(), k.value(), v.value(), heads, kv_heads,
+                                                          mask, causal, window);
     const auto kept_mask = kept(mask);  // one copy for both forms of the rule
-    auto backward = [kept_mask, causal, heads, kv_heads](
+    auto backward = [kept_mask, causal, window, heads, kv_heads](
                         const array<T>& q_, const array<T>& k_, const array<T>& v_, const array<T>& o,
                         const array<T>& lse, const array<T>& g) {
         return kernels::attention_backward_token_major(q_, k_, v_, o, lse, g, heads, kv_heads, kept_mask.get(),
-                                                       causal);
+                                                       causal, window);
     };
-    auto twin = [kept_mask, causal, heads, kv_heads](const std::vector<var<T>>& in) {
-        return composed::attention_token_major(in[0], in[1], in[2], heads, kv_heads, kept_mask.get(), causal);
+    auto twin = [kept_mask, causal, window, heads, kv_heads](const std::vector<var<T>>& in) {
+        return composed::attention_token_major(in[0], in[1], in[2], heads, kv_heads, kept_mask.get(), causal,
+                                               window);
     };
     return record_attention(q, k, v, std::move(forward), backward, twin, mask);
 }
 
-#define XGRAD_ATTENTION(T)                                                                        \
-    template var<T> attention(const var<T>&, const var<T>&, const var<T>&, const mask_t*, bool); \
+#define XGRAD_ATTENTION(T)                                                                       \
+    template var<T> attention(const var<T>&, const var<T>&, const var<T>&, const mask_t*, bool,      \
+                              std::size_t);                                                         \
     template var<T> attention_token_major(const var<T>&, const var<T>&, const var<T>&, std::size_t, \
-                                          std::size_t, const mask_t*, bool);
+                                          std::size_t, const mask_t*, bool, std::size_t);
 XGRAD_INSTANTIATE_FOR_FLOAT_TYPES(XGRAD_ATTENTION)
 }  // namespace ops
 }  // namespace xgrad

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "autodiff/instantiate.hpp"
+#include "kernels/attention.hpp"
 #include "ops/composed.hpp"
 
 namespace xgrad::ops::composed
@@ -237,7 +238,8 @@ var<T> masked_softmax(const var<T>& x, const mask_t* mask, T scale)
 }
 
 template <class T>
-var<T> attention(const var<T>& q, const var<T>& k, const var<T>& v, const mask_t* mask, bool causal)
+var<T> attention(const var<T>& q, const var<T>& k, const var<T>& v, const mask_t* mask, bool causal,
+                 std::size_t window)
 {
     const shape_t qs = q.shape(), ks = k.shape();
     const std::size_t B = qs[0], H = qs[1], Tq = qs[2], dh = qs[3], G = ks[1], Tk = ks[2];
@@ -261,14 +263,15 @@ var<T> attention(const var<T>& q, const var<T>& k, const var<T>& v, const mask_t
     for (std::size_t i = 0; causal && i < visible.size(); ++i)
     {
         const std::size_t query = (i / Tk) % Tq, key = i % Tk;
-        visible.flat(i) = visible.flat(i) && key + Tq <= query + Tk;  // j <= i + (Tk - Tq)
+        const kernels::key_range band = kernels::visible_keys(query, Tq, Tk, causal, window);
+        visible.flat(i) = visible.flat(i) && band.contains(key);
     }
     return matmul(ops::masked_softmax(scores, visible, s), repeat_heads(v));
 }
 
 template <class T>
 var<T> attention_token_major(const var<T>& q, const var<T>& k, const var<T>& v, std::size_t heads,
-                             std::size_t kv_heads, const mask_t* mask, bool causal)
+                             std::size_t kv_heads, const mask_t* mask, bool causal, std::size_t window)
 {
     const std::size_t dh = q.shape()[2] / heads;
     auto split = [dh](const var<T>& x, std::size_t n) {  // (B, T, n dh) -> (B, n, T, dh)
@@ -276,16 +279,17 @@ var<T> attention_token_major(const var<T>& q, const var<T>& k, const var<T>& v, 
         return permute(reshape(x, {static_cast<long>(s[0]), static_cast<long>(s[1]), static_cast<long>(n),
                                    static_cast<long>(dh)}), {0, 2, 1, 3});
     };
-    const var<T> o = attention(split(q, heads), split(k, kv_heads), split(v, kv_heads), mask, causal);
+    const var<T> o = attention(split(q, heads), split(k, kv_heads), split(v, kv_heads), mask, causal, window);
     const shape_t qs = q.shape();
     return reshape(permute(o, {0, 2, 1, 3}), {static_cast<long>(qs[0]), static_cast<long>(qs[1]), static_cast<long>(qs[2])});
 }
 
 #define XGRAD_COMPOSED(T)                                                                                    \
     template var<T> masked_softmax(const var<T>&, const mask_t*, T);                                         \
-    template var<T> attention(const var<T>&, const var<T>&, const var<T>&, const mask_t*, bool);             \
+    template var<T> attention(const var<T>&, const var<T>&, const var<T>&, const mask_t*, bool,              \
+                              std::size_t);                                                                  \
     template var<T> attention_token_major(const var<T>&, const var<T>&, const var<T>&, std::size_t,          \
-                                          std::size_t, const mask_t*, bool);                                 \
+                                          std::size_t, const mask_t*, bool, std::size_t);                    \
     template var<T> gelu(const var<T>&);                                                                     \
     template var<T> linear(const var<T>&, const var<T>&, const var<T>&);                                     \
     template var<T> layer_norm(const var<T>&, const var<T>&, const var<T>&, T);                              \

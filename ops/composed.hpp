@@ -32,11 +32,12 @@ template <class T> var<T> rope(const var<T>& x, double base, std::size_t positio
 // e m / (sum e m + r) with e = exp(scale x - c), m the mask, c a constant shift, r = 1 on rows the mask
 // empties (which give 0); mask may be null.
 template <class T> var<T> masked_softmax(const var<T>& x, const mask_t* mask, T scale);
-// masked_softmax(Q K^T, mask and causal, 1 / sqrt(dh)) V, each key/value head repeated for its H / G
-// query heads; and the same on the token-major layout.
+// masked_softmax(Q K^T, mask and the causal band (kernels::visible_keys), 1 / sqrt(dh)) V, each key/value
+// head repeated for its H / G query heads; and the same on the token-major layout.
 template <class T>
-var<T> attention(const var<T>& q, const var<T>& k, const var<T>& v, const mask_t* mask, bool causal);
+var<T> attention(const var<T>& q, const var<T>& k, const var<T>& v, const mask_t* mask, bool causal,
+                 std::size_t window = 0);
 template <class T>
 var<T> attention_token_major(const var<T>& q, const var<T>& k, const var<T>& v, std::size_t heads,
-                             std::size_t kv_heads, const mask_t* mask, bool causal);
+                             std::size_t kv_heads, const mask_t* mask, bool causal, std::size_t window = 0);
 }  // namespace xgrad::ops::composed

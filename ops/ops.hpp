@@ -93,16 +93,20 @@ template <class T> var<T> cross_entropy(const var<T>& logits, const ids_t& targe
 // (O(B H Tq) numbers, not the (B, H, Tq, Tk) weights), skips the key tiles a causal mask removes, and
 // its backward recomputes the weights tile by tile. q (B, H, Tq, dh); k, v (B, G, Tk, dh), H % G == 0,
 // query head h reading key/value head h / (H / G). mask: nullptr or broadcast to (B, H, Tq, Tk), true =
-// attend; causal bottom-right aligned, ANDed with the mask. A row with no visible key gives 0 and no
+// attend; causal bottom-right aligned (query i sees key j iff j <= i + Tk - Tq), ANDed with the mask; a
+// sliding window w > 0 (only with causal, else std::invalid_argument) also needs j > i + Tk - Tq - w and
+// skips the key tiles outside it, so the work is O(Tq w). A row with no visible key gives 0 and no
 // gradient. Returns (B, H, Tq, dh). The mask gets no gradient and is copied into the op.
 template <class T>
-var<T> attention(const var<T>& q, const var<T>& k, const var<T>& v, const mask_t* mask = nullptr, bool causal = false);
+var<T> attention(const var<T>& q, const var<T>& k, const var<T>& v, const mask_t* mask = nullptr,
+                 bool causal = false, std::size_t window = 0);
 // The same op on the projections' token-major layout, with no split into heads or join after: q
 // (B, Tq, H dh), k and v (B, Tk, G dh), returns (B, Tq, H dh), equal to
-// combine_heads(attention(split_heads(q, H), split_heads(k, G), split_heads(v, G), mask, causal)).
+// combine_heads(attention(split_heads(q, H), split_heads(k, G), split_heads(v, G), mask, causal, window)).
 template <class T>
 var<T> attention_token_major(const var<T>& q, const var<T>& k, const var<T>& v, std::size_t heads,
-                             std::size_t kv_heads, const mask_t* mask = nullptr, bool causal = false);
+                             std::size_t kv_heads, const mask_t* mask = nullptr, bool causal = false,
+                             std::size_t window = 0);
 
 // Norms over the last axis, fused, each with a hand-derived rule (ops/norms.cpp).
 // (x - mean) / sqrt(var + eps) * weight + bias over the last axis (var biased); weight, bias (d,).

@@ -161,14 +161,16 @@ void bind_nn_ops(py::module_& m)
         return ops::masked_softmax(x, to_mask(mask), T(scale));
     });
     m.def("softmax", [](v x, double scale) { return ops::softmax(x, T(scale)); });
-    m.def("attention", [](v q, v k, v val, const std::optional<numpy_in<bool>>& mask, bool causal) {
+    m.def("attention", [](v q, v k, v val, const std::optional<numpy_in<bool>>& mask, bool causal,
+                          std::size_t window) {
         const std::optional<mask_t> m = mask ? std::optional<mask_t>(to_mask(*mask)) : std::nullopt;
-        return ops::attention(q, k, val, m ? &*m : nullptr, causal);
+        return ops::attention(q, k, val, m ? &*m : nullptr, causal, window);
     });
     m.def("attention_token_major", [](v q, v k, v val, std::size_t heads, std::size_t kv_heads,
-                                      const std::optional<numpy_in<bool>>& mask, bool causal) {
+                                      const std::optional<numpy_in<bool>>& mask, bool causal,
+                                      std::size_t window) {
         const std::optional<mask_t> m = mask ? std::optional<mask_t>(to_mask(*mask)) : std::nullopt;
-        return ops::attention_token_major(q, k, val, heads, kv_heads, m ? &*m : nullptr, causal);
+        return ops::attention_token_major(q, k, val, heads, kv_heads, m ? &*m : nullptr, causal, window);
     });
     m.def("linear", [](v x, v w, v b) { return ops::linear(x, w, b); });
     m.def("linear_gelu", [](v x, v w, v b) { return ops::linear_gelu(x, w, b); });

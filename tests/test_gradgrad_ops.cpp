@@ -277,7 +277,10 @@ std::map<std::string, std::vector<gg_case>> cases()
           { q, k, v3 } },
         { "reused x as q, k, v",
           [](tape<double>&, const vars& v) { return ops::attention(v[0], v[0], v[0]); },
-          { random_array({ 1, 1, 3, 2 }, 46) } }
+          { random_array({ 1, 1, 3, 2 }, 46) } },
+        { "GQA, causal, window 2",
+          [](tape<double>&, const vars& v) { return ops::attention(v[0], v[1], v[2], nullptr, true, 2); },
+          { q, k, v3 } }
     };
     // The NumPy-shaped ops (ops/elementwise_numpy.cpp, ops/select.cpp, ops/gather.cpp); abs, relu-like
     // kinks and ties kept away from the inputs.
@@ -316,6 +319,10 @@ std::map<std::string, std::vector<gg_case>> cases()
         { "H 2, G 1, causal",
           [](tape<double>&, const vars& v)
           { return ops::attention_token_major(v[0], v[1], v[2], 2, 1, nullptr, true); },
+          { random_array({ 1, 3, 4 }, 47), random_array({ 1, 3, 2 }, 48), random_array({ 1, 3, 2 }, 49) } },
+        { "H 2, G 1, causal, window 2",
+          [](tape<double>&, const vars& v)
+          { return ops::attention_token_major(v[0], v[1], v[2], 2, 1, nullptr, true, 2); },
           { random_array({ 1, 3, 4 }, 47), random_array({ 1, 3, 2 }, 48), random_array({ 1, 3, 2 }, 49) } }
     };
     return c;

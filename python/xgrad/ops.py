@@ -342,16 +342,26 @@ def dropout(x, p, seed=0, training=True):
     return Var(_core.dropout(x._v, float(p), int(seed), bool(training)), x.tape)
 
 
-def attention(q, k, v, mask=None, causal=False):
+def _window(op, window):
+    """The sliding window as an int >= 0 (0 = none), or ValueError naming the op."""
+    if isinstance(window, bool) or not isinstance(window, numbers.Integral) or window < 0:
+        raise ValueError("%s: window must be an integer >= 0 (0 = no window), got %r" % (op, window))
+    return int(window)
+
+
+def attention(q, k, v, mask=None, causal=False, window=0):
     """Fused scaled dot-product attention softmax(Q K^T / sqrt(dh), mask) V, tile by tile with an online
     softmax. q (B, H, Tq, dh); k, v (B, G, Tk, dh) with H % G == 0. Or, with any leading axes,
     q (..., Tq, dh) and k, v (..., Tk, dh) with the same leading axes (folded into one batch axis).
     ``mask``: bool, True = attend, broadcast to (..., Tq, Tk), copied; ``causal`` is bottom-right
-    aligned and ANDed with it. A row with no visible key gives 0 and no gradient. Returns q's shape."""
+    aligned (query i sees key j <= i + Tk - Tq) and ANDed with it; ``window`` w > 0 (causal only) also
+    needs j > i + Tk - Tq - w, and the op then works on the window's tiles alone. A row with no visible
+    key gives 0 and no gradient. Returns q's shape."""
     _vars("attention", q, k, v)
+    w = _window("attention", window)
     m = None if mask is None else as_mask(mask, "attention mask")
     if q.ndim == 4 and k.ndim == 4 and v.ndim == 4:
-        return Var(_core.attention(q._v, k._v, v._v, m, bool(causal)), q.tape)
+        return Var(_core.attention(q._v, k._v, v._v, m, bool(causal), w), q.tape)
     if q.ndim < 2 or q.shape[:-2] != k.shape[:-2] or k.shape[:-2] != v.shape[:-2]:
         raise ValueError("attention: q (..., Tq, dh), k and v (..., Tk, dh) need the same leading axes, got "
                          "shapes %s, %s, %s" % (q.shape, k.shape, v.shape))
@@ -364,16 +374,18 @@ def attention(q, k, v, mask=None, causal=False):
         except ValueError:
             raise ValueError("attention: mask of shape %s does not broadcast to %s"
                              % (m.shape, lead + (tq, tk))) from None
-    out = Var(_core.attention(fold(q)._v, fold(k)._v, fold(v)._v, m, bool(causal)), q.tape)
+    out = Var(_core.attention(fold(q)._v, fold(k)._v, fold(v)._v, m, bool(causal), w), q.tape)
     return out.reshape(q.shape[:-1] + (v.shape[-1],))
 
 
-def attention_token_major(q, k, v, heads, kv_heads, mask=None, causal=False):
+def attention_token_major(q, k, v, heads, kv_heads, mask=None, causal=False, window=0):
     """attention on the projections' token-major layout, with no split into heads: q (B, Tq, H dh), k
-    and v (B, Tk, G dh) with H % G == 0; ``mask`` and ``causal`` as in attention. Returns (B, Tq, H dh)."""
+    and v (B, Tk, G dh) with H % G == 0; ``mask``, ``causal`` and ``window`` as in attention. Returns
+    (B, Tq, H dh)."""
     _vars("attention_token_major", q, k, v)
+    w = _window("attention_token_major", window)
     m = None if mask is None else as_mask(mask, "attention mask")
-    out = _core.attention_token_major(q._v, k._v, v._v, int(heads), int(kv_heads), m, bool(causal))
+    out = _core.attention_token_major(q._v, k._v, v._v, int(heads), int(kv_heads), m, bool(causal), w)
     return Var(out, q.tape)
 
 

@@ -74,8 +74,13 @@ CASES = {
     "attention": [(lambda q, k, v: ops.attention(q, k, v, causal=True),
                    [r(1, 2, 3, 2), r(1, 1, 3, 2), r(1, 1, 3, 2)]),
                   (lambda q, k, v: ops.attention(q, k, v, mask=PADDING),
+                   [r(1, 2, 3, 2), r(1, 1, 3, 2), r(1, 1, 3, 2)]),
+                  (lambda q, k, v: ops.attention(q, k, v, causal=True, window=2),
                    [r(1, 2, 3, 2), r(1, 1, 3, 2), r(1, 1, 3, 2)])],
     "attention_token_major": [(lambda q, k, v: ops.attention_token_major(q, k, v, 2, 1, causal=True),
+                               [r(1, 3, 4), r(1, 3, 2), r(1, 3, 2)]),
+                              (lambda q, k, v: ops.attention_token_major(q, k, v, 2, 1, causal=True,
+                                                                         window=2),
                                [r(1, 3, 4), r(1, 3, 2), r(1, 3, 2)])],
     # The NumPy-shaped ops, kinks and ties kept away from the inputs.
     "abs": [(lambda a: ops.abs(a) * a, [r(2, 3, lo=0.2, hi=1.0)])],

@@ -113,6 +113,34 @@ def test_attention_with_any_leading_axes(lead):
     assert xgrad.gradcheck(lambda q, k, v: (ops.attention(q, k, v, mask=keep) * w).sum(), [q, k, v])
 
 
+@pytest.mark.parametrize("window", [1, 2, 5, 9])
+def test_attention_sliding_window_is_the_causal_band(window):
+    # SPEC: query i (at position t = i + Tk - Tq) sees keys s with t - w < s <= t.
+    q, k, v = rng.standard_normal((2, 4, 6)), rng.standard_normal((2, 7, 6)), rng.standard_normal((2, 7, 6))
+    t_pos = np.arange(4)[:, None] + 3
+    s_pos = np.arange(7)[None, :]
+    keep = (s_pos <= t_pos) & (s_pos > t_pos - window)
+    t = xgrad.Tape()
+    out = ops.attention(t.input(q), t.input(k), t.input(v), causal=True, window=window)
+    np.testing.assert_allclose(out.value, np_attention(q, k, v, keep), rtol=1e-12, atol=1e-14)
+    w = rng.standard_normal((2, 4, 6))
+    assert xgrad.gradcheck(lambda q, k, v: (ops.attention(q, k, v, causal=True, window=window) * w).sum(),
+                           [q, k, v])
+
+
+def test_attention_window_needs_causal_and_a_count():
+    t = xgrad.Tape()
+    x = t.input(np.ones((1, 1, 3, 2)))
+    with pytest.raises(ValueError, match="needs causal"):
+        ops.attention(x, x, x, window=2)
+    for bad in (-1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="window must be an integer >= 0"):
+            ops.attention(x, x, x, causal=True, window=bad)
+        with pytest.raises(ValueError, match="window must be an integer >= 0"):
+            ops.attention_token_major(t.input(np.ones((1, 3, 2))), t.input(np.ones((1, 3, 2))),
+                                      t.input(np.ones((1, 3, 2))), 1, 1, causal=True, window=bad)
+
+
 def test_attention_leading_axes_must_agree():
     t = xgrad.Tape()
     with pytest.raises(ValueError, match="same leading axes"):

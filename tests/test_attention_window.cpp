@@ -1,0 +1,302 @@
+// Sliding-window attention (docs/spec.md, `attention_window`): the query at absolute position t attends to
+// the keys at positions s with t - w < s <= t. models::causal_mask(Tq, Tk, w) against that sentence read
+// literally; the fused op (both layouts) against a loop-written softmax over that mask and against the
+// composed graph given the mask, values and gradients in float64 to 1e-12, for w = 1, w = T, w > T,
+// Tq < Tk (decoding's bottom-right alignment), grouped-query heads, T = 1, several tiles; central
+// differences; the work counted on the tiles the window leaves; errors.
+#include <doctest/doctest.h>
+
+#include "test_util.hpp"
+
+#include "kernels/attention.hpp"
+#include "kernels/parallel.hpp"
+#include "models/masks.hpp"
+#include "models/mha.hpp"
+#include "ops/composed.hpp"
+
+using namespace xgrad;
+using namespace xgrad::test;
+
+namespace
+{
+// SPEC's sentence, in signed positions: query i of Tq sits at t = i + (Tk - Tq) (bottom-right aligned, as
+// decoding with a cache of Tk - Tq earlier keys); key j at s = j; w = 0 is plain causal.
+mask_t spec_window_mask(std::size_t tq, std::size_t tk, std::size_t w)
+{
+    mask_t m = mask_t::from_shape({tq, tk});
+    for (std::size_t i = 0; i < tq; ++i)
+    {
+        for (std::size_t j = 0; j < tk; ++j)
+        {
+            const long long t = static_cast<long long>(i + tk) - static_cast<long long>(tq);
+            const long long s = static_cast<long long>(j);
+            m(i, j) = s <= t && (w == 0 || t - static_cast<long long>(w) < s);
+        }
+    }
+    return m;
+}
+
+// softmax(q k^T / sqrt(dh) over the keys `mask` (Tq, Tk) keeps) v, query head h reading key/value head
+// h / (H / G), loop-written in long double (ref_masked_softmax); rows that keep nothing give 0.
+f64 reference_output(const f64& q, const f64& k, const f64& v, const mask_t& mask)
+{
+    const std::size_t B = q.shape()[0], H = q.shape()[1], Tq = q.shape()[2], dh = q.shape()[3];
+    const std::size_t G = k.shape()[1], Tk = k.shape()[2];
+    f64 out = filled<double>({B, H, Tq, dh}, 0.0);
+    for (std::size_t b = 0; b < B; ++b)
+    {
+        for (std::size_t h = 0; h < H; ++h)
+        {
+            const std::size_t g = h / (H / G);
+            f64 scores = filled<double>({Tq, Tk}, 0.0);
+            for (std::size_t i = 0; i < Tq; ++i)
+            {
+                for (std::size_t j = 0; j < Tk; ++j)
+                {
+                    for (std::size_t c = 0; c < dh; ++c)
+                    {
+                        scores(i, j) += q(b, h, i, c) * k(b, g, j, c);
+                    }
+                }
+            }
+            const f64 p = ref_masked_softmax(scores, &mask, 1.0 / std::sqrt(static_cast<double>(dh)));
+            for (std::size_t i = 0; i < Tq; ++i)
+            {
+                for (std::size_t j = 0; j < Tk; ++j)
+                {
+                    for (std::size_t c = 0; c < dh; ++c)
+                    {
+                        out(b, h, i, c) += p(i, j) * v(b, g, j, c);
+                    }
+                }
+            }
+        }
+    }
+    return out;
+}
+
+struct window_case
+{
+    std::size_t B, H, G, Tq, Tk, dh, window;
+};
+
+// Gradients within 1e-12 of their own size (absolute where they vanish up to rounding).
+void check_close(const f64& fused, const f64& reference)
+{
+    const difference d = compare(fused, reference);
+    CAPTURE(d.max_abs);
+    CAPTURE(d.scale);
+    CHECK(d.within(1e-14, 1e-12));
+}
+
+// The fused op with the window = the loop-written reference (values) = the composed graph given
+// causal_mask(Tq, Tk, w) and no causal flag (values and the gradients of q, k, v).
+void check_window_op(const window_case& c, unsigned seed)
+{
+    CAPTURE(c.Tq);
+    CAPTURE(c.Tk);
+    CAPTURE(c.window);
+    const std::vector<f64> in{normal_array<double>({c.B, c.H, c.Tq, c.dh}, seed),
+                              normal_array<double>({c.B, c.G, c.Tk, c.dh}, seed + 1),
+                              normal_array<double>({c.B, c.G, c.Tk, c.dh}, seed + 2)};
+    const mask_t band = models::causal_mask(c.Tq, c.Tk, c.window);
+    auto fused = [&](const auto& x) { return ops::attention(x[0], x[1], x[2], nullptr, true, c.window); };
+    auto masked = [&](const auto& x) { return ops::composed::attention(x[0], x[1], x[2], &band, false); };
+    const auto f = evaluate_in<double>(fused, in, seed + 3);
+    const auto r = evaluate_in<double>(masked, in, seed + 3);
+    CHECK(all_finite(f.value));
+    const mask_t spec = spec_window_mask(c.Tq, c.Tk, c.window);
+    CHECK(max_relative_difference(f.value, reference_output(in[0], in[1], in[2], spec)) < 1e-12);
+    CHECK(max_relative_difference(f.value, r.value) < 1e-12);
+    for (std::size_t i = 0; i < 3; ++i)
+    {
+        CAPTURE(i);
+        CHECK(all_finite(f.grads[i]));
+        check_close(f.grads[i], r.grads[i]);
+    }
+}
+
+// The token-major op with the window = the heads-major op on split heads = the composed graph with the mask.
+void check_window_token_major(const window_case& c, unsigned seed)
+{
+    CAPTURE(c.window);
+    const std::vector<f64> in{random_array({c.B, c.Tq, c.H * c.dh}, seed),
+                              random_array({c.B, c.Tk, c.G * c.dh}, seed + 1),
+                              random_array({c.B, c.Tk, c.G * c.dh}, seed + 2)};
+    const mask_t band = models::causal_mask(c.Tq, c.Tk, c.window);
+    auto token_major = [&](const auto& x) {
+        return ops::attention_token_major(x[0], x[1], x[2], c.H, c.G, nullptr, true, c.window);
+    };
+    auto heads_major = [&](const auto& x) {
+        using models::split_heads;
+        return models::combine_heads(ops::attention(split_heads(x[0], c.H), split_heads(x[1], c.G),
+                                                    split_heads(x[2], c.G), nullptr, true, c.window));
+    };
+    auto masked = [&](const auto& x) {
+        return ops::composed::attention_token_major(x[0], x[1], x[2], c.H, c.G, &band, false);
+    };
+    const auto f = evaluate_in<double>(token_major, in, seed + 3);
+    for (const auto& r : {evaluate_in<double>(heads_major, in, seed + 3),
+                          evaluate_in<double>(masked, in, seed + 3)})
+    {
+        CHECK(max_relative_difference(f.value, r.value) < 1e-12);
+        for (std::size_t i = 0; i < 3; ++i)
+        {
+            CAPTURE(i);
+            check_close(f.grads[i], r.grads[i]);
+        }
+    }
+}
+}  // namespace
+
+TEST_CASE("causal_mask(Tq, Tk, w) is SPEC's band t - w < s <= t, bottom-right aligned")
+{
+    // T = 4, w = 2: each query sees itself and the key before it.
+    CHECK(models::causal_mask(4, 4, 2) == mask_t{{true, false, false, false},
+                                                 {true, true, false, false},
+                                                 {false, true, true, false},
+                                                 {false, false, true, true}});
+    for (std::size_t tq : {1u, 3u, 5u})
+    {
+        for (std::size_t tk : {1u, 4u, 5u, 9u})
+        {
+            for (std::size_t w : {0u, 1u, 2u, 4u, 9u, 20u})
+            {
+                CAPTURE(tq);
+                CAPTURE(tk);
+                CAPTURE(w);
+                CHECK(models::causal_mask(tq, tk, w) == spec_window_mask(tq, tk, w));
+            }
+        }
+    }
+    CHECK(models::causal_mask(5, 5, 5) == models::causal_mask(5, 5));  // w >= T: plain causal
+}
+
+TEST_CASE("windowed attention = masked reference: w = 1, w = T, w > T, Tq < Tk, Tq > Tk, T = 1")
+{
+    check_window_op({2, 2, 2, 6, 6, 3, 1}, 1);   // each query sees only its own key
+    check_window_op({2, 2, 2, 6, 6, 3, 3}, 2);
+    check_window_op({2, 2, 2, 6, 6, 3, 6}, 3);   // w = T: full causal
+    check_window_op({2, 2, 2, 6, 6, 3, 50}, 4);  // w > T: full causal
+    check_window_op({1, 2, 2, 2, 7, 4, 3}, 5);   // decode-like: 5 cached keys, the window slides past them
+    check_window_op({1, 2, 2, 1, 9, 4, 4}, 6);   // one new token over a cache of 8
+    check_window_op({1, 2, 2, 7, 3, 4, 2}, 7);   // Tq > Tk: the first 4 rows see nothing
+    check_window_op({1, 1, 1, 1, 1, 2, 1}, 8);   // T = 1
+}
+
+TEST_CASE("windowed attention: grouped-query (G = 2) and multi-query (G = 1) heads")
+{
+    check_window_op({2, 4, 2, 7, 7, 3, 2}, 11);
+    check_window_op({1, 4, 1, 5, 8, 2, 3}, 12);
+}
+
+TEST_CASE("windowed attention over several tiles: windows shorter, equal and longer than a 64-key tile")
+{
+    for (std::size_t w : {1u, 17u, 63u, 64u, 65u, 130u})
+    {
+        check_window_op({1, 2, 1, 200, 200, 3, w}, 20);
+    }
+    check_window_op({1, 2, 2, 70, 200, 4, 40}, 21);  // Tq < Tk across tiles
+    check_window_op({1, 2, 2, 150, 90, 4, 70}, 22);  // Tq > Tk across tiles
+}
+
+TEST_CASE("windowed attention with a padding mask: rows whose window holds only padding give 0, no NaN")
+{
+    // Keys 0 and 1 are real, the rest padding; w = 2: queries 3.. see only padding.
+    mask_t padding = full_mask({1, 1, 1, 6}, false);
+    padding(0, 0, 0, 0) = padding(0, 0, 0, 1) = true;
+    const std::vector<f64> in{normal_array<double>({1, 2, 6, 3}, 30), normal_array<double>({1, 2, 6, 3}, 31),
+                              normal_array<double>({1, 2, 6, 3}, 32)};
+    const mask_t both = mask_t(padding && models::causal_mask(6, 6, 2));
+    auto fused = [&](const auto& x) { return ops::attention(x[0], x[1], x[2], &padding, true, 2); };
+    auto masked = [&](const auto& x) { return ops::composed::attention(x[0], x[1], x[2], &both, false); };
+    const auto f = evaluate_in<double>(fused, in, 33);
+    const auto r = evaluate_in<double>(masked, in, 33);
+    CHECK(all_finite(f.value));
+    CHECK(max_relative_difference(f.value, r.value) < 1e-12);
+    for (std::size_t i = 3; i < 6; ++i)
+    {
+        CHECK(f.value(0, 0, i, 0) == 0.0);
+        CHECK(f.value(0, 1, i, 2) == 0.0);
+    }
+    for (std::size_t i = 0; i < 3; ++i)
+    {
+        CHECK(all_finite(f.grads[i]));
+        check_close(f.grads[i], r.grads[i]);
+    }
+}
+
+TEST_CASE("token-major windowed attention = heads-major = masked composed graph")
+{
+    check_window_token_major({2, 4, 2, 6, 6, 3, 2}, 40);
+    check_window_token_major({1, 2, 1, 3, 8, 2, 4}, 41);
+    check_window_token_major({1, 2, 2, 1, 1, 2, 1}, 42);
+    check_window_token_major({1, 2, 1, 140, 140, 2, 33}, 43);
+}
+
+TEST_CASE("windowed attention passes gradcheck (float64 central differences), both layouts")
+{
+    auto heads = [](tape<double>&, const vars& x) {
+        return ops::attention(x[0], x[1], x[2], nullptr, true, 2);
+    };
+    XGRAD_CHECK_GRADIENTS(heads, {normal_array<double>({2, 4, 5, 3}, 50),
+                                  normal_array<double>({2, 2, 6, 3}, 51),
+                                  normal_array<double>({2, 2, 6, 3}, 52)});
+    auto tokens = [](tape<double>&, const vars& x) {
+        return ops::attention_token_major(x[0], x[1], x[2], 2, 1, nullptr, true, 3);
+    };
+    XGRAD_CHECK_GRADIENTS(tokens, {normal_array<double>({1, 5, 4}, 53), normal_array<double>({1, 5, 2}, 54),
+                                   normal_array<double>({1, 5, 2}, 55)});
+}
+
+TEST_CASE("windowed attention works on the window's tiles only: O(T w) multiply-adds, not O(T^2)")
+{
+    const std::size_t B = 1, H = 2, T = 256, dh = 16;
+    const auto q = normal_array<double>({B, H, T, dh}, 60), k = normal_array<double>({B, H, T, dh}, 61);
+    auto multiply_adds = [&](std::size_t window) {
+        return kernels::attention_forward(q, k, k, nullptr, true, window).multiply_adds;
+    };
+    // 64-row query tiles from i0 visit keys (i0 - w, i0 + 64): 64 keys for the first tile, 64 + w - 1 for
+    // the others. Full causal: 64, 128, 192, 256.
+    CHECK(multiply_adds(32) == 2ull * B * H * 64 * (64 + 3 * (64 + 31)) * dh);
+    CHECK(multiply_adds(0) == 2ull * B * H * 64 * (64 + 128 + 192 + 256) * dh);
+    CHECK(multiply_adds(1000) == multiply_adds(0));
+    CHECK(3 * multiply_adds(16) < 2 * multiply_adds(0));
+}
+
+TEST_CASE("windowed attention: w >= T is bit-identical to plain causal; two threads to one")
+{
+    const auto q = normal_array<double>({2, 4, 150, 8}, 70), k = normal_array<double>({2, 2, 150, 8}, 71);
+    const auto plain = kernels::attention_forward(q, k, k, nullptr, true);
+    const auto wide = kernels::attention_forward(q, k, k, nullptr, true, 150);
+    CHECK(max_abs(array<double>(wide.output - plain.output)) == 0.0);
+    auto run = [&] {
+        const auto f = kernels::attention_forward(q, k, k, nullptr, true, 40);
+        const auto g = kernels::attention_backward(q, k, k, f.output, f.log_sum_exp, q, nullptr, true, 40);
+        return std::vector<f64>{f.output, g.q, g.k, g.v};
+    };
+    const auto one = run();
+    set_num_threads(2);
+    const auto two = run();
+    set_num_threads(1);
+    for (std::size_t i = 0; i < one.size(); ++i)
+    {
+        CAPTURE(i);
+        CHECK(max_abs(array<double>(one[i] - two[i])) == 0.0);
+    }
+}
+
+TEST_CASE("windowed attention: a window without causal throws, naming the op")
+{
+    tape<double> t;
+    auto q = t.input(normal_array<double>({1, 2, 3, 4}, 80));
+    auto flat = t.input(normal_array<double>({1, 3, 8}, 81));
+    CHECK_THROWS_WITH_AS(ops::attention(q, q, q, nullptr, false, 2),
+                         doctest::Contains("attention: window = 2"), std::invalid_argument);
+    CHECK_THROWS_WITH_AS(ops::attention_token_major(flat, flat, flat, 2, 2, nullptr, false, 1),
+                         doctest::Contains("attention_token_major: window = 1 needs causal"),
+                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(kernels::attention_forward(q.value(), q.value(), q.value(), nullptr, false, 3),
+                         doctest::Contains("needs causal = true"), std::invalid_argument);
+    CHECK(t.size() == 2);  // nothing recorded by the refused calls
+}
