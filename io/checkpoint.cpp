@@ -66,6 +66,10 @@ array<To> converted(const array<From>& values)
     return out;
 }
 
+// A parameter's values to write as they are, by reference (the caller keeps the parameter until written).
+stored_tensor borrowed(const array<float>& values) { return {dtype_name<float>(), {}, &values, nullptr}; }
+stored_tensor borrowed(const array<double>& values) { return {dtype_name<double>(), {}, nullptr, &values}; }
+
 // Every expected tensor present with its shape, and nothing else but optimiser state.
 void check_tensors(const std::string& path, const std::map<std::string, tensor_info>& tensors,
                    const models::gpt_config& c, const std::vector<expected_tensor>& expected)
@@ -189,8 +193,7 @@ void save_checkpoint(const std::string& path, const models::gpt_parameters<T>& p
                                         named[k].name() + "' " + shape_str(shape) + ", expected '" +
                                         expected[k].name + "' " + shape_str(expected[k].shape));
         }
-        file.tensors.emplace(named[k].name(),
-                             stored_tensor{dtype_name<T>(), converted<double>(named[k].value())});
+        file.tensors.emplace(named[k].name(), borrowed(named[k].value()));
     }
     for (const auto& [name, t] : extras.tensors)
     {

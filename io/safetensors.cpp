@@ -429,24 +429,57 @@ private:
     int fd_ = -1;
 };
 
-void write_values(temp_writer& out, const stored_tensor& t)
+// `n` values of type S written as `dtype`: as they are when S is its type, else converted in chunks.
+template <class S>
+void write_as(temp_writer& out, const S* values, std::size_t n, const std::string& dtype)
 {
-    if (t.dtype == "F64")
+    using float_or_double = std::conditional_t<std::is_same<S, float>::value, double, float>;
+    if (dtype == (std::is_same<S, float>::value ? "F32" : "F64"))
     {
-        out.write(t.values.data(), t.values.size() * sizeof(double));
+        out.write(values, n * sizeof(S));
         return;
     }
     constexpr std::size_t chunk = 1 << 16;
-    std::vector<float> buf(std::min(t.values.size(), chunk));
-    for (std::size_t done = 0; done < t.values.size();)
+    std::vector<float_or_double> buf(std::min(n, chunk));
+    for (std::size_t done = 0; done < n;)
     {
-        const std::size_t n = std::min(chunk, t.values.size() - done);
-        for (std::size_t k = 0; k < n; ++k)
+        const std::size_t count = std::min(chunk, n - done);
+        for (std::size_t k = 0; k < count; ++k)
         {
-            buf[k] = static_cast<float>(t.values.data()[done + k]);
+            buf[k] = static_cast<float_or_double>(values[done + k]);
         }
-        out.write(buf.data(), n * sizeof(float));
-        done += n;
+        out.write(buf.data(), count * sizeof(float_or_double));
+        done += count;
+    }
+}
+
+// The shape and the values' count of a tensor to write, from whichever array holds its values.
+std::vector<std::size_t> shape_to_write(const stored_tensor& t)
+{
+    const auto& shape = t.borrowed_float    ? t.borrowed_float->shape()
+                        : t.borrowed_double ? t.borrowed_double->shape()
+                                            : t.values.shape();
+    return std::vector<std::size_t>(shape.begin(), shape.end());
+}
+
+std::size_t count_to_write(const stored_tensor& t)
+{
+    return t.borrowed_float ? t.borrowed_float->size() : t.borrowed_double ? t.borrowed_double->size() : t.values.size();
+}
+
+void write_values(temp_writer& out, const stored_tensor& t)
+{
+    if (t.borrowed_float)
+    {
+        write_as(out, t.borrowed_float->data(), t.borrowed_float->size(), t.dtype);
+    }
+    else if (t.borrowed_double)
+    {
+        write_as(out, t.borrowed_double->data(), t.borrowed_double->size(), t.dtype);
+    }
+    else
+    {
+        write_as(out, t.values.data(), t.values.size(), t.dtype);
     }
 }
 
@@ -473,9 +506,9 @@ std::string header_for(const std::string& path, const safetensors_file& file)
             throw std::invalid_argument("write_safetensors: " + path + ": tensor " + printable(name) +
                                         " has dtype " + printable(t.dtype) + " (F32 or F64 are written)");
         }
-        const std::uint64_t bytes = t.values.size() * item;
+        const std::uint64_t bytes = count_to_write(t) * item;
         header[name] = {{"dtype", t.dtype},
-                        {"shape", std::vector<std::size_t>(t.values.shape().begin(), t.values.shape().end())},
+                        {"shape", shape_to_write(t)},
                         {"data_offsets", {offset, offset + bytes}}};
         offset += bytes;
     }

@@ -21,11 +21,17 @@ struct format_error : std::runtime_error
     using std::runtime_error::runtime_error;
 };
 
-// One tensor: "F32" or "F64" as stored, values widened to double (exact for F32).
+// One tensor: "F32" or "F64" as stored, values widened to double (exact for F32). For writing, the values
+// may instead be the caller's own float or double array, given by pointer and kept alive by the caller
+// through the write: they are written as they are when their type is the dtype (a checkpoint's float32
+// parameters go to the file with no wider copy, bit for bit, NaN payloads included), converted once
+// otherwise.
 struct stored_tensor
 {
     std::string dtype;
-    array<double> values;  // of the stored shape
+    array<double> values;  // of the stored shape; unused when a borrowed array is given
+    const array<float>* borrowed_float = nullptr;
+    const array<double>* borrowed_double = nullptr;
 };
 
 struct safetensors_file
