@@ -184,6 +184,45 @@ linear_gradients<T> linear_weight_last_sequence(const array<T>& d_out, const arr
                   oc, T(0), g.w.data(), oc);
     return g;
 }
+template <class T>
+array<T> head_rms_constant_scale(const array<T>& d_y, const head_rms_cache<T>& cache)
+{
+    const std::size_t c = d_y.shape().back();
+    array<T> d_h = array<T>::from_shape(d_y.shape());
+    for (std::size_t r = 0; r < d_y.size() / c; ++r)
+    {
+        for (std::size_t i = 0; i < c; ++i)
+        {
+            // mistake: d h = rrms d y, the - y mean(d y y) term of rrms's own dependence on h dropped
+            d_h.data()[r * c + i] = cache.rrms.data()[r] * d_y.data()[r * c + i];
+        }
+    }
+    return d_h;
+}
+
+template <class T>
+array<T> relu2_without_factor_two(const array<T>& d_y, const array<T>& x)
+{
+    array<T> d_x = array<T>::from_shape(x.shape());
+    for (std::size_t i = 0; i < x.size(); ++i)
+    {
+        const T r = std::max(x.data()[i], T(0));
+        d_x.data()[i] = d_y.data()[i] * r;  // mistake: d(r^2)/dx = 2 r where x > 0, taken as r
+    }
+    return d_x;
+}
+
+template <class T>
+array<T> softcap_uncapped_slope(const array<T>& d_y, const array<T>& y, double)
+{
+    array<T> d_x = array<T>::from_shape(y.shape());
+    for (std::size_t i = 0; i < y.size(); ++i)
+    {
+        const T v = y.data()[i];
+        d_x.data()[i] = d_y.data()[i] * (T(1) - v * v);  // mistake: 1 - y^2 where 1 - (y / c)^2 belongs
+    }
+    return d_x;
+}
 }  // namespace faults
 
 // ---- the table ----------------------------------------------------------------------------------------
@@ -255,6 +294,15 @@ const std::vector<fault_row<T>>& fault_table()
         {broken_rule::untied_head, "untied_head", "head", false, [](c_t c) { return !c.tied_head; },
          "--untied-head", "the head's linear_backward keeps d lm_head of the last sequence only (= where += belongs)",
          [](r_t r) { r.linear = faults::linear_weight_last_sequence<T>; }},
+        {broken_rule::head_rms, "head_rms", "attn", true, [](c_t c) { return c.qk_norm == qk_norm_kind::rms; },
+         "--qk-norm rms", "head_rms_backward in {last}attn treats 1 / rms of each query and key head as a constant",
+         [](r_t r) { r.attention_parts.qk_norm = faults::head_rms_constant_scale<T>; }},
+        {broken_rule::relu2, "relu2", "mlp_act", true, [](c_t c) { return c.mlp == mlp_kind::relu2; },
+         "--mlp relu2", "relu2_backward of {last}mlp_relu2 forgets the factor 2: d x = d y relu(x)",
+         [](r_t r) { r.relu2 = faults::relu2_without_factor_two<T>; }},
+        {broken_rule::softcap, "softcap", "softcap", false, [](c_t c) { return c.logit_softcap.value > 0; },
+         "--logit-softcap C", "softcap_backward takes tanh(x / c) as the capped logit y itself: d x = d y (1 - y^2)",
+         [](r_t r) { r.softcap = faults::softcap_uncapped_slope<T>; }},
     };
     return rows;
 }
@@ -398,6 +446,9 @@ gpt_gradients<T> gpt_backward(const gpt_cache<T>& cache, broken_rule rule)
     template swiglu_gradients<T> faults::swiglu_sigmoid_slope(const array<T>&, const array<T>&, const array<T>&);\
     template array<T> faults::bias_first_sequence(const array<T>&);                                              \
     template linear_gradients<T> faults::linear_weight_last_sequence(const array<T>&, const array<T>&,           \
-                                                                     const array<T>&, bool);
+                                                                     const array<T>&, bool);                     \
+    template array<T> faults::head_rms_constant_scale(const array<T>&, const head_rms_cache<T>&);                 \
+    template array<T> faults::relu2_without_factor_two(const array<T>&, const array<T>&);                        \
+    template array<T> faults::softcap_uncapped_slope(const array<T>&, const array<T>&, double);
 XGRAD_INSTANTIATE_FOR_FLOAT_TYPES(XGRAD_MANUAL_FAULTS)
 }  // namespace xgrad::models::manual

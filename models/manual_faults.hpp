@@ -30,6 +30,9 @@ enum class broken_rule
     swiglu,          // last block: silu'(gate) taken as sigmoid(gate)
     attention_bias,  // last block: d b_Q, d b_K, d b_V, d b_O summed over the first sequence only
     untied_head,     // d lm_head = x^T d logits of the last sequence only (= where += belongs over the batch)
+    head_rms,        // last block: d h = rrms d y for the query and key heads, as if 1 / rms did not depend on h
+    relu2,           // last block: d x = d y relu(x), the factor 2 of d(r^2) = 2 r dr forgotten
+    softcap,         // d logits = d y (1 - y^2), the capped logits y not divided by the cap c inside tanh'
 };
 
 // "none", "encoder", "layer_norm", ... as spelled above, and back; std::nullopt for an unknown name.
@@ -99,5 +102,14 @@ array<T> bias_first_sequence(const array<T>& d_out);
 template <class T>
 linear_gradients<T> linear_weight_last_sequence(const array<T>& d_out, const array<T>& x, const array<T>& w,
                                                 bool has_bias);
+// head_rms_backward treating 1 / rms as a constant: d h = rrms d y.
+template <class T>
+array<T> head_rms_constant_scale(const array<T>& d_y, const head_rms_cache<T>& cache);
+// relu2_backward with d x = d y relu(x): the 2 of the power rule forgotten.
+template <class T>
+array<T> relu2_without_factor_two(const array<T>& d_y, const array<T>& x);
+// softcap_backward with tanh(x / c) taken as y, not y / c: d x = d y (1 - y^2).
+template <class T>
+array<T> softcap_uncapped_slope(const array<T>& d_y, const array<T>& y, double cap);
 }  // namespace faults
 }  // namespace xgrad::models::manual

@@ -31,6 +31,18 @@ if(TARGET gpt_gradcheck)
     set_tests_properties(gpt_gradcheck_break_${rule} PROPERTIES
       PASS_REGULAR_EXPRESSION "first divergence: d ${node_pattern} \\(")
   endforeach()
+  # The later variants' mistakes, each on the variant that uses its rule: "rule|first wrong node|flags".
+  foreach(case "head_rms|blocks.1.ln_1|--qk-norm;rms" "relu2|blocks.1.mlp_hidden|--mlp;relu2"
+      "softcap|lm_head|--logit-softcap;3")
+    string(REPLACE "|" ";" parts "${case}")
+    list(GET parts 0 rule)
+    list(GET parts 1 node)
+    list(REMOVE_AT parts 0 1)
+    add_test(NAME gpt_gradcheck_break_${rule} COMMAND gpt_gradcheck ${small} ${parts} --untied-head --break ${rule})
+    string(REPLACE "." "[.]" node_pattern "${node}")
+    set_tests_properties(gpt_gradcheck_break_${rule} PROPERTIES
+      PASS_REGULAR_EXPRESSION "first divergence: d ${node_pattern} \\(")
+  endforeach()
   add_test(NAME gpt_gradcheck_refuses COMMAND gpt_gradcheck --break rope)
   set_tests_properties(gpt_gradcheck_refuses PROPERTIES
     PASS_REGULAR_EXPRESSION "gpt_gradcheck: --break rope: this variant does not use the rule \\(needs --position rope\\)")

@@ -915,8 +915,9 @@ const std::vector<std::pair<const char*, gpt_config>> variants = {
 };
 
 // The gradient each deliberate mistake corrupts first, in backward order.
-std::string first_wrong(manual::broken_rule rule, std::size_t layers)
+std::string first_wrong(manual::broken_rule rule, const gpt_config& c)
 {
+    const std::size_t layers = c.layers;
     const std::string last = "blocks." + std::to_string(layers - 1) + ".";
     switch (rule)
     {
@@ -933,6 +934,9 @@ std::string first_wrong(manual::broken_rule rule, std::size_t layers)
     case manual::broken_rule::gelu_exact: return last + "mlp_hidden";
     case manual::broken_rule::swiglu: return last + "mlp_gate";
     case manual::broken_rule::attention_bias: return last + "attn.b_Q";
+    case manual::broken_rule::head_rms: return last + "ln_1";
+    case manual::broken_rule::relu2: return last + "mlp_hidden";
+    case manual::broken_rule::softcap: return c.tied_head ? "ln_f" : "lm_head";
     case manual::broken_rule::none: break;
     }
     return "";
@@ -1011,14 +1015,14 @@ TEST_CASE("first_divergence finds each deliberate mistake of every variant at th
         tape_and_manual<double> r;
         run_both(r, p, random_ids(2, 6, 11, 102), random_targets(2, 6, 11, 103, 4));
         const auto rules = manual::breakable_rules(c);
-        CHECK(rules.size() >= 6);  // relu2 has no deliberate mistake of its own yet
+        CHECK(rules.size() >= 7);
         for (manual::broken_rule rule : rules)
         {
             CAPTURE(manual::to_string(rule));
             CHECK_FALSE(manual::not_used_by(rule, c).has_value());
             const auto report = first_divergence(r.taped, p, manual::gpt_backward(r.by_hand.cache, rule));
             REQUIRE(report.diverged());
-            CHECK(report.first_divergence()->name == first_wrong(rule, c.layers));
+            CHECK(report.first_divergence()->name == first_wrong(rule, c));
             CHECK(report.first_divergence()->max_rel > 1e-3);  // a real error, not rounding
         }
     }
@@ -1028,7 +1032,8 @@ TEST_CASE("the variants' rules are used only by their variants, and each says wh
 {
     const gpt_config plain{11, 8, 2, 16, 4, 0};
     for (auto rule : {manual::broken_rule::rms_norm, manual::broken_rule::rope, manual::broken_rule::gelu_exact,
-                      manual::broken_rule::swiglu, manual::broken_rule::attention_bias, manual::broken_rule::untied_head})
+                      manual::broken_rule::swiglu, manual::broken_rule::attention_bias, manual::broken_rule::untied_head,
+                      manual::broken_rule::head_rms, manual::broken_rule::relu2, manual::broken_rule::softcap})
     {
         CAPTURE(manual::to_string(rule));
         const auto why = manual::not_used_by(rule, plain);
@@ -1038,5 +1043,5 @@ TEST_CASE("the variants' rules are used only by their variants, and each says wh
         CHECK(manual::broken_rule_from_string(manual::to_string(rule)) == rule);
     }
     CHECK(manual::breakable_rules(plain).size() == 7);
-    CHECK(manual::breakable_rules().size() == 13);
+    CHECK(manual::breakable_rules().size() == 16);
 }
