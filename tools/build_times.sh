@@ -27,8 +27,8 @@ if [ -n "${XGRAD_BUILD_TIMES_LOG:-}" ] && [ "${1:-}" != "" ] && [ "${1#/}" != "$
     [ "$kind" = link ] && what=$output
     read -r user sys wall < <(tail -1 "$times")
     rm -f "$times"
-    awk -v u="$user" -v s="$sys" -v w="$wall" -v k="$kind" -v f="$what" 'BEGIN { printf "%.2f %.2f %s %s\n", u + s, w, k, f }' \
-        >>"$XGRAD_BUILD_TIMES_LOG"
+    awk -v u="$user" -v s="$sys" -v w="$wall" -v k="$kind" -v f="$what" \
+        'BEGIN { printf "%.2f %.2f %s %s\n", u + s, w, k, f }' >>"$XGRAD_BUILD_TIMES_LOG"
     exit "$status"
 fi
 
