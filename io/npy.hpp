@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "ops/ops.hpp"
+#include "autodiff/xtensor.hpp"
 
 namespace xgrad::npy
 {

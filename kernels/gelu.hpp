@@ -1,6 +1,6 @@
 // The GELU in its two forms (docs/spec.md) on xsimd batches: the value, the slope d gelu / dx, and one
-// row of the fused bias + GELU (ops::linear_gelu). One copy, read by ops/elementwise.cpp (gelu),
-// ops/variants.cpp (gelu_exact) and ops/nn.cpp (linear_gelu, linear_gelu_exact).
+// row of the fused bias + GELU (ops::linear_gelu). One copy, read by ops/activations.cpp (gelu,
+// gelu_exact) and ops/linear.cpp (linear_gelu, linear_gelu_exact).
 // Internal to ops/*.cpp.
 #pragma once
 

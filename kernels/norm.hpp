@@ -1,4 +1,4 @@
-// Row kernels of the fused norms, ops::layer_norm (ops/nn.cpp) and ops::rms_norm (ops/variants.cpp), on
+// Row kernels of the fused norms, ops::layer_norm and ops::rms_norm (ops/norms.cpp), on
 // xsimd batches: forward, one sweep over a row for its statistics and one for its output; backward, one
 // sweep for the row's sums, one for dx and the row's shares of dw (and db). Internal to ops/*.cpp; a row
 // is n contiguous entries, the weights (and bias) n entries too.

@@ -1,4 +1,4 @@
-// Vectorised row kernels (xsimd) for the softmax and the fused ops of ops/nn.cpp: the few loops where
+// Vectorised row kernels (xsimd) for the softmax and the fused ops of ops/*.cpp: the few loops where
 // per-element cost shows.
 // Internal to ops/*.cpp; everything is on raw contiguous rows of length n.
 #pragma once
@@ -117,7 +117,7 @@ void softmax_row_backward(T* out, const T* y, const T* g, std::size_t n, T s, T 
         out[j] = s * y[j] * (g[j] - d);
     }
 }
-// ---- the fused ops' row loops (ops/nn.cpp): log_softmax, cross_entropy, layer_norm -------------
+// ---- the fused ops' row loops: log_softmax, cross_entropy (kernels/log_softmax.hpp), layer_norm ---
 
 template <class T>
 constexpr std::size_t width = batch<T>::size;

@@ -36,28 +36,6 @@ array<T> encoder_forward(const array<T>& wte, const array<T>* wpe, const ids_t& 
 template <class T>
 void encoder_backward(array<T>& d_wte, array<T>* d_wpe, const array<T>& d_out, const ids_t& tokens);
 
-// What layernorm_backward needs: the normalised rows and 1 / sqrt(var + eps) per row.
-template <class T>
-struct layernorm_cache
-{
-    array<T> x_hat;  // (B, T, C)
-    array<T> rstd;   // (B, T)
-};
-
-// y = (x - mean) / sqrt(var + 1e-5) * weight (+ bias when given) over the last axis (var biased).
-template <class T>
-array<T> layernorm_forward(const array<T>& x, const array<T>& weight, const array<T>* bias,
-                           layernorm_cache<T>& cache);
-
-template <class T>
-struct layernorm_gradients
-{
-    array<T> x, weight, bias;
-};
-template <class T>
-layernorm_gradients<T> layernorm_backward(const array<T>& d_y, const layernorm_cache<T>& cache,
-                                          const array<T>& weight);
-
 // y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), elementwise.
 template <class T>
 array<T> gelu_forward(const array<T>& x);

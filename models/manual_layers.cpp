@@ -1,9 +1,10 @@
-// The variants' hand-derived layers on rows: an activation (B, T, C) is B T rows of C numbers. Products go
+// The hand-derived layers, by family, on rows: an activation (B, T, C) is B T rows of C numbers. Products go
 // through kernels::matmul_into; everything else is a plain loop written from the math in the comments.
 // Every line of a backward names the forward line it reverses.
 #include "models/manual_layers.hpp"
 
 #include <cmath>
+#include <vector>
 
 #include "autodiff/instantiate.hpp"
 #include "kernels/kernels.hpp"
@@ -92,6 +93,86 @@ void add_bias_rows(array<T>& y, const array<T>& b)
     }
 }
 }  // namespace
+
+// ---- layer norm ---------------------------------------------------------------------------------------
+
+template <class T>
+array<T> layernorm_forward(const array<T>& x, const array<T>& weight, const array<T>* bias, layernorm_cache<T>& cache)
+{
+    const std::size_t c = width(x), n = rows(x);
+    require_shape("layernorm_forward", "weight", weight, {c});
+    if (bias)
+    {
+        require_shape("layernorm_forward", "bias", *bias, {c});
+    }
+    array<T> y = array<T>::from_shape(x.shape());
+    cache.x_hat = array<T>::from_shape(x.shape());
+    cache.rstd = array<T>::from_shape(shape_t(x.shape().begin(), x.shape().end() - 1));
+    for (std::size_t r = 0; r < n; ++r)
+    {
+        const T* xr = x.data() + r * c;
+        T* x_hat = cache.x_hat.data() + r * c;
+        T* yr = y.data() + r * c;
+        T mean = 0;
+        for (std::size_t i = 0; i < c; ++i)
+        {
+            mean += xr[i];
+        }
+        mean /= static_cast<T>(c);  // mean = sum_i x_i / C
+        T var = 0;
+        for (std::size_t i = 0; i < c; ++i)
+        {
+            var += (xr[i] - mean) * (xr[i] - mean);
+        }
+        var /= static_cast<T>(c);  // var = sum_i (x_i - mean)^2 / C   (biased)
+        const T rstd = T(1) / std::sqrt(var + static_cast<T>(norm_eps));  // rstd = 1 / sqrt(var + eps)
+        for (std::size_t i = 0; i < c; ++i)
+        {
+            x_hat[i] = (xr[i] - mean) * rstd;              // x_hat = (x - mean) rstd
+            yr[i] = x_hat[i] * weight(i) + (bias ? (*bias)(i) : T(0));  // y = x_hat weight + bias
+        }
+        cache.rstd.data()[r] = rstd;
+    }
+    return y;
+}
+
+template <class T>
+layernorm_gradients<T> layernorm_backward(const array<T>& d_y, const layernorm_cache<T>& cache, const array<T>& weight)
+{
+    const std::size_t c = width(cache.x_hat), n = rows(cache.x_hat);
+    require_shape("layernorm_backward", "d_y", d_y, to_shape(cache.x_hat.shape()));
+    layernorm_gradients<T> g;
+    g.x = array<T>::from_shape(d_y.shape());
+    g.weight = xt::zeros<T>({c});
+    g.bias = xt::zeros<T>({c});
+    std::vector<T> d_x_hat(c);
+    for (std::size_t r = 0; r < n; ++r)
+    {
+        const T* dy = d_y.data() + r * c;
+        const T* x_hat = cache.x_hat.data() + r * c;
+        T* dx = g.x.data() + r * c;
+        const T rstd = cache.rstd.data()[r];
+        T mean_d_x_hat = 0, mean_d_x_hat_x_hat = 0;
+        for (std::size_t i = 0; i < c; ++i)
+        {
+            // y = x_hat weight + bias  ->  d weight += d y x_hat,  d bias += d y,  d x_hat = d y weight
+            g.weight(i) += dy[i] * x_hat[i];
+            g.bias(i) += dy[i];
+            d_x_hat[i] = dy[i] * weight(i);
+            mean_d_x_hat += d_x_hat[i];
+            mean_d_x_hat_x_hat += d_x_hat[i] * x_hat[i];
+        }
+        mean_d_x_hat /= static_cast<T>(c);
+        mean_d_x_hat_x_hat /= static_cast<T>(c);
+        for (std::size_t i = 0; i < c; ++i)
+        {
+            // x_hat = (x - mean) rstd, with mean and rstd functions of the whole row  ->
+            //   d x = rstd (d x_hat - mean(d x_hat) - x_hat mean(d x_hat x_hat))
+            dx[i] = rstd * (d_x_hat[i] - mean_d_x_hat - x_hat[i] * mean_d_x_hat_x_hat);
+        }
+    }
+    return g;
+}
 
 // ---- RMSNorm ----------------------------------------------------------------------------------------
 
@@ -374,6 +455,9 @@ attention_gradients<T> causal_self_attention_backward(const array<T>& d_y, const
 }
 
 #define XGRAD_MANUAL_LAYERS(T)                                                                                    \
+    template array<T> layernorm_forward(const array<T>&, const array<T>&, const array<T>*, layernorm_cache<T>&); \
+    template layernorm_gradients<T> layernorm_backward(const array<T>&, const layernorm_cache<T>&,                \
+                                                       const array<T>&);                                         \
     template array<T> rmsnorm_forward(const array<T>&, const array<T>&, rmsnorm_cache<T>&);                       \
     template rmsnorm_gradients<T> rmsnorm_backward(const array<T>&, const rmsnorm_cache<T>&, const array<T>&);    \
     template array<T> rope_forward(const array<T>&, double, std::size_t);                                         \

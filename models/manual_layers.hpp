@@ -1,9 +1,10 @@
-// The hand-derived layers of the architecture variants (docs/spec.md, "Architecture variants"), llm.c-style
-// *_forward / *_backward pairs on plain arrays, no tape: RMSNorm, the rotary embedding, the exact GELU,
-// SwiGLU, a bias's backward, and causal self-attention with optional biases and rotary embedding. Each
-// backward names the forward it reverses and carries its math; they share no code with ops/ (only the
-// GEMM and the per-head attention of models/mha_manual.hpp), so that agreeing with the tape is evidence.
-// models/gpt_manual.hpp builds the whole model's twin from these and the layers it declares itself.
+// The hand-derived layers, by family (docs/spec.md, "The small GPT" and "Architecture variants"),
+// llm.c-style *_forward / *_backward pairs on plain arrays, no tape: the norms (LayerNorm, RMSNorm), the
+// rotary embedding, the exact GELU, SwiGLU, a bias's backward, and causal self-attention with optional
+// biases and rotary embedding. Each backward names the forward it reverses and carries its math; they
+// share no code with ops/ (only the GEMM and the per-head attention of models/mha_manual.hpp), so that
+// agreeing with the tape is evidence. models/gpt_manual.hpp builds the whole model's twin from these and
+// the layers it declares itself.
 #pragma once
 
 #include <cstddef>
@@ -45,6 +46,30 @@ void require_shape(const char* op, const char* name, const array<T>& a, const sh
 }
 
 // Activations are (B, T, C): every row of C numbers is one position of one sequence.
+
+// ---- LayerNorm: y = (x - mean) / sqrt(var + 1e-5) * weight (+ bias) over the last axis -----------------
+
+// What layernorm_backward needs: the normalised rows and 1 / sqrt(var + eps) per row.
+template <class T>
+struct layernorm_cache
+{
+    array<T> x_hat;  // (B, T, C)
+    array<T> rstd;   // (B, T)
+};
+
+// y = (x - mean) / sqrt(var + 1e-5) * weight (+ bias when given) over the last axis (var biased).
+template <class T>
+array<T> layernorm_forward(const array<T>& x, const array<T>& weight, const array<T>* bias,
+                           layernorm_cache<T>& cache);
+
+template <class T>
+struct layernorm_gradients
+{
+    array<T> x, weight, bias;
+};
+template <class T>
+layernorm_gradients<T> layernorm_backward(const array<T>& d_y, const layernorm_cache<T>& cache,
+                                          const array<T>& weight);
 
 // ---- RMSNorm: y = x / sqrt(mean(x^2) + 1e-5) * weight over the last axis --------------------------------
 

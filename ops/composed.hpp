@@ -1,4 +1,4 @@
-// The fused ops of ops/nn.cpp and ops/elementwise.cpp written again from primitives only, so that the
+// The fused ops of ops/*.cpp written again from primitives only, so that the
 // fused rules can be tested against what the tape derives by itself (and to teach how they are built).
 #pragma once
 
@@ -16,7 +16,7 @@ template <class T> var<T> layer_norm(const var<T>& x, const var<T>& weight, cons
 template <class T> var<T> log_softmax(const var<T>& x);
 // log_softmax, a gather of the target entries (a mul by a constant one-hot mask) and a mean over kept rows.
 template <class T> var<T> cross_entropy(const var<T>& logits, const ids_t& targets);
-// The variants' ops (ops/variants.cpp) from primitives:
+// The variants' ops (ops/activations.cpp, ops/norms.cpp, ops/positions.cpp) from primitives:
 // x * sigmoid(x).
 template <class T> var<T> silu(const var<T>& x);
 // 0.5 x (1 + erf(x / sqrt 2)) from scale, erf, add_scalar and mul.

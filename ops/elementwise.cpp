@@ -5,8 +5,6 @@
 
 #include "autodiff/instantiate.hpp"
 #include "autodiff/record.hpp"
-#include "kernels/gelu.hpp"
-#include "kernels/map.hpp"
 #include "ops/ops.hpp"
 
 namespace xgrad::ops
@@ -153,16 +151,6 @@ var<T> tanh(const var<T>& x)
     });
 }
 
-// y = max(x, 0).   dL/dx = g where y > 0, else 0   (the subgradient at 0 is 0, as in PyTorch)
-template <class T>
-var<T> relu(const var<T>& x)
-{
-    array<T> y = xt::maximum(x.value(), T(0));
-    return detail::record("relu", {x}, std::move(y), saves_output, [](backward_context<T>& ctx) {
-        ctx.accumulate(0, array<T>(xt::where(ctx.output() > T(0), ctx.grad(), T(0))));
-    });
-}
-
 // c = a / b.   dL/da = g / b,  dL/db = -g a / b^2 = -g c / b   (reads b, and c when b wants a gradient)
 template <class T>
 var<T> div(const var<T>& a, const var<T>& b)
@@ -229,48 +217,6 @@ var<T> pow(const var<T>& x, T exponent)
     });
 }
 
-namespace
-{
-// 1 / (1 + e^-x), with e^x / (1 + e^x) for x < 0: the exponential never exceeds 1, so no overflow.
-template <class T>
-T stable_sigmoid(T x)
-{
-    if (x >= T(0))
-    {
-        return T(1) / (T(1) + std::exp(-x));
-    }
-    const T e = std::exp(x);  // also the branch NaN takes: NaN propagates
-    return e / (T(1) + e);
-}
-}  // namespace
-
-// y = 1 / (1 + e^-x).   dL/dx = g y (1 - y)
-template <class T>
-var<T> sigmoid(const var<T>& x)
-{
-    array<T> y = kernels::map_values<kernels::lanes::scalar>(
-        x.value(), static_cast<const array<T>*>(nullptr), [](T v, T) { return stable_sigmoid(v); });
-    return detail::record("sigmoid", {x}, std::move(y), saves_output, [](backward_context<T>& ctx) {
-        const auto& y = ctx.output();
-        ctx.accumulate(0, array<T>(ctx.grad() * y * (T(1) - y)));
-    });
-}
-
-// y = 0.5 x (1 + tanh(k (x + a x^3))), k = sqrt(2/pi), a = 0.044715   (one fused op)
-// dL/dx = g [0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 a x^2)], t = tanh(k (x + a x^3)) recomputed from x
-// Vectorised (xsimd, not libm's one value at a time: the scalar tanh was 80% of a small GPT's training
-// step), with 0.5 (1 + t) written as a sigmoid (kernels/gelu.hpp).
-template <class T>
-var<T> gelu(const var<T>& x)
-{
-    using form = kernels::gelu::tanh_form;
-    const kernels::gelu::forward<form> value;
-    array<T> y = kernels::map_values(x.value(), static_cast<const array<T>*>(nullptr), value);
-    return detail::record("gelu", {x}, std::move(y), saves_input0, [](backward_context<T>& ctx) {
-        ctx.accumulate(0, kernels::map_values(ctx.input(0), &ctx.grad(), kernels::gelu::backward<form>{}));
-    });
-}
-
 #define XGRAD_ELEMENTWISE(T)                                   \
     template var<T> add(const var<T>&, const var<T>&);         \
     template var<T> sub(const var<T>&, const var<T>&);         \
@@ -280,13 +226,10 @@ var<T> gelu(const var<T>& x)
     template var<T> exp(const var<T>&);                        \
     template var<T> log(const var<T>&);                        \
     template var<T> tanh(const var<T>&);                       \
-    template var<T> relu(const var<T>&);                       \
     template var<T> div(const var<T>&, const var<T>&);         \
     template var<T> add_scalar(const var<T>&, T);              \
     template var<T> sqrt(const var<T>&);                       \
     template var<T> rsqrt(const var<T>&);                      \
-    template var<T> pow(const var<T>&, T);                     \
-    template var<T> sigmoid(const var<T>&);                    \
-    template var<T> gelu(const var<T>&);
+    template var<T> pow(const var<T>&, T);
 XGRAD_INSTANTIATE_FOR_FLOAT_TYPES(XGRAD_ELEMENTWISE)
 }  // namespace xgrad::ops

@@ -21,15 +21,25 @@ template <class T> var<T> neg(const var<T>& x);
 template <class T> var<T> exp(const var<T>& x);
 template <class T> var<T> log(const var<T>& x);
 template <class T> var<T> tanh(const var<T>& x);
-template <class T> var<T> relu(const var<T>& x);
 template <class T> var<T> div(const var<T>& a, const var<T>& b);
 template <class T> var<T> add_scalar(const var<T>& x, T c);     // x + c
 template <class T> var<T> sqrt(const var<T>& x);
 template <class T> var<T> rsqrt(const var<T>& x);               // 1 / sqrt(x)
 template <class T> var<T> pow(const var<T>& x, T exponent);
+
+// Activations, elementwise, each a fused op with a hand-derived rule (ops/activations.cpp).
+template <class T> var<T> relu(const var<T>& x);
 template <class T> var<T> sigmoid(const var<T>& x);
 // GELU, tanh approximation (docs/spec.md): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), one fused op.
 template <class T> var<T> gelu(const var<T>& x);
+// The exact GELU, 0.5 x (1 + erf(x / sqrt 2)) (torch.nn.GELU()), elementwise.
+template <class T> var<T> gelu_exact(const var<T>& x);
+// erf(x), elementwise: dL/dx = g (2 / sqrt(pi)) e^{-x^2}.
+template <class T> var<T> erf(const var<T>& x);
+// x sigmoid(x), elementwise.
+template <class T> var<T> silu(const var<T>& x);
+// silu(gate) * up; gate and up of the same shape.
+template <class T> var<T> swiglu(const var<T>& gate, const var<T>& up);
 
 // Reductions (ops/reduce.cpp): over all axes, or the given axes, optionally keeping them as size 1.
 template <class T> var<T> sum(const var<T>& x);
@@ -59,10 +69,24 @@ template <class T> var<T> embedding(const var<T>& weight, const ids_t& ids);
 template <class T>
 var<T> matmul(const var<T>& a, const var<T>& b, bool transpose_a = false, bool transpose_b = false);
 
+// Linear layers, fused, each with a hand-derived rule (ops/linear.cpp).
+// y = x W + b in one node, x (..., d), W (d, n), b (n): equal to add(matmul(x, W), b), without the second array.
+template <class T> var<T> linear(const var<T>& x, const var<T>& weight, const var<T>& bias);
+// gelu(x W + b) and gelu_exact(x W + b) in one node each (an MLP's first layer): the bias and the GELU in
+// one pass over the product, which keeps gelu'(x W + b) for the backward instead of x W + b.
+template <class T> var<T> linear_gelu(const var<T>& x, const var<T>& weight, const var<T>& bias);
+template <class T> var<T> linear_gelu_exact(const var<T>& x, const var<T>& weight, const var<T>& bias);
+
+// The softmax family over the last axis (ops/softmax.cpp).
 // softmax(scale * x) over the last axis, where only entries with mask == true compete. The mask
 // broadcasts to x's shape; a row with no true entry gives zeros (and a zero gradient), never NaN.
 template <class T> var<T> masked_softmax(const var<T>& x, const mask_t& mask, T scale = T(1));
 template <class T> var<T> softmax(const var<T>& x, T scale = T(1));
+// log softmax over the last axis.
+template <class T> var<T> log_softmax(const var<T>& x);
+// Mean over positions whose target is not -1 of -log softmax(logits)[target]: logits (..., V), targets
+// of logits' shape without the last axis, values in [0, V) or -1. All ignored: 0, and a zero gradient.
+template <class T> var<T> cross_entropy(const var<T>& logits, const ids_t& targets);
 
 // Fused scaled dot-product attention, softmax(Q K^T / sqrt(dh), mask) V, computed tile by tile with an
 // online softmax (ops/attention.cpp, kernels/attention.cpp): it saves only the per-row log-sum-exp
@@ -80,39 +104,22 @@ template <class T>
 var<T> attention_token_major(const var<T>& q, const var<T>& k, const var<T>& v, std::size_t heads,
                              std::size_t kv_heads, const mask_t* mask = nullptr, bool causal = false);
 
-// Neural-network ops, fused, each with a hand-derived rule (ops/nn.cpp).
-// log softmax over the last axis.
-template <class T> var<T> log_softmax(const var<T>& x);
-// Mean over positions whose target is not -1 of -log softmax(logits)[target]: logits (..., V), targets
-// of logits' shape without the last axis, values in [0, V) or -1. All ignored: 0, and a zero gradient.
-template <class T> var<T> cross_entropy(const var<T>& logits, const ids_t& targets);
+// Norms over the last axis, fused, each with a hand-derived rule (ops/norms.cpp).
 // (x - mean) / sqrt(var + eps) * weight + bias over the last axis (var biased); weight, bias (d,).
 template <class T> var<T> layer_norm(const var<T>& x, const var<T>& weight, const var<T>& bias, T eps = T(1e-5));
-// y = x W + b in one node, x (..., d), W (d, n), b (n): equal to add(matmul(x, W), b), without the second array.
-template <class T> var<T> linear(const var<T>& x, const var<T>& weight, const var<T>& bias);
-// gelu(x W + b) and gelu_exact(x W + b) in one node each (an MLP's first layer): the bias and the GELU in
-// one pass over the product, which keeps gelu'(x W + b) for the backward instead of x W + b.
-template <class T> var<T> linear_gelu(const var<T>& x, const var<T>& weight, const var<T>& bias);
-template <class T> var<T> linear_gelu_exact(const var<T>& x, const var<T>& weight, const var<T>& bias);
+// x / sqrt(mean(x^2) + eps) * weight over the last axis; weight (d,).
+template <class T> var<T> rms_norm(const var<T>& x, const var<T>& weight, double eps = 1e-5);
+
+// Positional encodings (ops/positions.cpp).
+// Rotary embedding of x (B, H, T, dh), dh even: pair (2i, 2i+1) of row t turned by the angle
+// (position_offset + t) * base^(-2i/dh): (a, b) -> (a cos - b sin, a sin + b cos).
+template <class T> var<T> rope(const var<T>& x, double base, std::size_t position_offset);
+
+// Regularisation (ops/dropout.cpp).
 // Inverted dropout: zeroes each entry with probability p and scales the rest by 1 / (1 - p). The identity
 // (the same node, nothing recorded) when p == 0 or !training. p in [0, 1) else std::invalid_argument.
 template <class T>
 var<T> dropout(const var<T>& x, T p, std::mt19937_64& generator, bool training = true);
-
-// The architecture variants' ops, fused, each with a hand-derived rule (ops/variants.cpp).
-// erf(x), elementwise: dL/dx = g (2 / sqrt(pi)) e^{-x^2}.
-template <class T> var<T> erf(const var<T>& x);
-// x sigmoid(x), elementwise.
-template <class T> var<T> silu(const var<T>& x);
-// The exact GELU, 0.5 x (1 + erf(x / sqrt 2)) (torch.nn.GELU()), elementwise.
-template <class T> var<T> gelu_exact(const var<T>& x);
-// silu(gate) * up; gate and up of the same shape.
-template <class T> var<T> swiglu(const var<T>& gate, const var<T>& up);
-// x / sqrt(mean(x^2) + eps) * weight over the last axis; weight (d,).
-template <class T> var<T> rms_norm(const var<T>& x, const var<T>& weight, double eps = 1e-5);
-// Rotary embedding of x (B, H, T, dh), dh even: pair (2i, 2i+1) of row t turned by the angle
-// (position_offset + t) * base^(-2i/dh): (a, b) -> (a cos - b sin, a sin + b cos).
-template <class T> var<T> rope(const var<T>& x, double base, std::size_t position_offset);
 }  // namespace ops
 
 template <class T> var<T> operator+(const var<T>& a, const var<T>& b) { return ops::add(a, b); }

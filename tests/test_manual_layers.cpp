@@ -1,5 +1,5 @@
 // The variants' hand-derived layers (models/manual_layers.hpp) against the tape: each *_forward gives the
-// fused op's value and each *_backward the tape's gradients (ops/variants.cpp, themselves checked against
+// fused op's value and each *_backward the tape's gradients (the fused ops, themselves checked against
 // central differences), to 1e-12 in float64 and 1e-5 in float32, on shapes with size 1, T = 1, dh = 2;
 // causal self-attention with and without biases and rotary embedding, for G = H, G < H and G = 1; and the
 // errors naming the layer and the shapes.

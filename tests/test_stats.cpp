@@ -1,4 +1,4 @@
-// The statistics behind xgrad-experiment's report (train/stats.hpp) against values computed by hand:
+// The statistics behind xgrad-experiment's report (experiment/stats.hpp) against values computed by hand:
 // closed forms of the t distribution (df = 1: Cauchy, df = 2), published t quantiles, Welch's test on
 // worked examples, and the t CDF for fractional df against a numerical integral of the density.
 #include <doctest/doctest.h>
@@ -6,7 +6,7 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "train/stats.hpp"
+#include "experiment/stats.hpp"
 
 using namespace xgrad::train::stats;
 

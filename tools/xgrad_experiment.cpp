@@ -16,10 +16,10 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "experiment/grid.hpp"
+#include "experiment/grid_report.hpp"
 #include "tools/command_line.hpp"
 #include "tools/tool_errors.hpp"
-#include "train/grid.hpp"
-#include "train/grid_report.hpp"
 
 using namespace xgrad::train;
 namespace fs = std::filesystem;

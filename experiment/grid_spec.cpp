@@ -1,6 +1,6 @@
 // The grid's spec: JSON (nlohmann-json) and command-line overrides parsed into variants, seeds and a
 // budget, and the runs it plans.
-#include "train/grid.hpp"
+#include "experiment/grid.hpp"
 
 #include <algorithm>
 #include <cmath>

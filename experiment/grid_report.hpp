@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "train/grid.hpp"
+#include "experiment/grid.hpp"
 
 namespace xgrad::train::grid
 {

@@ -1,4 +1,4 @@
-#include "train/grid_report.hpp"
+#include "experiment/grid_report.hpp"
 
 #include <algorithm>
 #include <array>
@@ -11,10 +11,10 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "experiment/stats.hpp"
 #include "io/safetensors.hpp"
 #include "train/plots.hpp"
 #include "train/run_log.hpp"
-#include "train/stats.hpp"
 
 namespace xgrad::train::grid
 {

@@ -1,4 +1,4 @@
-#include "train/stats.hpp"
+#include "experiment/stats.hpp"
 
 #include <cmath>
 #include <limits>

@@ -1,6 +1,6 @@
 // The grid's runner: xgrad-train child processes, at most `jobs` at a time, each run's state on disk,
 // resuming, the progress line.
-#include "train/grid.hpp"
+#include "experiment/grid.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
