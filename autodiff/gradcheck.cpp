@@ -8,6 +8,8 @@
 #include <xtensor/xadapt.hpp>
 
 #include "autodiff/compare.hpp"
+#include "autodiff/grad.hpp"
+#include "ops/ops.hpp"
 
 namespace xgrad
 {
@@ -163,6 +165,36 @@ gradcheck_report gradcheck(const checked_function<double>& f, const std::vector<
         report.ok = report.ok && report.inputs.back().ok;
     }
     return report;
+}
+
+gradcheck_report gradgradcheck(const checked_function<double>& f, const std::vector<f64>& inputs,
+                               const gradcheck_options& options, const f64* seed)
+{
+    const std::size_t n = inputs.size();
+    std::vector<f64> with_seed = inputs;
+    if (seed)
+    {
+        with_seed.push_back(*seed);
+    }
+    else
+    {
+        std::mt19937 rng(options.seed);
+        std::normal_distribution<double> normal;
+        f64 s = f64::from_shape(evaluate(f, inputs, nullptr).output.shape());
+        std::generate(s.begin(), s.end(), [&] { return normal(rng); });
+        with_seed.push_back(std::move(s));
+    }
+    // (x_1 .. x_n, seed) -> [vec(d <seed, f> / dx_1), ..., vec(d <seed, f> / dx_n)]
+    const checked_function<double> vjp = [&f, n](tape<double>& t, const std::vector<var<double>>& xs) {
+        const std::vector<var<double>> x(xs.begin(), xs.begin() + static_cast<std::ptrdiff_t>(n));
+        std::vector<var<double>> parts;
+        for (const var<double>& g : grad(f(t, x), x, xs[n], create_graph))
+        {
+            parts.push_back(ops::reshape(g, {-1}));
+        }
+        return parts.size() == 1 ? parts[0] : ops::concat(parts, 0);
+    };
+    return gradcheck(vjp, with_seed, options);
 }
 
 array<double> numeric_gradient(const std::function<double()>& f, array<double>& x, double eps)

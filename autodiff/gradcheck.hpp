@@ -54,6 +54,15 @@ using checked_function = std::function<var<T>(tape<T>&, const std::vector<var<T>
 gradcheck_report gradcheck(const checked_function<double>& f, const std::vector<array<double>>& inputs,
                            const gradcheck_options& options = {});
 
+// PyTorch's gradgradcheck: gradcheck of the function (inputs, seed) -> the vector-Jacobian product
+// seed^T J_f(inputs) (xgrad::grad with create_graph: one gradient per input, flattened and joined),
+// with respect to the inputs and the seed. Its Jacobian by central differences of first-order
+// backwards, against the tape's backward through the recorded backward. The report has one line per
+// input and a last one for the seed: `seed`, or normal numbers of f's output shape drawn from
+// options.seed when it is null. Float64 only, as gradcheck.
+gradcheck_report gradgradcheck(const checked_function<double>& f, const std::vector<array<double>>& inputs,
+                               const gradcheck_options& options = {}, const array<double>* seed = nullptr);
+
 // Central differences of a scalar function of x, one entry at a time: (f(x + eps e_i) - f(x - eps e_i)) / 2 eps.
 // `f` reads x (by reference) each call; x is restored on return. For checking code that has no tape,
 // such as a hand-derived backward.

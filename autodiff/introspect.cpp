@@ -63,6 +63,34 @@ std::string node_name(const node_info& n)
     return n.label.empty() ? n.op : n.label + " = " + n.op;
 }
 
+// `text` as the inside of a DOT string: a quote and a backslash escaped, so that a label cannot end the
+// string or start an escape of DOT's own (\n, \l, \N); a control byte as the visible text \xNN.
+std::string dot_escaped(const std::string& text)
+{
+    static const char hex[] = "0123456789abcdef";
+    std::string out;
+    for (const char ch : text)
+    {
+        const auto c = static_cast<unsigned char>(ch);
+        if (ch == '"' || ch == '\\')
+        {
+            out += '\\';
+            out += ch;
+        }
+        else if (c < 0x20 || c == 0x7f)
+        {
+            out += "\\\\x";
+            out += hex[c >> 4];
+            out += hex[c & 15];
+        }
+        else
+        {
+            out += ch;
+        }
+    }
+    return out;
+}
+
 std::string input_list(const node_info& n)
 {
     std::string s;
@@ -107,8 +135,8 @@ std::string tape<T>::to_dot() const
     for (const auto& n : nodes())
     {
         const bool leaf = n.inputs.empty();
-        out << "  n" << n.index << " [label=\"%" << n.index << " " << node_name(n) << "\\n" << shape_str(n.shape)
-            << "\"" << (leaf ? ", style=filled, fillcolor=\"#dbe9f6\"" : "")
+        out << "  n" << n.index << " [label=\"%" << n.index << " " << dot_escaped(node_name(n)) << "\\n"
+            << shape_str(n.shape) << "\"" << (leaf ? ", style=filled, fillcolor=\"#dbe9f6\"" : "")
             << (n.saved_for_backward ? ", penwidth=2" : "") << "];\n";
         for (auto i : n.inputs)
         {

@@ -24,11 +24,14 @@ public:
 
     const array<T>& value() const { return s_->value; }
     array<T>& value() { return s_->value; }  // for optimiser updates
-    const array<T>& grad() const { return s_->grad; }
+    // The gradient, zeros of the value's shape until a backward adds to it. Its memory is taken on
+    // first use, so that a model loaded only to be run holds its values alone.
+    const array<T>& grad() const { return allocated_grad(); }
     array<T>& grad()  // for gradient clipping; the gradient may then hold anything
     {
+        array<T>& g = allocated_grad();
         s_->grad_is_zero = false;
-        return s_->grad;
+        return g;
     }
     const std::string& name() const { return s_->name; }
     void zero_grad();
@@ -41,9 +44,12 @@ public:
         // True from zero_grad (or the constructor) until a backward or a caller's write access: a tape's
         // backward then takes its gradient array as the parameter's instead of adding it to zeros.
         bool grad_is_zero = true;
+        bool grad_allocated = false;  // false: `grad` is not yet an array of the value's shape
     };
 
 private:
+    array<T>& allocated_grad() const;
+
     std::shared_ptr<state> s_;
     friend class tape<T>;
 };

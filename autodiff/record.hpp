@@ -1,6 +1,19 @@
-// What an op author uses to record an op on the tape: the saves flags, record(), and the
-// backward_context a rule receives. ops/softmax.cpp shows the pattern: check the arguments, run the
-// kernel, record the value with a rule that reads only what it declared.
+// What an op author uses to record an op on the tape: the saves flags, record(), and the contexts a
+// rule receives. ops/softmax.cpp shows the pattern: check the arguments, run the kernel, record the
+// value with a rule that reads only what it declared.
+//
+// The rule form. A rule is written once, beside its forward, in one of three ways:
+//   1. a generic lambda, `[](auto& ctx) { ctx.accumulate(0, ctx.grad() * ctx.output()); }`, computing
+//      with operators and autodiff/rule_math.hpp only: it runs on arrays (backward_context) in every
+//      backward, and on vars (graph_context) when a backward records itself (xgrad::grad with
+//      create_graph), so its gradient can be differentiated again;
+//   2. a fused op's kernel rule on arrays with its composed twin, `detail::with_twin<T>(rule, twin)`:
+//      a backward that records itself differentiates the twin (the op again from primitives);
+//   3. a kernel rule on arrays beside the same math on vars, `detail::with_var_form<T>(rule, on_vars)`,
+//      for ops that have no composed twin (sum, permute, slice, embedding); a rule object may also define
+//      both operator()s itself, as matmul's does;
+//   4. a rule on arrays only, `[](backward_context<T>& ctx) { ... }`: first order only; a backward that
+//      records itself stops at it with an error naming the op.
 #pragma once
 
 #include <initializer_list>
@@ -69,8 +82,14 @@ public:
     const array<T>& output() const { return saved(saves_output, node_).value(); }
     const array<T>& input(std::size_t k) const { return saved(saves_input(k), input_node(k)).value(); }
     bool needs_grad(std::size_t k) const { return input_node(k).requires_grad; }
-    // Adds g into input k's gradient, first summing away any broadcasting (sum_to).
+    // Adds g into input k's gradient, first summing away any broadcasting (sum_to). An xtensor expression
+    // is evaluated into an array first.
     void accumulate(std::size_t k, array<T>&& g);
+    template <class E>
+    void accumulate(std::size_t k, const xt::xexpression<E>& g)
+    {
+        accumulate(k, array<T>(g.derived_cast()));
+    }
 
 private:
     detail::node<T>& input_node(std::size_t k) const { return *state_.nodes[node_.inputs[k]]; }
@@ -90,8 +109,93 @@ private:
     bool check_finite_;  // anomaly mode, and everything this rule reads is finite
 };
 
+// What the same rule sees when a backward records itself (xgrad::grad with create_graph,
+// autodiff/grad.hpp): the incoming gradient, the saved values and the gradients sent are vars on the
+// tape, so that whatever the rule computes from them is recorded and can be differentiated again.
+// A rule written as a generic lambda, `[](auto& ctx) { ... }`, runs on arrays (backward_context) in an
+// ordinary backward and on vars (graph_context) when a graph is created.
+template <class T>
+class graph_context
+{
+public:
+    graph_context(const std::shared_ptr<detail::tape_state<T>>& s, std::uint32_t index, std::vector<var<T>>& grads)
+        : state_(s), node_(*s->nodes[index]), index_(index), grads_(grads)
+    {
+    }
+    var<T> grad() const { return grads_[index_]; }
+    var<T> take_grad() const { return grads_[index_]; }
+    var<T> output() const
+    {
+        require(saves_output);
+        return detail::handle(state_, index_);
+    }
+    var<T> input(std::size_t k) const
+    {
+        require(saves_input(k));
+        return detail::handle(state_, node_.inputs[k]);
+    }
+    bool needs_grad(std::size_t k) const { return state_->nodes[node_.inputs[k]]->requires_grad; }
+    // Adds g into input k's gradient (a sum of vars), first summing away any broadcasting.
+    void accumulate(std::size_t k, const var<T>& g);
+    // A fused op's graph rule (detail::with_twin): `twin` computes the op again from primitives on the
+    // op's inputs; its graph is differentiated, recording itself, with this node's gradient as seed.
+    template <class Twin>
+    void differentiate_twin(const Twin& twin)
+    {
+        std::vector<var<T>> inputs;
+        for (std::size_t k = 0; k < node_.input_count; ++k)
+        {
+            inputs.push_back(detail::handle(state_, node_.inputs[k]));
+        }
+        accumulate_twin(inputs, twin(inputs));
+    }
+
+private:
+    void require(unsigned flag) const;
+    void accumulate_twin(const std::vector<var<T>>& inputs, const var<T>& twin_output);
+    std::shared_ptr<detail::tape_state<T>> state_;
+    detail::node<T>& node_;
+    std::uint32_t index_;
+    std::vector<var<T>>& grads_;
+};
+
 namespace detail
 {
+// A fused op's rule in two forms: `on_arrays`, its fast rule on arrays (a kernel, say), and `twin`, a
+// function of the op's input vars that computes the same op from primitives (ops/composed.hpp). A
+// backward that records itself differentiates the twin instead of running on_arrays.
+template <class T, class OnArrays, class Twin>
+struct twin_rule
+{
+    OnArrays on_arrays;
+    Twin twin;
+    void operator()(backward_context<T>& ctx) { on_arrays(ctx); }
+    void operator()(graph_context<T>& ctx) { ctx.differentiate_twin(twin); }
+};
+
+template <class T, class OnArrays, class Twin>
+twin_rule<T, OnArrays, Twin> with_twin(OnArrays on_arrays, Twin twin)
+{
+    return {std::move(on_arrays), std::move(twin)};
+}
+
+// A rule whose fast form on arrays is a kernel, beside the same math written with ops on vars: the two
+// forms of one rule, side by side (sum's broadcast, permute's inverse, embedding's scatter-add).
+template <class T, class OnArrays, class OnVars>
+struct two_form_rule
+{
+    OnArrays on_arrays;
+    OnVars on_vars;
+    void operator()(backward_context<T>& ctx) { on_arrays(ctx); }
+    void operator()(graph_context<T>& ctx) { on_vars(ctx); }
+};
+
+template <class T, class OnArrays, class OnVars>
+two_form_rule<T, OnArrays, OnVars> with_var_form(OnArrays on_arrays, OnVars on_vars)
+{
+    return {std::move(on_arrays), std::move(on_vars)};
+}
+
 // Some input wants a gradient and the tape is not under no_grad: the one test of whether an op records
 // its backward rule (record_range) or only its value. Inputs on one tape, non-empty.
 template <class T, class Inputs>
@@ -184,4 +288,8 @@ bool records_backward(std::initializer_list<var<T>> inputs)
 
 extern template class backward_context<float>;
 extern template class backward_context<double>;
+extern template class graph_context<float>;
+extern template class graph_context<double>;
 }  // namespace xgrad
+
+#include "autodiff/rule_math.hpp"  // what generic rules compute with, on arrays and on vars

@@ -1,12 +1,21 @@
 // The tape's core: handles, leaves, accumulation, the backward walk and release.
 #include "autodiff/record.hpp"
 
+#include <algorithm>
+
 #include <xtensor/xnoalias.hpp>
 
 namespace xgrad
 {
 namespace detail
 {
+void throw_no_graph_rule(const char* op)
+{
+    throw std::logic_error(std::string("xgrad::grad with create_graph: the backward of '") + op +
+                           "' works on arrays only and cannot record itself, so this gradient cannot be "
+                           "differentiated again");
+}
+
 void throw_stale(std::uint32_t index)
 {
     throw std::logic_error("var: handle to node " + std::to_string(index) +
@@ -238,13 +247,18 @@ void tape<T>::backward(const var<T>& root, const array<T>& seed, bool retain_gra
         n.grad = seed;
         n.has_grad = true;
     }
-    walk(root.index_, retain_graph);
+    detail::walk(*state_, root.index_, {retain_graph});
 }
 
 template <class T>
-void tape<T>::walk(std::uint32_t root, bool retain_graph)
+void detail::walk(tape_state<T>& state, std::uint32_t root, const walk_options& options)
 {
-    auto& nodes = state_->nodes;
+    const bool retain_graph = options.retain_graph;
+    auto kept = [&](std::uint32_t i) {
+        return i == root || (options.keep && std::find(options.keep->begin(), options.keep->end(), i) !=
+                                                 options.keep->end());
+    };
+    auto& nodes = state.nodes;
     for (std::uint32_t i = root + 1; i-- > 0;)
     {
         auto& n = *nodes[i];
@@ -262,14 +276,14 @@ void tape<T>::walk(std::uint32_t root, bool retain_graph)
         {
             continue;
         }
-        const bool check_finite = state_->detect_anomaly && detail::anomaly::rule_reads_finite(*state_, n);
-        backward_context<T> ctx(*state_, i, !retain_graph && i != root, check_finite);
+        const bool check_finite = state.detect_anomaly && anomaly::rule_reads_finite(state, n);
+        backward_context<T> ctx(state, i, !retain_graph && !kept(i), check_finite);
         n.run_rule(ctx);
         if (!retain_graph)
         {
             n.release_rule();  // only rules this walk used: another root's graph on the tape stays usable
             n.released = true;
-            if (i != root)
+            if (!kept(i))
             {
                 n.grad = array<T>();  // interior gradients are not kept: frees memory during the walk
                 n.has_grad = false;
@@ -278,12 +292,13 @@ void tape<T>::walk(std::uint32_t root, bool retain_graph)
     }
     for (auto& n : nodes)
     {
-        if (n->param && n->has_grad)
+        if (options.to_parameters && n->param && n->has_grad)
         {
             auto& p = *n->param;
             if (p.grad_is_zero)
             {
                 p.grad = std::move(n->grad);  // nothing to add to since zero_grad: the array itself
+                p.grad_allocated = true;
             }
             else
             {
@@ -305,7 +320,7 @@ void tape<T>::walk(std::uint32_t root, bool retain_graph)
         {
             if (n->has_rule())
             {
-                detail::mark_saved(*state_, *n);
+                mark_saved(state, *n);
             }
         }
     }
@@ -321,6 +336,8 @@ void tape<T>::clear()
     ++state_->generation;
 }
 
+template void detail::walk(detail::tape_state<float>&, std::uint32_t, const detail::walk_options&);
+template void detail::walk(detail::tape_state<double>&, std::uint32_t, const detail::walk_options&);
 template class var<float>;
 template class var<double>;
 template class backward_context<float>;

@@ -35,6 +35,8 @@ template <class T>
 class var;
 template <class T>
 class backward_context;
+template <class T>
+class graph_context;
 
 namespace detail
 {
@@ -72,8 +74,13 @@ struct node
     virtual ~node() = default;
     virtual bool has_rule() const { return false; }
     virtual void run_rule(backward_context<T>&) {}
+    // The same rule on vars, recording its computation on the tape (xgrad::grad with create_graph).
+    virtual void run_graph_rule(graph_context<T>&) {}
     virtual void release_rule() {}
 };
+
+// A rule written for arrays only (its parameter is a backward_context) cannot record itself.
+[[noreturn]] void throw_no_graph_rule(const char* op);
 
 template <class T, class Rule>
 struct rule_node final : node<T>
@@ -82,6 +89,17 @@ struct rule_node final : node<T>
     std::optional<Rule> rule;
     bool has_rule() const override { return rule.has_value(); }
     void run_rule(backward_context<T>& ctx) override { (*rule)(ctx); }
+    void run_graph_rule(graph_context<T>& ctx) override
+    {
+        if constexpr (std::is_invocable_v<Rule&, graph_context<T>&>)
+        {
+            (*rule)(ctx);
+        }
+        else
+        {
+            throw_no_graph_rule(this->op);
+        }
+    }
     void release_rule() override
     {
         rule.reset();
@@ -132,6 +150,22 @@ var<T> record_range(const char* op, const Inputs& inputs, array<T>&& value, unsi
 
 [[noreturn]] void throw_stale(std::uint32_t index);
 
+// A handle to node `index` of a tape (the backward's graph rules read their inputs as vars).
+template <class T>
+var<T> handle(const std::shared_ptr<tape_state<T>>& state, std::uint32_t index);
+
+// The reverse walk on arrays from `root`, whose gradient is already set. Unless retain_graph it frees
+// the rules it ran and the interior gradients (except those of `keep`); with to_parameters, the
+// gradients of parameter leaves are added into the parameters.
+struct walk_options
+{
+    bool retain_graph = false;
+    bool to_parameters = true;
+    const std::vector<std::uint32_t>* keep = nullptr;
+};
+template <class T>
+void walk(tape_state<T>& state, std::uint32_t root, const walk_options& options);
+
 }  // namespace detail
 
 // A constant leaf (no gradient) on the tape `on_same_tape` was recorded on: for functions that build a
@@ -179,6 +213,8 @@ private:
                                        std::size_t);
     template <class U>
     friend var<U> constant_like(const var<U>&, array<U>, std::string);
+    template <class U>
+    friend var<U> detail::handle(const std::shared_ptr<detail::tape_state<U>>&, std::uint32_t);
 };
 
 // One line of tape::nodes(): what the shape trace and the DOT export print.
@@ -258,10 +294,15 @@ public:
 
 private:
     var<T> leaf(const char* op, array<T>&& value, std::string label, bool requires_grad);
-    void walk(std::uint32_t root, bool retain_graph);
     std::shared_ptr<detail::tape_state<T>> state_;
 };
 
+
+template <class T>
+var<T> detail::handle(const std::shared_ptr<detail::tape_state<T>>& state, std::uint32_t index)
+{
+    return var<T>(state, index, state->generation);
+}
 
 template <class T>
 detail::node<T>& var<T>::node() const

@@ -127,6 +127,36 @@ std::unique_ptr<gpt_case> make_torch_gpt(const gpt_problem& p, bool bf16 = false
 // Forward multiply-adds of the GPT on one batch (models::gpt_forward_multiply_adds().total()).
 std::uint64_t gpt_forward_multiply_adds(const gpt_spec& spec);
 
+// ---- decoding: one sequence through a KV cache, one token at a time, float32 (the decode section) ----
+struct decode_spec
+{
+    std::string name;
+    std::size_t V, L, d, H, block;
+    std::size_t hidden = 0;  // llama2.c's shape: the SwiGLU's width
+    bool llama = false;      // rmsnorm, rope, swiglu, no bias (llama2.c); else the default GPT
+};
+struct decode_weights
+{
+    decode_spec spec;
+    std::vector<gpt_tensor> params;  // docs/spec.md's names, xgrad's (in, out) matrices
+};
+class decode_case
+{
+public:
+    virtual ~decode_case() = default;
+    virtual void clear() = 0;                           // an empty cache
+    virtual std::int32_t step(std::int32_t token) = 0;  // runs token, returns the most likely next id
+};
+decode_weights make_decode_weights(const decode_spec& spec, unsigned seed);  // xgrad_side.cpp
+// xgrad: a parameter-only checkpoint (io::save_checkpoint), and a decoder loaded from it as xgrad-sample
+// loads one (io::load_checkpoint skipping optim.*, models::decoder taking the only copy).
+void xgrad_save_decode(const decode_weights& w, const std::string& path);
+std::unique_ptr<decode_case> xgrad_load_decode(const std::string& path);
+// LibTorch: the tensors saved with torch::save, loaded with torch::load, and the same loop under
+// torch::NoGradGuard (torch_side.cpp).
+void torch_save_decode(const decode_weights& w, const std::string& path);
+std::unique_ptr<decode_case> torch_load_decode(const decode_spec& spec, const std::string& path);
+
 // ---- LibTorch side (torch_side.cpp) ----
 // composed = the chapter's ops with autograd; otherwise torch::nn::MultiheadAttention (bias = false).
 // bf16: the forward runs under CPU autocast to bfloat16 (float only).

@@ -11,6 +11,7 @@
 //
 //   xgrad_bench [--json PATH] [--quick] [--sizes tiny,small,...] [--dtypes f32,f64] [--threads 1,2]
 //               [--budget SECONDS] [--min-reps N] [--max-reps N] [--no-bf16]
+#include <stdlib.h>
 #include <time.h>
 
 #include <CLI/CLI.hpp>
@@ -20,6 +21,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -84,6 +86,9 @@ struct settings
     int gemm_n = 512;
     int gemm_reps = 11;
     std::vector<std::string> gpt_configs{"nano", "char", "shake"};
+    std::vector<std::string> decode_configs{"stories15M", "nano", "char", "shake"};
+    int decode_rounds = 5;     // timed rounds of block_size tokens per decode row
+    int decode_load_runs = 5;  // fresh processes per load measurement
     bool bf16 = true;  // the bf16 columns of the float32 MHA and GPT rows (--no-bf16: none)
 };
 
@@ -831,6 +836,200 @@ void print_gemm_tables(std::ostream& out, const std::vector<bench::gemm_row>& ro
     }
 }
 
+// ---- the decode section --------------------------------------------------------------------------------
+
+// llama2.c's stories15M shape with a byte vocabulary, and the GPT step's sizes (block = their T).
+const std::vector<bench::decode_spec> all_decode_configs = {
+    {"stories15M", 256, 6, 288, 6, 256, 768, true},
+    {"nano", 65, 2, 64, 4, 64},
+    {"char", 65, 4, 128, 4, 128},
+    {"shake", 65, 6, 384, 6, 256},
+};
+
+const bench::decode_spec& decode_config(const std::string& name)
+{
+    for (const auto& s : all_decode_configs)
+    {
+        if (s.name == name)
+        {
+            return s;
+        }
+    }
+    die("unknown decode config " + name + " (stories15M, nano, char, shake or none)");
+}
+
+// A field of /proc/self/status in kB.
+long status_kb(const char* field)
+{
+    const std::string line = read_first_line("/proc/self/status", std::string(field) + ":");
+    return std::atol(line.c_str());
+}
+
+// The child process of a load measurement (xgrad_bench --decode-load LIBRARY CONFIG PATH): its peak
+// resident size reset (clear_refs), it loads PATH with LIBRARY, runs one token, and prints
+// "load_ms first_token_ms peak_added_kB" (VmHWM after minus VmRSS before the load).
+int decode_load_child(const std::string& library, const std::string& config, const std::string& path)
+{
+    const bench::decode_spec& spec = decode_config(config);
+    const long before = status_kb("VmRSS");
+    std::ofstream("/proc/self/clear_refs") << "5";
+    const auto t0 = std::chrono::steady_clock::now();
+    std::unique_ptr<bench::decode_case> c =
+        library == "xgrad" ? bench::xgrad_load_decode(path) : bench::torch_load_decode(spec, path);
+    const auto t1 = std::chrono::steady_clock::now();
+    c->step(0);
+    const auto t2 = std::chrono::steady_clock::now();
+    std::printf("%.3f %.3f %ld\n", std::chrono::duration<double, std::milli>(t1 - t0).count(),
+                std::chrono::duration<double, std::milli>(t2 - t1).count(), status_kb("VmHWM") - before);
+    return 0;
+}
+
+struct decode_load
+{
+    double load_ms = 0, first_ms = 0, peak_mb = 0;  // medians over the child runs
+};
+
+// Medians of `runs` fresh processes (this program again) loading `path`.
+decode_load measure_load(const std::string& library, const std::string& config, const std::string& path, int runs)
+{
+    std::vector<double> load, first, peak;
+    for (int r = 0; r < runs; ++r)
+    {
+        const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+        const std::string command =
+            "'" + self + "' --decode-load " + library + " " + config + " '" + path + "' 2>/dev/null";
+        FILE* child = ::popen(command.c_str(), "r");
+        double l = 0, f = 0, p = 0;
+        const bool read = child && std::fscanf(child, "%lf %lf %lf", &l, &f, &p) == 3;
+        if (!child || ::pclose(child) != 0 || !read)
+        {
+            die("decode: the load of " + path + " by " + library + " failed");
+        }
+        load.push_back(l);
+        first.push_back(f);
+        peak.push_back(p / 1024.0);
+    }
+    return {median(load), median(first), median(peak)};
+}
+
+struct decode_row
+{
+    bench::decode_spec spec;
+    int threads, rounds;
+    double file_mb;                  // xgrad's checkpoint (parameters only)
+    decode_load xgrad, libtorch;     // from fresh processes
+    double xgrad_tps, libtorch_tps;  // tokens per second, medians of the rounds
+    double agreement;                // the share of steps whose most likely token both give
+};
+
+// One round: the cache cleared, then `tokens` fed one at a time; the most likely next ids into `out`.
+double decode_round(bench::decode_case& c, const std::vector<std::int32_t>& tokens, std::vector<std::int32_t>& out)
+{
+    c.clear();
+    out.clear();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (std::int32_t t : tokens)
+    {
+        out.push_back(c.step(t));
+    }
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+decode_row decode_step_row(const settings& opt, const bench::decode_spec& spec, int threads,
+                           const std::string& folder)
+{
+    const std::string xgrad_path = folder + "/" + spec.name + ".safetensors";
+    const std::string torch_path = folder + "/" + spec.name + ".pt";
+    decode_row row{spec, threads, opt.decode_rounds, 0, {}, {}, 0, 0, 0};
+    std::ifstream file(xgrad_path, std::ios::binary | std::ios::ate);
+    row.file_mb = static_cast<double>(file.tellg()) / (1 << 20);
+    std::unique_ptr<bench::decode_case> x = bench::xgrad_load_decode(xgrad_path);
+    std::unique_ptr<bench::decode_case> t = bench::torch_load_decode(spec, torch_path);
+    std::mt19937 rng(7);
+    std::uniform_int_distribution<std::int32_t> id(0, static_cast<std::int32_t>(spec.V) - 1);
+    std::vector<std::int32_t> tokens(spec.block);
+    for (auto& token : tokens)
+    {
+        token = id(rng);
+    }
+    std::vector<std::int32_t> xo, to;
+    std::vector<double> xt, tt;
+    bench::blas_threads(threads);
+    for (int r = 0; r < opt.decode_rounds; ++r)
+    {
+        if (r % 2 == 0)  // alternate which goes first
+        {
+            xt.push_back(decode_round(*x, tokens, xo));
+            tt.push_back(decode_round(*t, tokens, to));
+        }
+        else
+        {
+            tt.push_back(decode_round(*t, tokens, to));
+            xt.push_back(decode_round(*x, tokens, xo));
+        }
+    }
+    bench::blas_threads(1);
+    std::size_t same = 0;
+    for (std::size_t i = 0; i < xo.size(); ++i)
+    {
+        same += xo[i] == to[i];
+    }
+    row.agreement = static_cast<double>(same) / static_cast<double>(xo.size());
+    row.xgrad_tps = static_cast<double>(tokens.size()) / median(xt);
+    row.libtorch_tps = static_cast<double>(tokens.size()) / median(tt);
+    std::cerr << "  decode " << spec.name << " threads=" << threads << ": " << fixed(row.xgrad_tps, 0) << " vs "
+              << fixed(row.libtorch_tps, 0) << " tokens/s\n";
+    return row;
+}
+
+// The weights of every decode config written in both formats into `folder`, then each loaded by fresh
+// processes (load time, first token, peak memory).
+std::vector<std::pair<decode_load, decode_load>> prepare_decode(const settings& opt, const std::string& folder)
+{
+    std::vector<std::pair<decode_load, decode_load>> loads;
+    for (const auto& name : opt.decode_configs)
+    {
+        const bench::decode_spec& spec = decode_config(name);
+        {
+            const bench::decode_weights w = bench::make_decode_weights(spec, 42);
+            bench::xgrad_save_decode(w, folder + "/" + name + ".safetensors");
+            bench::torch_save_decode(w, folder + "/" + name + ".pt");
+        }
+        loads.push_back({measure_load("xgrad", name, folder + "/" + name + ".safetensors", opt.decode_load_runs),
+                         measure_load("LibTorch", name, folder + "/" + name + ".pt", opt.decode_load_runs)});
+    }
+    return loads;
+}
+
+void print_decode_table(std::ostream& out, const std::vector<decode_row>& rows)
+{
+    if (rows.empty())
+    {
+        return;
+    }
+    out << "\n=== float32 — decoding one sequence through a KV cache, one token at a time, same weights ===\n"
+        << "load: a fresh process reads the file (xgrad: io::load_checkpoint + models::decoder, as xgrad-sample;\n"
+        << "LibTorch: torch::load of the same tensors) and runs one token; peak: VmHWM minus VmRSS before the\n"
+        << "load. tokens/s: block_size tokens fed one at a time from an empty cache (LibTorch: the same loop\n"
+        << "under torch::NoGradGuard), median of the rounds; agree: the steps whose most likely token both give.\n";
+    out << pad("model", 10, true) << pad("V", 5) << pad("L", 3) << pad("d", 5) << pad("block", 6)
+        << pad("file MB", 8) << pad("load ms x/T", 14) << pad("1st tok ms x/T", 16)
+        << pad("peak MB x/T", 14) << pad("thr", 4) << pad("tok/s xgrad", 12)
+        << pad("LibTorch", 10) << pad("ratio", 7) << pad("agree", 7) << "\n";
+    for (const auto& r : rows)
+    {
+        out << pad(r.spec.name, 10, true) << pad(std::to_string(r.spec.V), 5)
+            << pad(std::to_string(r.spec.L), 3) << pad(std::to_string(r.spec.d), 5)
+            << pad(std::to_string(r.spec.block), 6) << pad(fixed(r.file_mb, 1), 8)
+            << pad(fixed(r.xgrad.load_ms, 1) + " / " + fixed(r.libtorch.load_ms, 1), 14)
+            << pad(fixed(r.xgrad.first_ms, 2) + " / " + fixed(r.libtorch.first_ms, 2), 16)
+            << pad(fixed(r.xgrad.peak_mb, 1) + " / " + fixed(r.libtorch.peak_mb, 1), 14)
+            << pad(std::to_string(r.threads), 4) << pad(fixed(r.xgrad_tps, 0), 12)
+            << pad(fixed(r.libtorch_tps, 0), 10) << pad(fixed(r.xgrad_tps / r.libtorch_tps, 2), 7)
+            << pad(fixed(100 * r.agreement, 0) + "%", 7) << "\n";
+    }
+}
+
 void print_gpt_table(std::ostream& out, const std::vector<gpt_row>& rows)
 {
     if (rows.empty())
@@ -1077,7 +1276,8 @@ settings parse(int argc, char** argv)
     settings opt;
     CLI::App app{"xgrad vs LibTorch: MHA and GPT steps, the GEMM backends and the FMA peak, in one run "
                  "(docs/performance.md)", "xgrad_bench"};
-    std::string sizes = join(opt.sizes), dtypes = join(opt.dtypes), threads = "1,2", gpt = join(opt.gpt_configs);
+    std::string sizes = join(opt.sizes), dtypes = join(opt.dtypes), threads = "1,2", gpt = join(opt.gpt_configs),
+                decode = join(opt.decode_configs);
     int min_reps = opt.min_reps;
     bool quick = false, no_bf16 = false;
     app.add_option("--json", opt.json_path, "where the rows go as JSON")->capture_default_str();
@@ -1085,6 +1285,7 @@ settings parse(int argc, char** argv)
     app.add_option("--dtypes", dtypes, "f32,f64")->capture_default_str();
     app.add_option("--threads", threads, "thread counts, e.g. 1,2")->capture_default_str();
     app.add_option("--gpt", gpt, "GPT configs: nano,char,shake or none")->capture_default_str();
+    app.add_option("--decode", decode, "decode configs: stories15M,nano,char,shake or none")->capture_default_str();
     app.add_option("--budget", opt.budget_s, "seconds of timed rounds per row, before the clamps")
         ->capture_default_str();
     app.add_option("--min-reps", min_reps, "at least this many rounds per row")->capture_default_str();
@@ -1108,6 +1309,7 @@ settings parse(int argc, char** argv)
     opt.sizes = list_or_none(sizes);
     opt.dtypes = split(dtypes);
     opt.gpt_configs = list_or_none(gpt);
+    opt.decode_configs = list_or_none(decode);
     opt.threads.clear();
     for (const std::string& t : split(threads))
     {
@@ -1126,6 +1328,8 @@ settings parse(int argc, char** argv)
         opt.max_reps = 5;
         opt.chain_reps = 5;
         opt.gemm_reps = 3;
+        opt.decode_rounds = 1;
+        opt.decode_load_runs = 1;
     }
     return opt;
 }
@@ -1133,6 +1337,10 @@ settings parse(int argc, char** argv)
 
 int main(int argc, char** argv)
 {
+    if (argc == 5 && std::string(argv[1]) == "--decode-load")
+    {
+        return decode_load_child(argv[2], argv[3], argv[4]);
+    }
     const settings opt = parse(argc, argv);
     {
         // Fire xgrad's one-time "BLAS single-threaded" switch now, so that it cannot later undo a thread
@@ -1182,6 +1390,14 @@ int main(int argc, char** argv)
     std::vector<peak_row> peaks;
     std::vector<overhead_row> overheads;
     std::vector<gpt_row> gpt_rows;
+    std::vector<decode_row> decode_rows;
+    std::string decode_folder = (std::filesystem::temp_directory_path() / "xgrad-bench-decode-XXXXXX").string();
+    if (!opt.decode_configs.empty() && !::mkdtemp(decode_folder.data()))
+    {
+        die("decode: cannot make a temporary folder");
+    }
+    const auto decode_loads =
+        opt.decode_configs.empty() ? std::vector<std::pair<decode_load, decode_load>>{} : prepare_decode(opt, decode_folder);
     const auto start = std::chrono::steady_clock::now();
     for (const auto& dtype : opt.dtypes)
     {
@@ -1240,6 +1456,13 @@ int main(int argc, char** argv)
                 }
                 gpt_rows.push_back(gpt_step_row(opt, *it, threads, fma));
             }
+            for (std::size_t k = 0; k < opt.decode_configs.size(); ++k)
+            {
+                decode_rows.push_back(
+                    decode_step_row(opt, decode_config(opt.decode_configs[k]), threads, decode_folder));
+                decode_rows.back().xgrad = decode_loads[k].first;
+                decode_rows.back().libtorch = decode_loads[k].second;
+            }
         }
     }
     const std::vector<bench::gemm_row> gemms = gemm_table(opt);
@@ -1253,6 +1476,11 @@ int main(int argc, char** argv)
         print_table(std::cout, dtype, rows, peaks, overheads);
     }
     print_gpt_table(std::cout, gpt_rows);
+    print_decode_table(std::cout, decode_rows);
+    if (!opt.decode_configs.empty())
+    {
+        std::filesystem::remove_all(decode_folder);
+    }
     print_gemm_tables(std::cout, gemms, peaks);
     write_json(opt.json_path, machine, rows, peaks, overheads, gemms, gpt_rows, opt);
     std::cout << "\nload average at end: " << machine[machine.size() - 2].second << "; cores busy with other work: "

@@ -9,6 +9,7 @@
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/optim/adamw.h>
+#include <torch/serialize.h>
 #include <torch/version.h>
 
 #include <algorithm>
@@ -346,11 +347,165 @@ private:
     torch::Tensor tokens_, targets_, masked_;
     std::unique_ptr<torch::optim::AdamW> optimiser_;
 };
+
+// The parameter names of a decode_spec's model in docs/spec.md's order (the default GPT, or llama2.c's
+// shape: rmsnorm, rope, swiglu, no biases, head tied).
+std::vector<std::string> decode_names(const decode_spec& s)
+{
+    std::vector<std::string> names{"wte"};
+    if (!s.llama)
+    {
+        names.push_back("wpe");
+    }
+    for (std::size_t i = 0; i < s.L; ++i)
+    {
+        const std::string b = "blocks." + std::to_string(i) + ".";
+        const std::vector<std::string> block =
+            s.llama ? std::vector<std::string>{"ln_1.weight", "attn.W_Q", "attn.W_K", "attn.W_V", "attn.W_O",
+                                               "ln_2.weight", "mlp.W_gate", "mlp.W_up", "mlp.W_down"}
+                    : std::vector<std::string>{"ln_1.weight", "ln_1.bias",   "attn.W_Q",  "attn.W_K",
+                                               "attn.W_V",    "attn.W_O",    "ln_2.weight", "ln_2.bias",
+                                               "mlp.W_fc",    "mlp.b_fc",    "mlp.W_proj", "mlp.b_proj"};
+        for (const auto& n : block)
+        {
+            names.push_back(b + n);
+        }
+    }
+    names.push_back("ln_f.weight");
+    if (!s.llama)
+    {
+        names.push_back("ln_f.bias");
+    }
+    return names;
+}
+
+// models::decoder's loop in LibTorch ops, under torch::NoGradGuard: one token's row through every layer,
+// its key and value written into preallocated caches (block, d), attention over the filled rows.
+class torch_decode final : public decode_case
+{
+public:
+    torch_decode(const decode_spec& s, std::map<std::string, torch::Tensor> w) : s_(s), w_(std::move(w))
+    {
+        const auto d = static_cast<std::int64_t>(s.d), block = static_cast<std::int64_t>(s.block);
+        for (std::size_t l = 0; l < s.L; ++l)
+        {
+            keys_.push_back(torch::zeros({block, d}));
+            values_.push_back(torch::zeros({block, d}));
+        }
+        if (s.llama)  // angle[t][i] = t 10000^(-2i/dh)
+        {
+            const auto dh = d / static_cast<std::int64_t>(s.H);
+            auto i = torch::arange(0, dh / 2, torch::kDouble);
+            auto t = torch::arange(0, block, torch::kDouble);
+            auto angle = t.unsqueeze(1) * torch::pow(10000.0, -2.0 * i / static_cast<double>(dh)).unsqueeze(0);
+            cos_ = torch::cos(angle).to(torch::kFloat);
+            sin_ = torch::sin(angle).to(torch::kFloat);
+        }
+    }
+
+    void clear() override { pos_ = 0; }
+
+    std::int32_t step(std::int32_t token) override
+    {
+        torch::NoGradGuard no_grad;
+        const auto d = static_cast<std::int64_t>(s_.d), H = static_cast<std::int64_t>(s_.H), dh = d / H,
+                   t = pos_ + 1;
+        torch::Tensor x = w("wte")[token].clone();
+        if (!s_.llama)
+        {
+            x = x + w("wpe")[pos_];
+        }
+        for (std::size_t l = 0; l < s_.L; ++l)
+        {
+            const std::string b = "blocks." + std::to_string(l) + ".";
+            auto h = norm(x, b + "ln_1");
+            auto q = h.matmul(w(b + "attn.W_Q")), k = h.matmul(w(b + "attn.W_K"));
+            if (s_.llama)
+            {
+                q = rope(q);
+                k = rope(k);
+            }
+            keys_[l][pos_].copy_(k);
+            values_[l][pos_].copy_(h.matmul(w(b + "attn.W_V")));
+            auto K = keys_[l].slice(0, 0, t).view({t, H, dh}).transpose(0, 1);    // (H, t, dh)
+            auto V = values_[l].slice(0, 0, t).view({t, H, dh}).transpose(0, 1);  // (H, t, dh)
+            auto scores = K.matmul(q.view({H, dh, 1})).squeeze(-1) / std::sqrt(static_cast<double>(dh));
+            auto heads = torch::softmax(scores, -1).unsqueeze(1).matmul(V).reshape({d});
+            x = x + heads.matmul(w(b + "attn.W_O"));
+            auto h2 = norm(x, b + "ln_2");
+            if (s_.llama)
+            {
+                x = x + (torch::silu(h2.matmul(w(b + "mlp.W_gate"))) * h2.matmul(w(b + "mlp.W_up")))
+                            .matmul(w(b + "mlp.W_down"));
+            }
+            else
+            {
+                auto hidden = torch::gelu(h2.matmul(w(b + "mlp.W_fc")) + w(b + "mlp.b_fc"), "tanh");
+                x = x + hidden.matmul(w(b + "mlp.W_proj")) + w(b + "mlp.b_proj");
+            }
+        }
+        x = norm(x, "ln_f");
+        ++pos_;
+        return static_cast<std::int32_t>(w("wte").matmul(x).argmax().item<std::int64_t>());
+    }
+
+private:
+    const torch::Tensor& w(const std::string& name) const { return w_.at(name); }
+
+    torch::Tensor norm(const torch::Tensor& x, const std::string& prefix) const
+    {
+        if (s_.llama)
+        {
+            return x * torch::rsqrt(x.pow(2).mean() + 1e-5) * w(prefix + ".weight");
+        }
+        return torch::layer_norm(x, {static_cast<std::int64_t>(s_.d)}, w(prefix + ".weight"), w(prefix + ".bias"),
+                                 1e-5);
+    }
+
+    // Each pair (2i, 2i+1) of each head turned by the position's angles.
+    torch::Tensor rope(const torch::Tensor& v) const
+    {
+        const auto H = static_cast<std::int64_t>(s_.H), pairs = static_cast<std::int64_t>(s_.d / s_.H / 2);
+        auto p = v.view({H, pairs, 2});
+        auto a = p.select(2, 0), b = p.select(2, 1), c = cos_[pos_], s = sin_[pos_];
+        return torch::stack({a * c - b * s, a * s + b * c}, 2).reshape({-1});
+    }
+
+    decode_spec s_;
+    std::map<std::string, torch::Tensor> w_;
+    std::vector<torch::Tensor> keys_, values_;
+    torch::Tensor cos_, sin_;
+    std::int64_t pos_ = 0;
+};
 }  // namespace
 
 std::unique_ptr<gpt_case> make_torch_gpt(const gpt_problem& p, bool bf16)
 {
     return std::make_unique<torch_gpt>(p, bf16);
+}
+
+void torch_save_decode(const decode_weights& w, const std::string& path)
+{
+    std::vector<torch::Tensor> tensors;
+    for (const auto& name : decode_names(w.spec))
+    {
+        const auto t = std::find_if(w.params.begin(), w.params.end(), [&](const gpt_tensor& g) { return g.name == name; });
+        tensors.push_back(torch::from_blob(const_cast<float*>(t->values.data()), t->shape, torch::kFloat).clone());
+    }
+    torch::save(tensors, path);
+}
+
+std::unique_ptr<decode_case> torch_load_decode(const decode_spec& spec, const std::string& path)
+{
+    std::vector<torch::Tensor> tensors;
+    torch::load(tensors, path);
+    std::map<std::string, torch::Tensor> w;
+    const std::vector<std::string> names = decode_names(spec);
+    for (std::size_t k = 0; k < names.size(); ++k)
+    {
+        w[names[k]] = tensors.at(k);
+    }
+    return std::make_unique<torch_decode>(spec, std::move(w));
 }
 
 template <class T>

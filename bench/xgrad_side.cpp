@@ -8,7 +8,9 @@
 #include <random>
 
 #include "bench/bench.hpp"
+#include "io/checkpoint.hpp"
 #include "models/gpt.hpp"
+#include "models/gpt_decode.hpp"
 #include "models/mha.hpp"
 #include "optim/optim.hpp"
 #include "kernels/gemm.hpp"
@@ -206,6 +208,81 @@ gpt_problem make_gpt_problem(const gpt_spec& spec, unsigned seed)
         p.targets.push_back(id(rng));
     }
     return p;
+}
+
+namespace
+{
+xgrad::models::gpt_config decode_config_of(const decode_spec& s)
+{
+    xgrad::models::gpt_config c;
+    c.vocab_size = s.V;
+    c.block_size = s.block;
+    c.layers = s.L;
+    c.d_model = s.d;
+    c.heads = s.H;
+    if (s.llama)
+    {
+        c = xgrad::models::config_with_values(c, {{"norm", "rmsnorm"},
+                                                     {"position", "rope"},
+                                                     {"mlp", "swiglu"},
+                                                     {"mlp_hidden", std::to_string(s.hidden)},
+                                                     {"bias", "none"}});
+    }
+    return c;
+}
+
+class xgrad_decode final : public decode_case
+{
+public:
+    explicit xgrad_decode(xgrad::models::gpt_parameters<float> params) : decoder_(std::move(params)) {}
+    void clear() override { decoder_.clear(); }
+    std::int32_t step(std::int32_t token) override
+    {
+        const float* logits = decoder_.step(token);
+        const auto V = static_cast<std::ptrdiff_t>(decoder_.config().vocab_size);
+        return static_cast<std::int32_t>(std::max_element(logits, logits + V) - logits);
+    }
+
+private:
+    xgrad::models::decoder<float> decoder_;
+};
+}  // namespace
+
+decode_weights make_decode_weights(const decode_spec& spec, unsigned seed)
+{
+    decode_weights w{spec, {}};
+    const auto params = xgrad::models::gpt_parameters<float>::init(decode_config_of(spec), seed);
+    for (const auto& param : params.named_parameters())
+    {
+        gpt_tensor t;
+        t.name = param.name();
+        for (auto n : param.value().shape())
+        {
+            t.shape.push_back(static_cast<std::int64_t>(n));
+        }
+        t.values.assign(param.value().begin(), param.value().end());
+        w.params.push_back(std::move(t));
+    }
+    return w;
+}
+
+void xgrad_save_decode(const decode_weights& w, const std::string& path)
+{
+    auto params = xgrad::models::gpt_parameters<float>::declare(decode_config_of(w.spec));
+    std::size_t k = 0;
+    params.visit([&](const std::string&, xgrad::parameter<float>& p, const xgrad::models::declaration& d) {
+        xgrad::array<float> values = xgrad::array<float>::from_shape(d.shape);
+        std::copy(w.params[k].values.begin(), w.params[k].values.end(), values.begin());
+        p = xgrad::parameter<float>(std::move(values), w.params[k].name);
+        ++k;
+    });
+    xgrad::io::save_checkpoint(path, params);
+}
+
+std::unique_ptr<decode_case> xgrad_load_decode(const std::string& path)
+{
+    auto ck = xgrad::io::load_checkpoint<float>(path, xgrad::io::optimiser_state::skip);
+    return std::make_unique<xgrad_decode>(std::move(ck.params));
 }
 
 std::unique_ptr<gpt_case> make_xgrad_gpt(const gpt_problem& p, bool bf16)

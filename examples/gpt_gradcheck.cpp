@@ -24,6 +24,7 @@
 #include "autodiff/gradcheck.hpp"
 #include "examples/cli.hpp"
 #include "examples/random_ids.hpp"
+#include "tools/model_flags.hpp"
 #include "models/divergence.hpp"
 #include "models/manual_faults.hpp"
 
@@ -68,35 +69,8 @@ void randomise(gpt_parameters<double>& params, unsigned seed)
 struct options
 {
     gpt_config config{/*V=*/11, /*block_size=*/8, /*L=*/2, /*d=*/16, /*H=*/4};
-    std::string norm = "layernorm", position = "learned", mlp = "gelu_tanh", bias = "mlp";
-    double rope_base = 10000;
-    bool untied_head = false;
     std::string broken = "none";
 };
-
-// Throws std::invalid_argument (a variant_error names the flag's key) for a value that is not allowed.
-gpt_config config_of(const options& o)
-{
-    gpt_config c = o.config;
-    c.norm = parse_norm("norm", o.norm);
-    c.position = parse_position("position", o.position);
-    c.mlp = parse_mlp("mlp", o.mlp);
-    c.bias = parse_bias("bias", o.bias);
-    c.rope_base = o.rope_base;
-    c.tied_head = !o.untied_head;
-    c.validate("gpt_gradcheck");
-    return c;
-}
-
-std::string variant_line(const gpt_config& c)
-{
-    std::string line;
-    for (const auto& [key, value] : variant_metadata(c))
-    {
-        line += (line.empty() ? "" : ", ") + key + " = " + value;
-    }
-    return line;
-}
 }  // namespace
 
 int main(int argc, char** argv)
@@ -104,17 +78,12 @@ int main(int argc, char** argv)
     options o;
     CLI::App app{"A whole GPT's gradients three ways (tape, manual, finite differences), and the first-divergence "
                  "report, for any architecture variant"};
-    app.add_option("--layers", o.config.layers, "L")->capture_default_str()->check(CLI::Range(1, 8));
-    app.add_option("--d-model", o.config.d_model, "d")->capture_default_str()->check(CLI::Range(1, 64));
-    app.add_option("--heads", o.config.heads, "H")->capture_default_str()->check(CLI::Range(1, 64));
-    app.add_option("--kv-heads", o.config.kv_heads, "G (0: G = H)")->capture_default_str();
-    app.add_option("--norm", o.norm, "layernorm or rmsnorm")->capture_default_str();
-    app.add_option("--position", o.position, "learned, rope or none")->capture_default_str();
-    app.add_option("--rope-base", o.rope_base, "the base of the rotary frequencies")->capture_default_str();
-    app.add_option("--mlp", o.mlp, "gelu_tanh, gelu or swiglu")->capture_default_str();
-    app.add_option("--mlp-hidden", o.config.mlp_hidden, "the MLP's width h (0: 4 d)")->capture_default_str();
-    app.add_option("--bias", o.bias, "mlp, all or none")->capture_default_str();
-    app.add_flag("--untied-head", o.untied_head, "logits = N(x) lm_head, a separate (d, V) matrix");
+    xgrad::tools::add_model_flags(app, o.config);
+    // Small enough for finite differences of every parameter.
+    app.get_option("--layers")->check(CLI::Range(1, 8));
+    app.get_option("--d-model")->check(CLI::Range(1, 64));
+    app.get_option("--heads")->check(CLI::Range(1, 64));
+    app.get_option("--block")->check(CLI::Range(1, 16));
     app.add_option("--break", o.broken, "make one deliberate mistake in the manual backward: " + rule_list());
     gpt_config config;
     manual::broken_rule broken = manual::broken_rule::none;
@@ -124,7 +93,8 @@ int main(int argc, char** argv)
     }
     try
     {
-        config = config_of(o);
+        config = o.config;
+        config.validate("gpt_gradcheck");
         const auto rule = manual::broken_rule_from_string(o.broken);
         if (!rule)
         {

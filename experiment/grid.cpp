@@ -19,6 +19,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "train/communicator.hpp"
 #include "train/run_log.hpp"
 #include "train/trainer.hpp"
 
@@ -33,6 +34,22 @@ volatile std::sig_atomic_t stop_requested = 0;
 
 void on_stop(int) { stop_requested = 1; }
 
+// This process's environment without the variables Open MPI's launcher sets for its ranks: an
+// xgrad-train started by a rank of `mpirun xgrad-experiment` is a process of its own, not a rank.
+std::vector<std::string> environment_without_mpi()
+{
+    std::vector<std::string> kept;
+    for (char** e = environ; *e; ++e)
+    {
+        const std::string entry = *e;
+        if (entry.rfind("OMPI_", 0) != 0 && entry.rfind("PMIX_", 0) != 0 && entry.rfind("PMI_", 0) != 0)
+        {
+            kept.push_back(entry);
+        }
+    }
+    return kept;
+}
+
 // Starts `program args...` with stdout and stderr appended to `output`. The child dies with this process
 // (PR_SET_PDEATHSIG), so a runner killed by SIGKILL leaves no orphan writing into its run folder.
 pid_t spawn(const std::string& program, const std::vector<std::string>& args, const std::string& output)
@@ -43,6 +60,13 @@ pid_t spawn(const std::string& program, const std::vector<std::string>& args, co
         argv.push_back(const_cast<char*>(a.c_str()));
     }
     argv.push_back(nullptr);
+    const std::vector<std::string> environment = environment_without_mpi();  // built before fork: the child
+    std::vector<char*> envp;                                                 // only calls what is safe there
+    for (const std::string& e : environment)
+    {
+        envp.push_back(const_cast<char*>(e.c_str()));
+    }
+    envp.push_back(nullptr);
     const pid_t parent = getpid();
     const pid_t pid = fork();
     if (pid < 0)
@@ -66,7 +90,7 @@ pid_t spawn(const std::string& program, const std::vector<std::string>& args, co
         dup2(null_in, 0);
         dup2(fd, 1);
         dup2(fd, 2);
-        execv(program.c_str(), argv.data());
+        execve(program.c_str(), argv.data(), envp.data());
         _exit(127);
     }
     return pid;
@@ -274,24 +298,6 @@ std::string joined(const std::vector<std::string>& args)
     return text;
 }
 
-// Holds an exclusive lock on OUT/.lock for the runner's life; the kernel drops it if the runner dies.
-struct grid_lock
-{
-    int fd = -1;
-    explicit grid_lock(const std::string& out)
-    {
-        const std::string path = (fs::path(out) / ".lock").string();
-        fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-        if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) != 0)
-        {
-            throw std::invalid_argument("another xgrad-experiment is running on " + out);
-        }
-    }
-    ~grid_lock() { close(fd); }
-    grid_lock(const grid_lock&) = delete;
-    grid_lock& operator=(const grid_lock&) = delete;
-};
-
 bool is_finished(const run& r) { return fs::exists(fs::path(r.dir) / "finished"); }
 
 // Refuses a run folder whose recorded command differs from the planned one.
@@ -303,6 +309,30 @@ void check_recorded_command(const run& r)
         throw std::invalid_argument("run " + r.dir + " was started with other flags (see its command.txt); "
                                     "use another --out or remove that folder");
     }
+}
+
+std::size_t count_finished(const std::vector<run>& runs)
+{
+    return static_cast<std::size_t>(std::count_if(runs.begin(), runs.end(), is_finished));
+}
+
+std::string host_name()
+{
+    char name[256] = {};
+    gethostname(name, sizeof name - 1);
+    return name;
+}
+
+// This process's share of the unfinished runs: every size-th from its rank on.
+std::vector<const run*> my_share(const std::vector<const run*>& pending, const communicator& comm)
+{
+    std::vector<const run*> mine;
+    for (std::size_t i = static_cast<std::size_t>(comm.rank()); i < pending.size();
+         i += static_cast<std::size_t>(comm.size()))
+    {
+        mine.push_back(pending[i]);
+    }
+    return mine;
 }
 
 std::string clock_text(double seconds)
@@ -385,15 +415,47 @@ private:
 };
 }  // namespace
 
+grid_lock::grid_lock(const std::string& out)
+{
+    const std::string path = (fs::path(out) / ".lock").string();
+    fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0 || flock(fd_, LOCK_EX | LOCK_NB) != 0)
+    {
+        if (fd_ >= 0)
+        {
+            close(fd_);
+        }
+        throw std::invalid_argument("another xgrad-experiment is running on " + out);
+    }
+}
+
+grid_lock::~grid_lock() { close(fd_); }
+
+void check_run_folders(const std::vector<run>& runs)
+{
+    for (const run& r : runs)
+    {
+        check_recorded_command(r);
+    }
+}
+
 grid_outcome run_grid(const std::vector<run>& runs, const std::string& out, const runner_options& o)
 {
     fs::create_directories(out);
     const grid_lock lock(out);
+    check_run_folders(runs);
+    communicator single;
+    return run_grid(runs, out, o, single);
+}
+
+grid_outcome run_grid(const std::vector<run>& runs, const std::string& out, const runner_options& o,
+                      communicator& comm)
+{
+    const bool leader = comm.rank() == 0;
     grid_outcome outcome;
     std::vector<const run*> pending;
     for (const run& r : runs)
     {
-        check_recorded_command(r);
         if (is_finished(r))
         {
             ++outcome.skipped;
@@ -403,7 +465,9 @@ grid_outcome run_grid(const std::vector<run>& runs, const std::string& out, cons
             pending.push_back(&r);
         }
     }
-    outcome.finished = outcome.skipped;
+    double listed = 0;  // every process lists the unfinished runs before any starts one
+    comm.allreduce_sum_sleeping(&listed, 1);
+    pending = my_share(pending, comm);
     std::vector<job> jobs;
     for (const run* r : pending)
     {
@@ -417,37 +481,54 @@ grid_outcome run_grid(const std::vector<run>& runs, const std::string& out, cons
         }
         jobs.push_back(j);
     }
-    // The wall-clock time of this session, kept up to date on disk (the report sums the sessions).
+    // The wall-clock time of this session, kept up to date on disk by rank 0 (the report sums the sessions).
     const std::string session = (fs::path(out) / ("session-" + std::to_string(std::time(nullptr)) + ".txt")).string();
-    progress_line progress(runs, o.progress);
+    progress_line progress(runs, leader ? o.progress : nullptr);
+    std::size_t finished_here = 0;
+    const std::string where = comm.size() == 1 ? ""
+                                               : " on rank " + std::to_string(comm.rank()) + " of " +
+                                                     std::to_string(comm.size()) + " (" + host_name() + ")";
     auto on_start = [&](std::size_t i) {
         const run& r = *pending[i];
         write_atomically((fs::path(r.dir) / "command.txt").string(), joined(r.args));
         std::ofstream(fs::path(r.dir) / "attempts.txt", std::ios::app)
-            << (jobs[i].args.back() == "--resume" ? "resume" : "fresh") << "\n";
+            << (jobs[i].args.back() == "--resume" ? "resume" : "fresh") << where << "\n";
     };
     auto on_exit = [&](std::size_t i, int status, std::size_t running) {
         const run& r = *pending[i];
         if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
         {
             write_atomically((fs::path(r.dir) / "finished").string(), std::to_string(r.steps) + "\n");
-            ++outcome.finished;
+            ++finished_here;
         }
         else if (!stop_requested)
         {
             outcome.failures.push_back(r.variant + "/seed-" + std::to_string(r.seed) + ": " + describe_status(status) +
                                        ": " + last_line_of(jobs[i].output));
         }
-        progress.show(outcome.finished, running, true);
+        progress.show(count_finished(runs), running, true);
     };
     auto on_tick = [&](std::size_t running) {
-        write_atomically(session, std::to_string(progress.elapsed()) + "\n");
-        progress.show(outcome.finished, running);
+        if (leader)
+        {
+            write_atomically(session, std::to_string(progress.elapsed()) + "\n");
+        }
+        progress.show(count_finished(runs), running);
     };
     run_jobs(o.program, jobs, o.jobs, on_start, on_exit, on_tick);
-    write_atomically(session, std::to_string(progress.elapsed()) + "\n");
+
+    // Every rank's counts: runs finished, runs failed, whether it was stopped.
+    double counts[3] = {static_cast<double>(finished_here), static_cast<double>(outcome.failures.size()),
+                        stop_requested ? 1.0 : 0.0};
+    comm.allreduce_sum_sleeping(counts, 3);
+    if (leader)
+    {
+        write_atomically(session, std::to_string(progress.elapsed()) + "\n");  // the last rank's end
+    }
     progress.end();
-    outcome.interrupted = stop_requested != 0;
+    outcome.finished = outcome.skipped + static_cast<std::size_t>(counts[0]);
+    outcome.failed_on_other_ranks = static_cast<std::size_t>(counts[1]) - outcome.failures.size();
+    outcome.interrupted = counts[2] > 0;
     return outcome;
 }
 }  // namespace xgrad::train::grid

@@ -1,8 +1,8 @@
 // A grid of xgrad-train runs (xgrad-experiment): a spec names fixed flags, axes or listed variants,
 // seeds, a baseline and a budget per run; the runner starts xgrad-train child processes, as many at a
 // time as there are cores, and keeps each run's state on disk so that a stopped grid resumes (finished
-// runs are skipped, an interrupted one continues from its latest checkpoint with --resume). docs/experiments.md
-// documents the spec.
+// runs are skipped, an interrupted one continues from its latest checkpoint with --resume); under mpirun
+// the processes share the runs out. docs/experiments.md documents the spec.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +10,8 @@
 #include <map>
 #include <string>
 #include <vector>
+
+#include "train/communicator.hpp"
 
 namespace xgrad::train::grid
 {
@@ -111,14 +113,39 @@ std::map<std::string, std::int64_t> check_and_size(const spec& s, const std::str
 
 struct grid_outcome
 {
-    std::size_t finished = 0;  // runs finished, including those finished before
+    std::size_t finished = 0;  // runs finished, including those finished before (on every rank)
     std::size_t skipped = 0;   // already finished when this call began
-    std::vector<std::string> failures;  // "variant/seed-N: last line of its output"
-    bool interrupted = false;
+    std::vector<std::string> failures;  // this process's: "variant/seed-N: last line of its output"
+    std::size_t failed_on_other_ranks = 0;  // under mpirun: failures the other ranks reported
+    bool interrupted = false;               // on any rank
 };
 
-// Runs every unfinished run. Refuses (std::invalid_argument) a run folder started with other flags and
-// a second runner on the same OUT. SIGINT or SIGTERM ends the children (they resume from their latest
-// checkpoint on the next call) and returns.
+// Holds an exclusive lock on OUT/.lock while it lives (the kernel drops it if the process dies). Throws
+// std::invalid_argument when another xgrad-experiment holds it.
+class grid_lock
+{
+public:
+    explicit grid_lock(const std::string& out);
+    ~grid_lock();
+    grid_lock(const grid_lock&) = delete;
+    grid_lock& operator=(const grid_lock&) = delete;
+
+private:
+    int fd_ = -1;
+};
+
+// Refuses (std::invalid_argument) a run folder whose command.txt differs from the planned command.
+void check_run_folders(const std::vector<run>& runs);
+
+// Runs every unfinished run, after taking the lock and checking the run folders. SIGINT or SIGTERM ends
+// the children (they resume from their latest checkpoint on the next call) and returns.
 grid_outcome run_grid(const std::vector<run>& runs, const std::string& out, const runner_options& o);
+
+// The same across the processes of `comm` (mpirun -np N xgrad-experiment): every process calls it with the
+// same runs once rank 0 holds the lock and has checked the run folders. The unfinished runs, listed by all
+// before any starts, are dealt out in turn (run i to rank i mod N), each taken whole by one process and
+// run `o.jobs` at a time there; rank 0 alone shows progress and records the session's wall-clock time.
+// Returns on every rank once every rank is done, with the counts of all of them.
+grid_outcome run_grid(const std::vector<run>& runs, const std::string& out, const runner_options& o,
+                      communicator& comm);
 }  // namespace xgrad::train::grid

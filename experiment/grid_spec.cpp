@@ -4,12 +4,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <set>
 #include <sstream>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
+
+#include "io/escape.hpp"
+#include "io/json_limits.hpp"
 
 namespace xgrad::train::grid
 {
@@ -19,6 +23,23 @@ using json = nlohmann::ordered_json;
 namespace
 {
 [[noreturn]] void bad(const std::string& what) { throw std::invalid_argument("spec: " + what); }
+
+// A grid's bounds: far beyond any grid one machine can run, small enough that planning it is instant.
+constexpr std::uint64_t max_variants = 10000;
+constexpr std::uint64_t max_seeds = 10000;
+constexpr std::uint64_t max_runs = 100000;
+constexpr double max_budget_steps = 1e9;    // steps and tokens: integers below 2^53, so a double holds them
+constexpr double max_budget_tokens = 1e15;
+constexpr double max_budget_seconds = 1e7;  // about 115 days
+
+// A name from the spec for a message: escaped, cut after 60 bytes, in double quotes.
+std::string named(const std::string& name)
+{
+    return "\"" + io::escaped(name.substr(0, 60)) + (name.size() > 60 ? "...\"" : "\"");
+}
+
+// A JSON value for a message: its text, cut after 60 bytes and escaped.
+std::string shown(const json& value) { return io::quoted(value.dump(), 60); }
 
 // Flags xgrad-experiment sets on every run itself.
 const std::set<std::string> runner_flags{"data", "out", "seed", "steps", "resume", "quiet", "threads", "help"};
@@ -34,7 +55,7 @@ std::string flag_name(std::string name, const std::string& where)
     });
     if (!well_formed)
     {
-        bad(where + ": \"" + name + "\" is not a flag name (lower-case letters, digits and '-')");
+        bad(where + ": " + named(name) + " is not a flag name (lower-case letters, digits and '-')");
     }
     if (runner_flags.count(name))
     {
@@ -65,7 +86,7 @@ void apply_flag(std::vector<flag>& flags, const std::string& name, const json& v
     }
     else
     {
-        bad(where + ": --" + name + " must be a number, a string or true/false, got " + value.dump());
+        bad(where + ": --" + name + " must be a number, a string or true/false, got " + shown(value));
     }
 }
 
@@ -107,9 +128,22 @@ std::vector<std::string> split_list(const std::string& s)
     return items;
 }
 
+// The spec's key `key`, which an override is about to write into, must be an object (or a list).
+void require_container(const json& j, const char* key, bool list)
+{
+    if (j.contains(key) && (list ? !j[key].is_array() : !j[key].is_object()))
+    {
+        bad(std::string("\"") + key + "\" must be " + (list ? "a list" : "an object") + ", got " +
+            shown(j[key]));
+    }
+}
+
 // The overrides written into the spec's JSON, so that one parser checks both.
 void apply_overrides(json& j, const spec_overrides& o)
 {
+    require_container(j, "fixed", false);
+    require_container(j, "axes", false);
+    require_container(j, "variants", true);
     if (!o.data.empty())
     {
         j["data"] = o.data;
@@ -166,7 +200,7 @@ std::vector<variant> product_of_axes(const json& axes, const std::vector<flag>& 
     {
         bad("\"axes\" must be an object of flag: [values]");
     }
-    std::vector<variant> out{{"", fixed}};
+    std::uint64_t count = 1;
     for (const auto& [key, values] : axes.items())
     {
         const std::string name = flag_name(key, "axes");
@@ -174,6 +208,16 @@ std::vector<variant> product_of_axes(const json& axes, const std::vector<flag>& 
         {
             bad("axes: --" + name + " needs a non-empty list of values");
         }
+        if (__builtin_mul_overflow(count, values.size(), &count) || count > max_variants)
+        {
+            bad("axes: the product of the axes' lengths is more than " + std::to_string(max_variants) +
+                " variants (the limit)");
+        }
+    }
+    std::vector<variant> out{{"", fixed}};
+    for (const auto& [key, values] : axes.items())
+    {
+        const std::string name = flag_name(key, "axes");
         std::vector<variant> next;
         for (const variant& v : out)
         {
@@ -197,20 +241,31 @@ variant listed_variant(const json& entry, const std::vector<flag>& fixed)
         bad("each of \"variants\" must be an object of flags (and \"name\")");
     }
     variant v{"", fixed};
+    if (entry.contains("name"))
+    {
+        const json& name = entry["name"];
+        if (!name.is_string() || name.get<std::string>().empty())
+        {
+            bad("variants: \"name\" must be a non-empty string, got " + shown(name));
+        }
+        v.name = name.get<std::string>();
+        const bool separator = v.name.find_first_of("/\\") != std::string::npos;
+        if (separator || v.name == "." || v.name == "..")
+        {
+            bad("variants: the name " + named(v.name) +
+                " would be a folder outside --out (no '/', '\\', \".\" or \"..\")");
+        }
+    }
     std::string generated;
     for (const auto& [key, value] : entry.items())
     {
         if (key == "name")
         {
-            if (!value.is_string() || value.get<std::string>().empty())
-            {
-                bad("variants: \"name\" must be a non-empty string");
-            }
-            v.name = value.get<std::string>();
             continue;
         }
         const std::string name = flag_name(key, "variants");
-        apply_flag(v.flags, name, value, "variant " + entry.value("name", std::string("?")));
+        const std::string where = "variant " + (v.name.empty() ? std::string("?") : named(v.name));
+        apply_flag(v.flags, name, value, where);
         generated += (generated.empty() ? "" : ",") + describe(name, value);
     }
     if (v.name.empty())
@@ -223,6 +278,14 @@ variant listed_variant(const json& entry, const std::vector<flag>& fixed)
 std::vector<std::uint64_t> seeds_of(const json& j)
 {
     std::vector<std::uint64_t> seeds;
+    const std::uint64_t listed = j.is_number_unsigned() ? j.get<std::uint64_t>()
+                                 : j.is_array()         ? j.size()
+                                                        : 0;
+    if (listed > max_seeds)
+    {
+        bad("\"seeds\": " + std::to_string(listed) + " seeds; at most " + std::to_string(max_seeds) +
+            " (the limit)");
+    }
     if (j.is_number_unsigned() && j.get<std::uint64_t>() >= 1)
     {
         for (std::uint64_t s = 1; s <= j.get<std::uint64_t>(); ++s)
@@ -233,13 +296,13 @@ std::vector<std::uint64_t> seeds_of(const json& j)
     }
     if (!j.is_array() || j.empty())
     {
-        bad("\"seeds\" must be a count (seeds 1..N) or a non-empty list of seeds, got " + j.dump());
+        bad("\"seeds\" must be a count (seeds 1..N) or a non-empty list of seeds, got " + shown(j));
     }
     for (const json& s : j)
     {
         if (!s.is_number_unsigned())
         {
-            bad("\"seeds\": " + s.dump() + " is not a non-negative integer");
+            bad("\"seeds\": " + shown(s) + " is not a non-negative integer");
         }
         seeds.push_back(s.get<std::uint64_t>());
     }
@@ -254,7 +317,7 @@ budget budget_of(const json& j)
 {
     if (!j.is_object() || j.size() != 1)
     {
-        bad("\"budget\" must be one of {\"steps\": N}, {\"tokens\": N}, {\"seconds\": S}, got " + j.dump());
+        bad("\"budget\" must be one of {\"steps\": N}, {\"tokens\": N}, {\"seconds\": S}, got " + shown(j));
     }
     const std::string unit = j.begin().key();  // (a structured binding to items() outlives its proxy)
     const json& amount = j.begin().value();
@@ -273,11 +336,19 @@ budget budget_of(const json& j)
     }
     else
     {
-        bad("budget: unknown unit \"" + unit + "\" (steps, tokens or seconds)");
+        bad("budget: unknown unit " + named(unit) + " (steps, tokens or seconds)");
     }
-    if (!amount.is_number() || !(amount.get<double>() > 0) || !std::isfinite(amount.get<double>()))
+    const bool whole = b.kind != budget::unit::seconds;
+    const double most = b.kind == budget::unit::steps    ? max_budget_steps
+                        : b.kind == budget::unit::tokens ? max_budget_tokens
+                                                         : max_budget_seconds;
+    const double value = amount.is_number() ? amount.get<double>() : 0;
+    if (!amount.is_number() || !(value > 0 && value <= most) || (whole && value != std::floor(value)))
     {
-        bad("budget: " + unit + " must be a positive number, got " + amount.dump());
+        char limit[32];
+        std::snprintf(limit, sizeof limit, "%.0f", most);
+        const std::string range = whole ? "a whole number from 1" : "a number of seconds above 0";
+        bad("budget: " + unit + " must be " + range + " to " + limit + ", got " + shown(amount));
     }
     b.amount = amount.get<double>();
     return b;
@@ -291,7 +362,8 @@ void check_keys(const json& j)
     {
         if (!known.count(key))
         {
-            bad("unknown key \"" + key + "\" (data, fixed, axes, variants, seeds, baseline, budget, name, description)");
+            bad("unknown key " + named(key) +
+                " (data, fixed, axes, variants, seeds, baseline, budget, name, description)");
         }
     }
 }
@@ -302,14 +374,7 @@ spec load_spec(const std::string& json_text, const spec_overrides& overrides)
     json j = json::object();
     if (!json_text.empty())
     {
-        try
-        {
-            j = json::parse(json_text);
-        }
-        catch (const json::parse_error& e)
-        {
-            bad(std::string("not valid JSON: ") + e.what());
-        }
+        j = io::parse_json_bounded<json>(json_text, "spec");
         if (!j.is_object())
         {
             bad("the file must hold a JSON object");
@@ -341,6 +406,11 @@ spec load_spec(const std::string& json_text, const spec_overrides& overrides)
     {
         bad("\"variants\" must be a list of objects");
     }
+    if (listed.size() > max_variants - s.variants.size())
+    {
+        bad("\"variants\" and \"axes\" make more than " + std::to_string(max_variants) +
+            " variants (the limit)");
+    }
     for (const json& entry : listed)
     {
         s.variants.push_back(listed_variant(entry, s.fixed));
@@ -352,9 +422,14 @@ spec load_spec(const std::string& json_text, const spec_overrides& overrides)
     std::set<std::string> names, folders;
     for (const variant& v : s.variants)
     {
-        if (!names.insert(v.name).second || !folders.insert(folder_name(v.name)).second)
+        const std::string folder = folder_name(v.name);
+        if (folder == "." || folder == "..")
         {
-            bad("two variants are named \"" + v.name + "\" (or the same as folders)");
+            bad("the variant " + named(v.name) + " would be a folder outside --out");
+        }
+        if (!names.insert(v.name).second || !folders.insert(folder).second)
+        {
+            bad("two variants are named " + named(v.name) + " (or the same as folders)");
         }
     }
     if (!j.contains("seeds"))
@@ -362,10 +437,21 @@ spec load_spec(const std::string& json_text, const spec_overrides& overrides)
         bad("no \"seeds\" (a count or a list; or --seeds)");
     }
     s.seeds = seeds_of(j["seeds"]);
+    std::uint64_t runs = 0;
+    if (__builtin_mul_overflow(std::uint64_t(s.variants.size()), std::uint64_t(s.seeds.size()), &runs) ||
+        runs > max_runs)
+    {
+        bad(std::to_string(s.variants.size()) + " variants x " + std::to_string(s.seeds.size()) +
+            " seeds is more than " + std::to_string(max_runs) + " runs (the limit)");
+    }
+    if (j.contains("baseline") && !j["baseline"].is_string())
+    {
+        bad("\"baseline\" must be a variant's name (a string), got " + shown(j["baseline"]));
+    }
     s.baseline = j.value("baseline", s.variants.front().name);
     if (!names.count(s.baseline))
     {
-        bad("the baseline \"" + s.baseline + "\" is not one of the variants");
+        bad("the baseline " + named(s.baseline) + " is not one of the variants");
     }
     if (!j.contains("budget"))
     {
@@ -486,7 +572,13 @@ std::vector<run> plan_runs(const spec& s, const std::map<std::string, std::int64
             r.variant = v.name;
             r.seed = seed;
             r.dir = (fs::path(out) / folder_name(v.name) / ("seed-" + std::to_string(seed))).string();
-            r.steps = steps.at(v.name);
+            const auto planned = steps.find(v.name);
+            if (planned == steps.end())
+            {
+                throw std::invalid_argument("the steps of the grid in " + out + " name no variant " +
+                                            named(v.name) + " (steps.json does not match grid.json)");
+            }
+            r.steps = planned->second;
             r.args = run_arguments(s, v, seed, r.steps, r.dir);
             runs.push_back(r);
         }

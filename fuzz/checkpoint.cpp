@@ -26,7 +26,7 @@ void check_round_trip(const io::checkpoint<float>& ck, const std::string& path)
 {
     // The sizes are written from the model (a stored "01" comes back as "1"); the rest as it was.
     io::checkpoint_extras extras{ck.metadata, ck.optimiser};
-    for (const char* key : io::size_keys)
+    for (const std::string& key : models::size_keys())
     {
         extras.metadata.erase(key);
     }

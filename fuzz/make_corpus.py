@@ -148,6 +148,26 @@ def checkpoint_seeds():
     }
 
 
+def gpt2_tokenizer_seeds():
+    """vocab.json, merges.txt and a text, NUL-separated: GPT-2's 256 byte pieces plus a few merges."""
+    printable = [b for b in range(256) if 0x21 <= b <= 0x7E or 0xA1 <= b <= 0xAC or b >= 0xAE]
+    others = [b for b in range(256) if b not in printable]
+    piece = {b: chr(b) if b in printable else chr(256 + others.index(b)) for b in range(256)}
+    vocab = {piece[b]: b for b in range(256)}
+    vocab.update({"\u0120t": 256, "he": 257, "\u0120the": 258, "<|endoftext|>": 259})
+    merges = "#version: 0.2\n\u0120 t\nh e\n\u0120t he\n"
+    join = lambda v, m, text: json.dumps(v).encode() + b"\0" + m.encode() + b"\0" + text
+    return {
+        "valid": join(vocab, merges,
+                      "the theme: then, 'll they're 42 \u00e9t\u00e9 \U0001f600 <|endoftext|>!".encode()),
+        "invalid_utf8": join(vocab, merges, b"ok \xff\xe2\x82 \xed\xa0\x80 the"),
+        "ids_gap": join(dict(vocab, extra=300), merges, b"the"),
+        "merge_unknown": join(vocab, merges + "q \u4e2d\n", b"the"),
+        "not_object": b"[1, 2]\0#version: 0.2\n\0text",
+        "nested": b'{"a": {"b": 1}}\0#version\0x',
+    }
+
+
 def write(target, seeds):
     folder = os.path.join(HERE, "corpus", target)
     os.makedirs(folder, exist_ok=True)
@@ -162,3 +182,4 @@ if __name__ == "__main__":
     write("checkpoint", checkpoint_seeds())
     write("mha_npy_args", mha_npy_args_seeds())
     write("gpt_npy_args", gpt_npy_args_seeds())
+    write("gpt2_tokenizer", gpt2_tokenizer_seeds())

@@ -4,8 +4,6 @@
 #include "io/checkpoint.hpp"
 #include "io/checkpoint_limits.hpp"  // the metadata's claims against the file, before any allocation
 
-#include <charconv>
-#include <limits>
 #include <set>
 #include <stdexcept>
 #include <type_traits>
@@ -14,8 +12,6 @@
 
 namespace xgrad::io
 {
-const char* const size_keys[6] = {"vocab_size", "block_size", "layers", "d_model", "heads", "kv_heads"};
-
 namespace
 {
 const std::string optimiser_prefix = "optim.";
@@ -23,33 +19,6 @@ const std::string optimiser_prefix = "optim.";
 [[noreturn]] void fail(const std::string& path, const std::string& problem)
 {
     throw format_error(path + ": " + problem);
-}
-
-// The default model of c's sizes.
-models::gpt_config default_variant(const models::gpt_config& c)
-{
-    models::gpt_config d;
-    d.vocab_size = c.vocab_size;
-    d.block_size = c.block_size;
-    d.layers = c.layers;
-    d.d_model = c.d_model;
-    d.heads = c.heads;
-    d.kv_heads = c.kv_heads;
-    return d;
-}
-
-// Whether `text` under `key` describes c's variant.
-bool same_variant_value(const models::gpt_config& c, const std::string& key, const std::string& text)
-{
-    try
-    {
-        const models::gpt_config read = models::with_variant_metadata(c, {{key, text}});
-        return models::variant_metadata(read) == models::variant_metadata(c);
-    }
-    catch (const models::variant_error&)
-    {
-        return false;
-    }
 }
 
 bool is_optimiser_state(const std::string& name)
@@ -82,39 +51,7 @@ std::vector<expected_tensor> spec_tensors(const models::gpt_config& c)
     return t;
 }
 
-// The sizes, and the variant when it is not the default model.
-std::string sizes_str(const models::gpt_config& c)
-{
-    std::string s = "vocab_size = " + std::to_string(c.vocab_size) + ", block_size = " + std::to_string(c.block_size) +
-                    ", layers = " + std::to_string(c.layers) + ", d_model = " + std::to_string(c.d_model) +
-                    ", heads = " + std::to_string(c.heads) + ", kv_heads = " + std::to_string(c.kv_head_count());
-    const auto variant = models::variant_metadata(c), standard = models::variant_metadata(default_variant(c));
-    for (const char* key : models::variant_keys)
-    {
-        if (variant.at(key) != standard.at(key))
-        {
-            s += ", " + std::string(key) + " = " + variant.at(key);
-        }
-    }
-    return s;
-}
-
-std::size_t parse_size(const std::string& path, const std::string& key, const std::string& text)
-{
-    std::size_t n = 0;
-    const char* end = text.data() + text.size();
-    const auto [ptr, ec] = std::from_chars(text.data(), end, n);
-    const bool digits_only = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
-    if (!digits_only || ptr != end || ec == std::errc::invalid_argument)
-    {
-        fail(path, "metadata '" + key + "' = " + printable(text) + " is not a non-negative decimal integer");
-    }
-    if (ec == std::errc::result_out_of_range)
-    {
-        fail(path, "metadata '" + key + "' = " + printable(text) + " is too large");
-    }
-    return n;
-}
+std::string sizes_str(const models::gpt_config& c) { return models::describe(c); }
 
 // The values converted to another float type: a parameter widened to the double a file stores, or a
 // stored tensor narrowed to the model's T.
@@ -130,31 +67,31 @@ array<To> converted(const array<From>& values)
 }
 
 // Every expected tensor present with its shape, and nothing else but optimiser state.
-void check_tensors(const std::string& path, const safetensors_file& file, const models::gpt_config& c,
-                   const std::vector<expected_tensor>& expected)
+void check_tensors(const std::string& path, const std::map<std::string, tensor_info>& tensors,
+                   const models::gpt_config& c, const std::vector<expected_tensor>& expected)
 {
     std::set<std::string> names;
     for (const expected_tensor& e : expected)
     {
         names.insert(e.name);
-        const auto found = file.tensors.find(e.name);
-        if (found == file.tensors.end())
+        const auto found = tensors.find(e.name);
+        if (found == tensors.end())
         {
             fail(path, "tensor '" + e.name + "' is missing (the metadata's sizes: " + sizes_str(c) + ")");
         }
-        const shape_t got = to_shape(found->second.values.shape());
+        const shape_t& got = found->second.shape;
         if (got != e.shape)
         {
             fail(path, "tensor '" + e.name + "' has shape " + shape_str(got) + ", expected " + e.formula +
                          " = " + shape_str(e.shape) + " (the metadata's sizes: " + sizes_str(c) + ")");
         }
     }
-    for (const auto& [name, t] : file.tensors)
+    for (const auto& [name, t] : tensors)
     {
         if (!names.count(name) && !is_optimiser_state(name))
         {
-            fail(path, "unknown tensor " + printable(name) + " with shape " +
-                         shape_str(to_shape(t.values.shape())) + " (not a parameter of a model with " +
+            fail(path, "unknown tensor " + printable(name) + " with shape " + shape_str(t.shape) +
+                         " (not a parameter of a model with " +
                          sizes_str(c) + "; optimiser state must be named 'optim.*')");
         }
     }
@@ -164,35 +101,10 @@ void check_tensors(const std::string& path, const safetensors_file& file, const 
 models::gpt_config config_from_metadata(const std::string& path,
                                         const std::map<std::string, std::string>& metadata)
 {
-    std::size_t sizes[6];
-    for (std::size_t k = 0; k < 6; ++k)
-    {
-        const auto found = metadata.find(size_keys[k]);
-        if (found == metadata.end())
-        {
-            fail(path, std::string("metadata has no '") + size_keys[k] +
-                         "' (a checkpoint stores vocab_size, block_size, layers, d_model, heads, kv_heads)");
-        }
-        sizes[k] = parse_size(path, size_keys[k], found->second);
-    }
     models::gpt_config c;
-    c.vocab_size = sizes[0];
-    c.block_size = sizes[1];
-    c.layers = sizes[2];
-    c.d_model = sizes[3];
-    c.heads = sizes[4];
-    c.kv_heads = sizes[5];
-    if (c.kv_heads == 0)
-    {
-        fail(path, "metadata 'kv_heads' = '0': a model has at least one key/value head");
-    }
-    if (c.d_model > std::numeric_limits<std::size_t>::max() / 4)
-    {
-        fail(path, "metadata 'd_model' = " + printable(metadata.at("d_model")) + " is too large");
-    }
     try
     {
-        c = models::with_variant_metadata(c, metadata);
+        c = models::config_from_metadata(metadata);
     }
     catch (const models::variant_error& e)
     {
@@ -200,9 +112,9 @@ models::gpt_config config_from_metadata(const std::string& path,
         fail(path, "metadata '" + e.key + "' = " + printable(e.value) + " is not " + (several ? "one of " : "") +
                        e.allowed);
     }
-    if (c.mlp_hidden > std::numeric_limits<std::size_t>::max() / 4)
+    catch (const models::missing_size_error& e)
     {
-        fail(path, "metadata 'mlp_hidden' = " + printable(metadata.at("mlp_hidden")) + " is too large");
+        fail(path, e.what());
     }
     try
     {
@@ -215,41 +127,50 @@ models::gpt_config config_from_metadata(const std::string& path,
     return c;
 }
 
+namespace
+{
+// The checkpoint's metadata: the caller's extras, then the config's keys (docs/spec.md). An extra key of
+// the config must say what the model is (an explicit default stays, as written).
+std::map<std::string, std::string> checkpoint_metadata(const models::gpt_config& c,
+                                                       std::map<std::string, std::string> metadata)
+{
+    const std::map<std::string, std::string> own = models::config_metadata(c);
+    for (auto it = metadata.begin(); it != metadata.end();)
+    {
+        const std::string& key = it->first;
+        bool same = false;
+        try
+        {
+            same = key == "model_keys" || !models::is_config_key(key) ||
+                   models::config_metadata(models::config_with_values(c, {*it})) == own;
+        }
+        catch (const models::variant_error&)
+        {
+        }
+        if (!same)
+        {
+            const auto found = own.find(key);
+            throw std::invalid_argument("save_checkpoint: extra metadata '" + key + "' = '" + it->second +
+                                        "' disagrees with the model's " +
+                                        (found == own.end() ? "default" : found->second));
+        }
+        it = key == "model_keys" ? metadata.erase(it) : std::next(it);
+    }
+    for (const auto& [key, value] : own)
+    {
+        metadata[key] = value;
+    }
+    return metadata;
+}
+}  // namespace
+
 template <class T>
 void save_checkpoint(const std::string& path, const models::gpt_parameters<T>& params,
                      const checkpoint_extras& extras)
 {
     const models::gpt_config& c = params.config;
     safetensors_file file;
-    const std::string sizes[6] = {std::to_string(c.vocab_size), std::to_string(c.block_size),
-                                  std::to_string(c.layers),     std::to_string(c.d_model),
-                                  std::to_string(c.heads),      std::to_string(c.kv_head_count())};
-    file.metadata = extras.metadata;
-    for (std::size_t k = 0; k < 6; ++k)
-    {
-        const auto [at, inserted] = file.metadata.emplace(size_keys[k], sizes[k]);
-        if (!inserted && at->second != sizes[k])
-        {
-            throw std::invalid_argument("save_checkpoint: extra metadata '" + std::string(size_keys[k]) +
-                                        "' = '" + at->second + "' disagrees with the model's " + sizes[k]);
-        }
-    }
-
-    // The variant's keys where it is not the default model, so a default model's file is as before.
-    const auto variant = models::variant_metadata(c), standard = models::variant_metadata(default_variant(c));
-    for (const char* key : models::variant_keys)
-    {
-        const auto found = file.metadata.find(key);
-        if (found != file.metadata.end() && !same_variant_value(c, key, found->second))
-        {
-            throw std::invalid_argument("save_checkpoint: extra metadata '" + std::string(key) + "' = '" +
-                                        found->second + "' disagrees with the model's " + variant.at(key));
-        }
-        if (variant.at(key) != standard.at(key))
-        {
-            file.metadata[key] = variant.at(key);
-        }
-    }
+    file.metadata = checkpoint_metadata(c, extras.metadata);
 
     const std::vector<expected_tensor> expected = spec_tensors(c);
     const std::vector<parameter<T>> named = params.named_parameters();
@@ -284,23 +205,23 @@ void save_checkpoint(const std::string& path, const models::gpt_parameters<T>& p
 }
 
 template <class T>
-checkpoint<T> load_checkpoint(const std::string& path)
+checkpoint<T> load_checkpoint(const std::string& path, optimiser_state optimiser)
 {
-    safetensors_file file = read_safetensors(path);
-    check_checkpoint_limits(path, file);
-    const models::gpt_config c = config_from_metadata(path, file.metadata);
+    const safetensors_reader file(path);
+    check_checkpoint_limits(file);
+    const models::gpt_config c = config_from_metadata(path, file.metadata());
     const std::vector<expected_tensor> expected = spec_tensors(c);
-    check_tensors(path, file, c, expected);
+    check_tensors(path, file.tensors(), c, expected);
 
-    checkpoint<T> out{models::gpt_parameters<T>::declare(c), std::move(file.metadata), {}};
+    checkpoint<T> out{models::gpt_parameters<T>::declare(c), file.metadata(), {}};
     out.params.visit([&file](const std::string& name, parameter<T>& p, const models::declaration&) {
-        p = parameter<T>(converted<T>(file.tensors.at(name).values), name);  // check_tensors found it
+        p = parameter<T>(file.read<T>(name), name);  // check_tensors found it
     });
-    for (auto& [name, t] : file.tensors)
+    for (const auto& [name, t] : file.tensors())
     {
-        if (is_optimiser_state(name))
+        if (optimiser == optimiser_state::load && is_optimiser_state(name))
         {
-            out.optimiser.emplace(name, std::move(t));
+            out.optimiser.emplace(name, stored_tensor{t.dtype, file.read<double>(name)});
         }
     }
     return out;
@@ -353,46 +274,59 @@ void write_module_file(const std::string& path, const std::vector<std::pair<std:
     write_safetensors(path, file);
 }
 
-safetensors_file read_module_file(const std::string& path,
-                                  const std::vector<std::pair<std::string, models::declaration>>& declared,
-                                  const std::map<std::string, std::string>& metadata)
+void check_module_file(const safetensors_reader& file,
+                       const std::vector<std::pair<std::string, models::declaration>>& declared,
+                       const std::map<std::string, std::string>& metadata)
 {
-    safetensors_file file = read_safetensors(path);
+    const std::string& path = file.path();
     for (const auto& [key, value] : metadata)
     {
-        const auto found = file.metadata.find(key);
-        if (found == file.metadata.end() || found->second != value)
+        const auto found = file.metadata().find(key);
+        if (found == file.metadata().end() || found->second != value)
         {
-            fail(path, "metadata '" + key + "' is " +
-                           (found == file.metadata.end() ? std::string("missing") : printable(found->second)) +
-                           " but the model has " + printable(value));
+            const std::string held = found == file.metadata().end() ? "missing" : printable(found->second);
+            fail(path, "metadata '" + key + "' is " + held + " but the model has " + printable(value));
         }
     }
     std::set<std::string> names;
     for (const auto& [name, d] : declared)
     {
         names.insert(name);
-        const auto found = file.tensors.find(name);
-        if (found == file.tensors.end())
+        const auto found = file.tensors().find(name);
+        if (found == file.tensors().end())
         {
             fail(path, "tensor '" + name + "' is missing");
         }
-        const shape_t got = to_shape(found->second.values.shape());
+        const shape_t& got = found->second.shape;
         if (got != d.shape)
         {
             fail(path, "tensor '" + name + "' has shape " + shape_str(got) + ", the model declares " +
                            (d.formula.empty() ? "" : d.formula + " = ") + shape_str(d.shape));
         }
     }
-    for (const auto& [name, t] : file.tensors)
+    for (const auto& [name, t] : file.tensors())
     {
         if (!names.count(name) && !is_optimiser_state(name))
         {
-            fail(path, "unknown tensor " + printable(name) + " with shape " + shape_str(to_shape(t.values.shape())) +
+            fail(path, "unknown tensor " + printable(name) + " with shape " + shape_str(t.shape) +
                            " (not a parameter of the model; optimiser state must be named 'optim.*')");
         }
     }
-    return file;
+}
+
+safetensors_file read_module_file(const std::string& path,
+                                  const std::vector<std::pair<std::string, models::declaration>>& declared,
+                                  const std::map<std::string, std::string>& metadata)
+{
+    const safetensors_reader file(path);
+    check_module_file(file, declared, metadata);
+    safetensors_file out;
+    out.metadata = file.metadata();
+    for (const auto& [name, t] : file.tensors())
+    {
+        out.tensors.emplace(name, stored_tensor{t.dtype, file.read<double>(name)});
+    }
+    return out;
 }
 
 template stored_tensor to_stored(const parameter<float>&);
@@ -404,6 +338,6 @@ template void save_checkpoint<float>(const std::string&, const models::gpt_param
                                      const checkpoint_extras&);
 template void save_checkpoint<double>(const std::string&, const models::gpt_parameters<double>&,
                                       const checkpoint_extras&);
-template checkpoint<float> load_checkpoint<float>(const std::string&);
-template checkpoint<double> load_checkpoint<double>(const std::string&);
+template checkpoint<float> load_checkpoint<float>(const std::string&, optimiser_state);
+template checkpoint<double> load_checkpoint<double>(const std::string&, optimiser_state);
 }  // namespace xgrad::io

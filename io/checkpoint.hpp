@@ -1,6 +1,6 @@
 // Checkpoints on safetensors (docs/spec.md, "Checkpoint file: safetensors"). For the GPT: every parameter
-// under its name in the dtype of T, the model's sizes as decimal metadata ("vocab_size", "block_size",
-// "layers", "d_model", "heads", "kv_heads"), the variant's keys where it is not the default model, any
+// under its name in the dtype of T, the model's config as metadata (models/gpt_config.hpp: the sizes always,
+// the variant's keys where it is not the default model), any
 // other metadata ("vocab", "step", ...) and the optimiser's state as tensors named "optim.*". Loading
 // checks the file against the tensors the metadata's model declares. For any module (models/module.hpp):
 // save_module and load_module do the same with the tensors its visit walk declares.
@@ -31,9 +31,6 @@ struct checkpoint
     std::map<std::string, stored_tensor> optimiser;  // the "optim.*" tensors as stored
 };
 
-// The metadata keys that hold the model's sizes, in docs/spec.md's order.
-extern const char* const size_keys[6];
-
 // Writes `params` (F32 for float, F64 for double) with its sizes and `extras`, atomically (see
 // write_safetensors). Throws std::invalid_argument naming "save_checkpoint" when an extra tensor's name
 // does not begin with "optim." or an extra metadata key names a size with another value, and
@@ -42,12 +39,21 @@ template <class T>
 void save_checkpoint(const std::string& path, const models::gpt_parameters<T>& params,
                      const checkpoint_extras& extras = {});
 
+// Whether load_checkpoint reads the optimiser's "optim.*" tensors (a resume) or leaves them on disk
+// (sampling, evaluation: they are checked by name in the header all the same).
+enum class optimiser_state
+{
+    load,
+    skip,
+};
+
 // Reads a checkpoint strictly: every size key present and a decimal integer, sizes that make a valid
 // model (gpt_config::validate), every parameter present with exactly docs/spec.md's shape, no other tensor
-// except "optim.*" ones (returned as stored). F32 and F64 are both converted to T. Throws format_error
-// naming the file, the tensor and the shapes.
+// except "optim.*" ones (returned as stored unless skipped). All of it is checked on the header before a
+// tensor is read; each parameter is then read straight into its array, F32 and F64 converted to T once.
+// Throws format_error naming the file, the tensor and the shapes.
 template <class T>
-checkpoint<T> load_checkpoint(const std::string& path);
+checkpoint<T> load_checkpoint(const std::string& path, optimiser_state optimiser = optimiser_state::load);
 
 // The model a checkpoint's metadata declares (sizes and variant), checked as load_checkpoint checks them.
 models::gpt_config config_from_metadata(const std::string& path,
@@ -66,9 +72,13 @@ parameter<T> from_stored(const stored_tensor& t, const std::string& name);
 void write_module_file(const std::string& path, const std::vector<std::pair<std::string, stored_tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata, const checkpoint_extras& extras);
 
-// Reads a file strictly against `declared`: every declared tensor present with its shape, nothing else
-// but "optim.*", and each key of `metadata` present with that value. Throws format_error naming the file
-// and the tensor or key (what the file has, what the model wants).
+// Checks a file's header strictly against `declared`: every declared tensor present with its shape,
+// nothing else but "optim.*", and each key of `metadata` present with that value. Throws format_error
+// naming the file and the tensor or key (what the file has, what the model wants).
+void check_module_file(const safetensors_reader& file,
+                       const std::vector<std::pair<std::string, models::declaration>>& declared,
+                       const std::map<std::string, std::string>& metadata);
+// The file, checked as check_module_file checks it, with every tensor read.
 safetensors_file read_module_file(const std::string& path,
                                   const std::vector<std::pair<std::string, models::declaration>>& declared,
                                   const std::map<std::string, std::string>& metadata);
@@ -90,18 +100,19 @@ void save_module(const std::string& path, const Model& model, const std::map<std
 template <class Model>
 checkpoint_extras load_module(const std::string& path, Model& model, const std::map<std::string, std::string>& metadata)
 {
-    safetensors_file file = read_module_file(path, models::declared_parameters(model), metadata);
+    const safetensors_reader file(path);
+    check_module_file(file, models::declared_parameters(model), metadata);
     model.visit([&file](const std::string& name, auto& p, const models::declaration&) {
         using T = typename std::decay_t<decltype(p.value())>::value_type;
-        p = from_stored<T>(file.tensors.at(name), name);
+        p = parameter<T>(file.read<T>(name), name);
     });
     checkpoint_extras extras;
-    extras.metadata = std::move(file.metadata);
-    for (auto& [name, t] : file.tensors)
+    extras.metadata = file.metadata();
+    for (const auto& [name, t] : file.tensors())
     {
         if (name.compare(0, 6, "optim.") == 0)
         {
-            extras.tensors.emplace(name, std::move(t));
+            extras.tensors.emplace(name, stored_tensor{t.dtype, file.read<double>(name)});
         }
     }
     return extras;

@@ -12,16 +12,16 @@
 
 namespace xgrad::io
 {
-// What the metadata asks for, every count saturated at UINT64_MAX (never wrapped). Unknown variant
-// values count as the variant with the fewest tensors, so the demand is a lower bound; the loader names
-// the bad value afterwards.
+// What the metadata asks for, every count saturated at UINT64_MAX (never wrapped), counted from the
+// model's own declarations (models/gpt.hpp). An unknown variant value counts as the default; the loader
+// names the bad value afterwards.
 struct checkpoint_demand
 {
     std::uint64_t tensors = 0;   // parameter tensors
     std::uint64_t values = 0;    // parameter values in all
     std::uint64_t largest = 0;   // values of the largest group below
-    std::string largest_group;   // e.g. "wte (vocab_size x d_model)"
-    std::string largest_fields;  // the metadata of that group, e.g. "vocab_size = 4000000000, d_model = 64"
+    std::string largest_group;   // e.g. "wte (V, d)"
+    std::string largest_fields;  // the metadata's sizes and variant, e.g. "vocab_size = 4000000000, ..."
 };
 
 // The demand of the metadata's sizes, or false when a size key is missing or not a decimal integer (the
@@ -34,4 +34,6 @@ bool checkpoint_demand_of(const std::map<std::string, std::string>& metadata, ch
 // gaps are left to the loader, which names the missing tensor. Call it on the parsed file before sizing
 // anything by the metadata.
 void check_checkpoint_limits(const std::string& path, const safetensors_file& file);
+// The same on a file's checked header, before any of its tensors is read.
+void check_checkpoint_limits(const safetensors_reader& file);
 }  // namespace xgrad::io

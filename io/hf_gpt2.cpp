@@ -14,6 +14,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/escape.hpp"
+#include "io/json_limits.hpp"
+
 namespace xgrad::io
 {
 namespace
@@ -158,21 +161,20 @@ json parse_json_file(const std::string& path)
     {
         fail(path, "is " + std::to_string(size) + " bytes, more than a config file needs");
     }
-    std::ifstream in(path, std::ios::binary);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    json j;
     try
     {
-        json j = json::parse(text);
-        if (!j.is_object())
-        {
-            fail(path, "is not a JSON object");
-        }
-        return j;
+        j = parse_json_bounded<json>(read_small_file(path, max_config_bytes), path);
     }
-    catch (const json::exception&)
+    catch (const std::invalid_argument& e)
     {
-        fail(path, "is not valid JSON");
+        throw format_error(e.what());
     }
+    if (!j.is_object())
+    {
+        fail(path, "is not a JSON object");
+    }
+    return j;
 }
 
 std::size_t config_size(const json& config, const char* key, const std::string& path)
@@ -180,7 +182,8 @@ std::size_t config_size(const json& config, const char* key, const std::string& 
     if (!config.contains(key) || !config[key].is_number_unsigned() || config[key].get<std::uint64_t>() == 0 ||
         config[key].get<std::uint64_t>() > (1u << 30))
     {
-        fail(path, std::string("\"") + key + "\" must be a positive integer");
+        fail(path, std::string("\"") + key + "\" must be a positive integer (at most 2^30), got " +
+                     (config.contains(key) ? io::quoted(config[key].dump()) : std::string("none")));
     }
     return config[key].get<std::size_t>();
 }
@@ -193,14 +196,19 @@ void check_config_settings(const json& config, const std::string& path, model_la
     {
         fail(path, "\"layer_norm_epsilon\" must be 1e-5 (the epsilon xgrad's LayerNorm uses)");
     }
+    if (config.contains("activation_function") && !config["activation_function"].is_string())
+    {
+        fail(path, "\"activation_function\" must be a string (gelu_new, gelu_pytorch_tanh or gelu), got " +
+                     io::quoted(config["activation_function"].dump()));
+    }
     const std::string activation = config.value("activation_function", std::string("gelu_new"));
     if (activation == "gelu_new" || activation == "gelu_pytorch_tanh")
     {
-        layout.mlp = "gelu_tanh";
+        layout.mlp = models::mlp_kind::gelu_tanh;
     }
     else if (activation == "gelu")
     {
-        layout.mlp = "gelu";
+        layout.mlp = models::mlp_kind::gelu;
     }
     else
     {
@@ -215,7 +223,8 @@ void check_config_settings(const json& config, const std::string& path, model_la
     {
         if (config.contains(key) && config[key] != wanted)
         {
-            fail(path, std::string("\"") + key + "\" must be " + (wanted ? "true" : "false"));
+            fail(path, std::string("\"") + key + "\" must be " + (wanted ? "true" : "false") + ", got " +
+                         io::quoted(config[key].dump()));
         }
     }
     if (config.contains("n_inner") && !config["n_inner"].is_null())
@@ -321,11 +330,11 @@ safetensors_file read_safetensors_any_float(const std::string& path)
     json header;
     try
     {
-        header = json::parse(read_exactly(f.get(), 8, header_length, path));
+        header = parse_json_bounded<json>(read_exactly(f.get(), 8, header_length, path), path + ": header");
     }
-    catch (const json::exception&)
+    catch (const std::invalid_argument& e)
     {
-        fail(path, "header is not valid JSON");
+        throw format_error(e.what());
     }
     if (!header.is_object())
     {
@@ -394,7 +403,7 @@ safetensors_file read_hf_gpt2(const std::string& folder, model_layout& layout)
     layout.layers = config_size(config, "n_layer", config_path);
     layout.block_size = config_size(config, "n_positions", config_path);
     layout.vocab_size = config_size(config, "vocab_size", config_path);
-    layout.bias = "all";
+    layout.bias = models::bias_kind::all;
     if (layout.d_model % layout.heads != 0)
     {
         fail(config_path,
@@ -506,7 +515,7 @@ safetensors_file read_hf_gpt2(const std::string& folder, model_layout& layout)
     if (recorded == "mlp" || recorded == "none")
     {
         model_layout fewer = layout;
-        fewer.bias = recorded;
+        models::read_field("bias", recorded, fewer.bias);
         const auto keep = fewer.tensor_shapes();
         bool zero = true;
         for (const auto& [name, tensor] : out.tensors)
@@ -531,7 +540,8 @@ safetensors_file read_hf_gpt2(const std::string& folder, model_layout& layout)
     return out;
 }
 
-void write_hf_gpt2(const std::string& folder, const safetensors_file& model, const model_layout& layout)
+void write_hf_gpt2(const std::string& folder, const safetensors_file& model, const model_layout& layout,
+                   const std::map<std::string, std::string>& files)
 {
     const auto refuse = [](const std::string& key, const std::string& value)
     {
@@ -539,21 +549,18 @@ void write_hf_gpt2(const std::string& folder, const safetensors_file& model, con
           "hf-gpt2 cannot express metadata \"" + key + "\" = " + value +
           " (GPT-2 is norm layernorm, position learned, mlp gelu_tanh or gelu, kv_heads = heads)");
     };
-    if (layout.norm != "layernorm")
+    // What GPT-2's files can say: its sizes with G = H, LayerNorm, learned positions, a GELU MLP of any
+    // width, any biases, a tied or untied head. Anything else in the model is refused by name.
+    models::gpt_config expressible = models::with_default_variant(layout);
+    expressible.kv_heads = layout.heads;
+    expressible.mlp = layout.mlp == models::mlp_kind::gelu ? models::mlp_kind::gelu : models::mlp_kind::gelu_tanh;
+    expressible.mlp_hidden = layout.mlp_hidden;
+    expressible.bias = layout.bias;
+    expressible.tied_head = layout.tied_head;
+    std::string value;
+    if (const std::string key = models::first_difference(layout, expressible, &value); !key.empty())
     {
-        refuse("norm", layout.norm);
-    }
-    if (layout.position != "learned")
-    {
-        refuse("position", layout.position);
-    }
-    if (layout.mlp == "swiglu")
-    {
-        refuse("mlp", layout.mlp);
-    }
-    if (layout.kv_heads != layout.heads)
-    {
-        refuse("kv_heads", std::to_string(layout.kv_heads));
+        refuse(key, value);
     }
     safetensors_file hf;
     hf.metadata["format"] = "pt";
@@ -614,7 +621,7 @@ void write_hf_gpt2(const std::string& folder, const safetensors_file& model, con
                     { "vocab_size", layout.vocab_size },
                     { "n_inner", nullptr },
                     { "layer_norm_epsilon", 1e-5 },
-                    { "activation_function", layout.mlp == "gelu" ? "gelu" : "gelu_new" },
+                    { "activation_function", layout.mlp == models::mlp_kind::gelu ? "gelu" : "gelu_new" },
                     { "tie_word_embeddings", layout.tied_head },
                     { "resid_pdrop", 0.0 },
                     { "embd_pdrop", 0.0 },
@@ -625,6 +632,10 @@ void write_hf_gpt2(const std::string& folder, const safetensors_file& model, con
     }
     staged_folder out(folder);
     out.write_file("config.json", config.dump(2) + "\n");
+    for (const auto& [name, bytes] : files)
+    {
+        out.write_file(name, bytes);
+    }
     write_safetensors(out.path("model.safetensors"), hf);
     out.commit();
 }

@@ -5,6 +5,7 @@
 // `gelu`; the layout's other variants cannot be expressed.
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "io/model_layout.hpp"
@@ -26,6 +27,8 @@ safetensors_file read_hf_gpt2(const std::string& folder, model_layout& layout);
 // Writes `model` (xgrad's names, checked against `layout`) as the folder `folder`, atomically
 // (staged_folder). Biases the variant lacks are written as zeros (an exact equivalent) and recorded in
 // the metadata, so reading the folder back gives the same checkpoint. Throws std::invalid_argument naming
-// the metadata key of a variant GPT-2 cannot express (norm, position, mlp, kv_heads).
-void write_hf_gpt2(const std::string& folder, const safetensors_file& model, const model_layout& layout);
+// the metadata key of a variant GPT-2 cannot express (norm, position, mlp, kv_heads). `files` (name ->
+// bytes, e.g. the tokenizer's vocab.json and merges.txt) are written into the folder beside the model.
+void write_hf_gpt2(const std::string& folder, const safetensors_file& model, const model_layout& layout,
+                   const std::map<std::string, std::string>& files = {});
 } // namespace xgrad::io

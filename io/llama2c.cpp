@@ -216,11 +216,11 @@ safetensors_file read_llama2c_model(const std::string& path)
     layout.d_model = h.dim;
     layout.heads = h.heads;
     layout.kv_heads = h.kv_heads;
-    layout.norm = "rmsnorm";
-    layout.position = "rope";
-    layout.mlp = "swiglu";
+    layout.norm = models::norm_kind::rmsnorm;
+    layout.position = models::position_kind::rope;
+    layout.mlp = models::mlp_kind::swiglu;
     layout.mlp_hidden = h.hidden;
-    layout.bias = "none";
+    layout.bias = models::bias_kind::none;
     layout.tied_head = h.shared;
     layout.to_metadata(model.metadata);
     check_tensors(model, layout, path);
@@ -229,13 +229,18 @@ safetensors_file read_llama2c_model(const std::string& path)
 
 std::string llama2c_model_bytes(const safetensors_file& model, const model_layout& layout)
 {
-    refuse_unless(layout.norm == "rmsnorm", "norm", layout.norm);
-    refuse_unless(layout.position == "rope", "position", layout.position);
-    refuse_unless(layout.rope_base == 10000,
-                  "rope_base",
-                  model.metadata.count("rope_base") ? model.metadata.at("rope_base") : "");
-    refuse_unless(layout.mlp == "swiglu", "mlp", layout.mlp);
-    refuse_unless(layout.bias == "none", "bias", layout.bias);
+    // What llama2.c's model.bin can say: its sizes (G free), RMSNorm, RoPE of base 10000, a SwiGLU MLP
+    // of any width without biases, a shared or separate head. Anything else is refused by name.
+    models::gpt_config expressible = models::with_default_variant(layout);
+    expressible.norm = models::norm_kind::rmsnorm;
+    expressible.position = models::position_kind::rope;
+    expressible.mlp = models::mlp_kind::swiglu;
+    expressible.mlp_hidden = layout.mlp_hidden;
+    expressible.bias = models::bias_kind::none;
+    expressible.tied_head = layout.tied_head;
+    std::string value;
+    const std::string key = models::first_difference(layout, expressible, &value);
+    refuse_unless(key.empty(), key, value);
 
     std::string bin;
     const std::size_t sizes[header_ints] = { layout.d_model,   layout.hidden(), layout.layers,

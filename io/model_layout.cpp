@@ -14,6 +14,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "models/gpt.hpp"
+
 namespace xgrad::io
 {
 namespace
@@ -25,70 +27,6 @@ namespace fs = std::filesystem;
     throw format_error(source + ": " + problem);
 }
 
-std::size_t size_value(const std::map<std::string, std::string>& m,
-                       const char* key,
-                       const std::string& source)
-{
-    const auto it = m.find(key);
-    if (it == m.end())
-    {
-        fail(source, std::string("metadata has no \"") + key + "\"");
-    }
-    const std::string& v = it->second;
-    if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string::npos ||
-        std::stoul(v) == 0)
-    {
-        fail(source,
-             std::string("metadata \"") + key + "\" is " + printable(v) + ", not a positive decimal integer");
-    }
-    return std::stoul(v);
-}
-
-std::string choice(const std::map<std::string, std::string>& m,
-                   const char* key,
-                   std::initializer_list<const char*> allowed,
-                   const std::string& source)
-{
-    const auto it = m.find(key);
-    if (it == m.end())
-    {
-        return *allowed.begin();
-    }
-    std::string list;
-    for (const char* a : allowed)
-    {
-        if (it->second == a)
-        {
-            return a;
-        }
-        list += (list.empty() ? "" : ", ") + std::string(a);
-    }
-    fail(source, std::string("metadata \"") + key + "\" is " + printable(it->second) + "; allowed: " + list);
-}
-
-// Sets `key` to `value` when it is not the default; otherwise keeps an equal explicit entry.
-void set_variant(std::map<std::string, std::string>& m,
-                 const std::string& key,
-                 const std::string& value,
-                 bool is_default,
-                 bool present_equal)
-{
-    if (!is_default)
-    {
-        m[key] = value;
-    }
-    else if (!present_equal)
-    {
-        m.erase(key);
-    }
-}
-
-std::string decimal(double x)
-{
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.17g", x);
-    return buf;
-}
 } // namespace
 
 std::string shape_text(const shape_t& shape)
@@ -105,130 +43,59 @@ model_layout model_layout::from_metadata(const std::map<std::string, std::string
                                          const std::string& source)
 {
     model_layout l;
-    l.vocab_size = size_value(m, "vocab_size", source);
-    l.block_size = size_value(m, "block_size", source);
-    l.layers = size_value(m, "layers", source);
-    l.d_model = size_value(m, "d_model", source);
-    l.heads = size_value(m, "heads", source);
-    l.kv_heads = size_value(m, "kv_heads", source);
-    if (l.d_model % l.heads != 0 || l.heads % l.kv_heads != 0)
+    try
     {
-        fail(source,
-             "metadata d_model " + std::to_string(l.d_model) + ", heads " + std::to_string(l.heads) +
-               ", kv_heads " + std::to_string(l.kv_heads) + ": d % H and H % G must be 0");
+        static_cast<models::gpt_config&>(l) = models::config_from_metadata(m);
     }
-    l.norm = choice(m, "norm", { "layernorm", "rmsnorm" }, source);
-    l.position = choice(m, "position", { "learned", "rope", "none" }, source);
-    l.mlp = choice(m, "mlp", { "gelu_tanh", "gelu", "swiglu" }, source);
-    l.bias = choice(m, "bias", { "mlp", "all", "none" }, source);
-    l.tied_head = choice(m, "tied_head", { "true", "false" }, source) == "true";
-    if (const auto it = m.find("rope_base"); it != m.end())
+    catch (const models::variant_error& e)
     {
-        char* end = nullptr;
-        l.rope_base = std::strtod(it->second.c_str(), &end);
-        if (it->second.empty() || *end != '\0' || !(l.rope_base > 0) || l.rope_base > 1e300)
-        {
-            fail(source,
-                 "metadata \"rope_base\" is " + printable(it->second) + ", not a positive decimal number");
-        }
+        fail(source, "metadata \"" + e.key + "\" is " + printable(e.value) + "; allowed: " + e.allowed);
     }
-    if (m.count("mlp_hidden"))
+    catch (const models::missing_size_error& e)
     {
-        l.mlp_hidden = size_value(m, "mlp_hidden", source);
+        fail(source, e.what());
     }
-    if (l.position == "rope" && l.head_dim() % 2 != 0)
+    try
     {
-        fail(source,
-             "metadata position is rope but the head width " + std::to_string(l.head_dim()) + " is odd");
+        l.validate("metadata");
+    }
+    catch (const std::invalid_argument& e)
+    {
+        fail(source, e.what());
     }
     return l;
 }
 
 void model_layout::to_metadata(std::map<std::string, std::string>& m) const
 {
-    const std::pair<const char*, std::size_t> sizes[] = {
-        { "vocab_size", vocab_size }, { "block_size", block_size }, { "layers", layers },
-        { "d_model", d_model },       { "heads", heads },           { "kv_heads", kv_heads }
-    };
-    for (const auto& [key, value] : sizes)
+    const std::map<std::string, std::string> own = models::config_metadata(*this);
+    for (auto it = m.begin(); it != m.end();)
     {
-        m[key] = std::to_string(value);
+        bool keep = !models::is_config_key(it->first);
+        if (!keep && it->first != "model_keys" && !own.count(it->first))
+        {
+            try
+            {
+                keep = models::config_metadata(models::config_with_values(*this, {*it})) == own;
+            }
+            catch (const models::variant_error&)
+            {
+            }
+        }
+        it = keep ? std::next(it) : m.erase(it);
     }
-    const auto has = [&](const char* key, const std::string& v) { return m.count(key) && m.at(key) == v; };
-    set_variant(m, "norm", norm, norm == "layernorm", has("norm", norm));
-    set_variant(m, "position", position, position == "learned", has("position", position));
-    set_variant(m, "mlp", mlp, mlp == "gelu_tanh", has("mlp", mlp));
-    set_variant(m, "bias", bias, bias == "mlp", has("bias", bias));
-    set_variant(m, "tied_head", "false", tied_head, has("tied_head", "true"));
-    const bool rope_default = rope_base == 10000;
-    set_variant(m,
-                "rope_base",
-                decimal(rope_base),
-                rope_default,
-                m.count("rope_base") && std::strtod(m.at("rope_base").c_str(), nullptr) == rope_base);
-    set_variant(m,
-                "mlp_hidden",
-                std::to_string(hidden()),
-                hidden() == 4 * d_model,
-                has("mlp_hidden", std::to_string(hidden())));
+    for (const auto& [key, value] : own)
+    {
+        m[key] = value;
+    }
 }
 
 std::map<std::string, shape_t> model_layout::tensor_shapes() const
 {
-    const std::size_t d = d_model, kv = kv_heads * head_dim(), h = hidden();
     std::map<std::string, shape_t> s;
-    s["wte"] = { vocab_size, d };
-    if (position == "learned")
-    {
-        s["wpe"] = { block_size, d };
-    }
-    const auto norm_tensors = [&](const std::string& name)
-    {
-        s[name + ".weight"] = { d };
-        if (norm_biases())
-        {
-            s[name + ".bias"] = { d };
-        }
-    };
-    for (std::size_t i = 0; i < layers; ++i)
-    {
-        const std::string b = "blocks." + std::to_string(i) + ".";
-        norm_tensors(b + "ln_1");
-        norm_tensors(b + "ln_2");
-        s[b + "attn.W_Q"] = { d, d };
-        s[b + "attn.W_K"] = { d, kv };
-        s[b + "attn.W_V"] = { d, kv };
-        s[b + "attn.W_O"] = { d, d };
-        if (attention_biases())
-        {
-            s[b + "attn.b_Q"] = { d };
-            s[b + "attn.b_K"] = { kv };
-            s[b + "attn.b_V"] = { kv };
-            s[b + "attn.b_O"] = { d };
-        }
-        const bool swiglu = mlp == "swiglu";
-        const std::vector<std::string> inputs =
-          swiglu ? std::vector<std::string>{ "gate", "up" } : std::vector<std::string>{ "fc" };
-        for (const std::string& in : inputs)
-        {
-            s[b + "mlp.W_" + in] = { d, h };
-            if (mlp_biases())
-            {
-                s[b + "mlp.b_" + in] = { h };
-            }
-        }
-        const std::string out = swiglu ? "down" : "proj";
-        s[b + "mlp.W_" + out] = { h, d };
-        if (mlp_biases())
-        {
-            s[b + "mlp.b_" + out] = { d };
-        }
-    }
-    norm_tensors("ln_f");
-    if (!tied_head)
-    {
-        s["lm_head"] = { d, vocab_size };
-    }
+    models::for_each_gpt_parameter(*this, [&s](const std::string& name, const models::declaration& d) {
+        s[name] = d.shape;
+    });
     return s;
 }
 

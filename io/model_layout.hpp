@@ -9,34 +9,25 @@
 #include <string>
 
 #include "io/safetensors.hpp"
+#include "models/gpt_config.hpp"
 
 namespace xgrad::io
 {
-struct model_layout
+// The config of models/gpt_config.hpp, read from and written to a checkpoint's metadata.
+struct model_layout : models::gpt_config
 {
-    std::size_t vocab_size = 0, block_size = 0, layers = 0, d_model = 0, heads = 0, kv_heads = 0;
-    std::string norm = "layernorm";   // layernorm | rmsnorm
-    std::string position = "learned"; // learned | rope | none
-    double rope_base = 10000;
-    std::string mlp = "gelu_tanh"; // gelu_tanh | gelu | swiglu
-    std::size_t mlp_hidden = 0;    // 0: 4 d_model
-    std::string bias = "mlp";      // mlp | all | none
-    bool tied_head = true;
-
-    // Reads the six sizes and the variant keys. Throws format_error starting with `source` and naming the
-    // key: missing or non-integer sizes, d % H, H % G, an unknown value (with the values allowed).
+    // Reads the six sizes and the variant keys (a model key this build does not know, named in
+    // "model_keys", is refused). Throws format_error starting with `source` and naming the key: missing or
+    // non-integer sizes, d % H, H % G, an unknown value (with the values allowed).
     static model_layout from_metadata(const std::map<std::string, std::string>& metadata,
                                       const std::string& source);
-    // Sets the sizes and every variant key that is not the default; a default-valued key already present
-    // stays when it says the same, and is removed otherwise.
+    // Sets the sizes and every variant key that is not the default (and "model_keys"); a default-valued
+    // key already present stays when it says the same, and is removed otherwise.
     void to_metadata(std::map<std::string, std::string>& metadata) const;
 
-    std::size_t head_dim() const { return d_model / heads; }
-    std::size_t hidden() const { return mlp_hidden ? mlp_hidden : 4 * d_model; }
-    bool attention_biases() const { return bias == "all"; }
-    bool mlp_biases() const { return bias != "none"; }
-    bool norm_biases() const { return norm == "layernorm" && bias != "none"; }
-    // Every parameter's name and shape, as the variant declares them.
+    std::size_t head_dim() const { return head_width(); }
+    std::size_t hidden() const { return hidden_width(); }
+    // Every parameter's name and shape, as the variant declares them (models/gpt.hpp).
     std::map<std::string, shape_t> tensor_shapes() const;
 };
 

@@ -18,6 +18,8 @@
 #include <filesystem>
 #include <memory>
 #include <set>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -76,12 +78,6 @@ std::size_t dtype_bytes(const std::string& dtype)
 {
     return dtype == "F64" ? 8 : dtype == "F32" ? 4 : 0;
 }
-
-struct file_closer
-{
-    void operator()(std::FILE* f) const { std::fclose(f); }
-};
-using file_ptr = std::unique_ptr<std::FILE, file_closer>;
 
 // ---- the header -----------------------------------------------------------------------------------
 
@@ -303,43 +299,40 @@ void check_coverage(const std::string& path, std::vector<entry> entries, std::ui
 
 // ---- the data -------------------------------------------------------------------------------------
 
-template <class S>
-void read_values(const std::string& path, std::FILE* f, const entry& e, double* dst, std::size_t count)
+// Reads up to `bytes` bytes at `offset` of the file into `out`; fewer only where the file ends.
+std::size_t read_at(int fd, void* out, std::size_t bytes, std::uint64_t offset)
 {
-    constexpr std::size_t chunk = 1 << 16;
-    std::vector<S> buf(std::min(count, chunk));
-    for (std::size_t done = 0; done < count;)
+    char* p = static_cast<char*>(out);
+    std::size_t done = 0;
+    while (done < bytes)
     {
-        const std::size_t n = std::min(chunk, count - done);
-        if (std::fread(buf.data(), sizeof(S), n, f) != n)
+        const ssize_t n = ::pread(fd, p + done, bytes - done, static_cast<off_t>(offset + done));
+        if (n < 0 && errno == EINTR)
         {
-            fail(path,
-                 "cannot read the data of tensor " + printable(e.name) + " (file changed while reading?)");
+            continue;
         }
-        std::copy(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(n), dst + done);
-        done += n;
+        if (n <= 0)
+        {
+            break;
+        }
+        done += static_cast<std::size_t>(n);
     }
+    return done;
 }
 
-stored_tensor read_tensor(const std::string& path, std::FILE* f, std::uint64_t data_start, const entry& e)
+// An open file descriptor, closed on every path out of the reader's constructor until it is kept.
+struct fd_guard
 {
-    stored_tensor t{e.dtype, array<double>::from_shape(e.shape)};
-    const std::uint64_t at = data_start + e.begin;
-    if (at > static_cast<std::uint64_t>(std::numeric_limits<off_t>::max()) ||
-        fseeko(f, static_cast<off_t>(at), SEEK_SET) != 0)
+    int fd = -1;
+    ~fd_guard()
     {
-        fail(path, "cannot seek to the data of tensor " + printable(e.name));
+        if (fd >= 0)
+        {
+            ::close(fd);
+        }
     }
-    if (e.dtype == "F64")
-    {
-        read_values<double>(path, f, e, t.values.data(), t.values.size());
-    }
-    else
-    {
-        read_values<float>(path, f, e, t.values.data(), t.values.size());
-    }
-    return t;
-}
+    int release() { return std::exchange(fd, -1); }
+};
 
 // ---- writing --------------------------------------------------------------------------------------
 
@@ -506,7 +499,17 @@ std::string printable(const std::string& s, std::size_t limit)
     return "'" + escaped(s, limit, true) + "'";
 }
 
-safetensors_file read_safetensors(const std::string& path)
+std::size_t tensor_info::count() const
+{
+    std::size_t n = 1;
+    for (std::size_t s : shape)
+    {
+        n *= s;  // the header's check keeps the product from overflowing
+    }
+    return n;
+}
+
+safetensors_reader::safetensors_reader(const std::string& path) : path_(path)
 {
     // stat before opening: opening a FIFO for reading would block until someone writes to it.
     struct stat st
@@ -516,13 +519,12 @@ safetensors_file read_safetensors(const std::string& path)
     {
         fail(path, S_ISDIR(st.st_mode) ? "is a directory, not a safetensors file" : "is not a regular file");
     }
-    errno = 0;
-    file_ptr f(std::fopen(path.c_str(), "rb"));
-    if (!f)
+    fd_guard file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+    if (file.fd < 0)
     {
         fail(path, std::string("cannot open (") + std::strerror(errno) + ")");
     }
-    if (::fstat(fileno(f.get()), &st) != 0 || !S_ISREG(st.st_mode))
+    if (::fstat(file.fd, &st) != 0 || !S_ISREG(st.st_mode))
     {
         fail(path, "is not a regular file");
     }
@@ -534,7 +536,7 @@ safetensors_file read_safetensors(const std::string& path)
     }
 
     unsigned char length_field[length_field_bytes];
-    if (std::fread(length_field, 1, length_field_bytes, f.get()) != length_field_bytes)
+    if (read_at(file.fd, length_field, length_field_bytes, 0) != length_field_bytes)
     {
         fail(path, "cannot read the header length");
     }
@@ -554,7 +556,7 @@ safetensors_file read_safetensors(const std::string& path)
                      std::to_string(max_header_bytes) + " bytes");
     }
     std::string text(static_cast<std::size_t>(header_length), '\0');
-    if (header_length > 0 && std::fread(text.data(), 1, text.size(), f.get()) != text.size())
+    if (read_at(file.fd, text.data(), text.size(), length_field_bytes) != text.size())
     {
         fail(path, "cannot read the header (file changed while reading?)");
     }
@@ -564,15 +566,14 @@ safetensors_file read_safetensors(const std::string& path)
     {
         fail(path, "header must be a JSON object, it is " + std::string(json_kind(header)));
     }
-    const std::uint64_t data_start = length_field_bytes + header_length;
-    const std::uint64_t buffer_size = file_size - data_start;
-    safetensors_file out;
+    data_start_ = length_field_bytes + header_length;
+    const std::uint64_t buffer_size = file_size - data_start_;
     std::vector<entry> entries;
     for (const auto& [name, value] : header.items())
     {
         if (name == "__metadata__")
         {
-            out.metadata = read_metadata(path, value);
+            metadata_ = read_metadata(path, value);
         }
         else
         {
@@ -580,9 +581,73 @@ safetensors_file read_safetensors(const std::string& path)
         }
     }
     check_coverage(path, entries, buffer_size);
-    for (const entry& e : entries)
+    for (entry& e : entries)
     {
-        out.tensors.emplace(e.name, read_tensor(path, f.get(), data_start, e));
+        tensors_.emplace(e.name, tensor_info{std::move(e.dtype), std::move(e.shape), e.begin, e.end});
+    }
+    ::posix_fadvise(file.fd, 0, 0, POSIX_FADV_SEQUENTIAL);  // a hint for the read-ahead only
+    fd_ = file.release();
+}
+
+safetensors_reader::~safetensors_reader()
+{
+    ::close(fd_);
+}
+
+template <class T>
+void safetensors_reader::read(const std::string& name, T* out) const
+{
+    const tensor_info& t = tensors_.at(name);
+    const std::uint64_t at = data_start_ + t.begin;
+    const std::size_t count = t.count();
+    auto cannot = [&] {
+        fail(path_, "cannot read the data of tensor " + printable(name) + " (file changed while reading?)");
+    };
+    if (t.dtype == (std::is_same<T, float>::value ? "F32" : "F64"))
+    {
+        if (read_at(fd_, out, count * sizeof(T), at) != count * sizeof(T))
+        {
+            cannot();
+        }
+        return;
+    }
+    // The other dtype: chunks of it read into a small buffer, each converted into `out` once.
+    using stored = std::conditional_t<std::is_same<T, float>::value, double, float>;
+    constexpr std::size_t chunk = 1 << 14;
+    std::vector<stored> buffer(std::min(count, chunk));
+    for (std::size_t done = 0; done < count;)
+    {
+        const std::size_t n = std::min(chunk, count - done);
+        if (read_at(fd_, buffer.data(), n * sizeof(stored), at + done * sizeof(stored)) != n * sizeof(stored))
+        {
+            cannot();
+        }
+        std::copy(buffer.begin(), buffer.begin() + static_cast<std::ptrdiff_t>(n), out + done);
+        done += n;
+    }
+}
+
+template <class T>
+array<T> safetensors_reader::read(const std::string& name) const
+{
+    array<T> out = array<T>::from_shape(tensors_.at(name).shape);
+    read(name, out.data());
+    return out;
+}
+
+template void safetensors_reader::read(const std::string&, float*) const;
+template void safetensors_reader::read(const std::string&, double*) const;
+template array<float> safetensors_reader::read(const std::string&) const;
+template array<double> safetensors_reader::read(const std::string&) const;
+
+safetensors_file read_safetensors(const std::string& path)
+{
+    const safetensors_reader reader(path);
+    safetensors_file out;
+    out.metadata = reader.metadata();
+    for (const auto& [name, t] : reader.tensors())
+    {
+        out.tensors.emplace(name, stored_tensor{t.dtype, reader.read<double>(name)});
     }
     return out;
 }

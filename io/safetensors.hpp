@@ -1,8 +1,11 @@
 // safetensors (docs/spec.md, "Checkpoint file: safetensors"): an 8-byte little-endian header length N,
 // N bytes of UTF-8 JSON naming each tensor's dtype, shape and byte range, then the data. Reading is strict;
-// writing is atomic (a temporary file in the same folder, flushed, renamed over the final name).
+// writing is atomic (a temporary file in the same folder, flushed, renamed over the final name) and
+// streams each tensor to the file. safetensors_reader reads the header once and then only the tensors
+// asked for, each straight into its final buffer; read_safetensors reads them all, widened to double.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -31,6 +34,49 @@ struct safetensors_file
     std::map<std::string, stored_tensor> tensors;  // by name
 };
 
+// A tensor as the checked header describes it: its dtype, shape and byte range in the data buffer.
+struct tensor_info
+{
+    std::string dtype;  // "F32" or "F64"
+    shape_t shape;
+    std::uint64_t begin = 0, end = 0;
+    std::size_t count() const;  // the number of values
+};
+
+// A safetensors file open for reading. The constructor reads and checks the whole header, exactly as
+// read_safetensors does, and allocates nothing the header claims (only its table of entries); each
+// read() then reads one tensor's bytes straight into the caller's buffer, converting F32 or F64 to T
+// once, in chunks, never through a wider copy.
+class safetensors_reader
+{
+public:
+    // Throws format_error as read_safetensors does.
+    explicit safetensors_reader(const std::string& path);
+    ~safetensors_reader();
+    safetensors_reader(const safetensors_reader&) = delete;
+    safetensors_reader& operator=(const safetensors_reader&) = delete;
+
+    const std::string& path() const { return path_; }
+    const std::map<std::string, std::string>& metadata() const { return metadata_; }
+    const std::map<std::string, tensor_info>& tensors() const { return tensors_; }
+
+    // Reads tensor `name` (one of tensors()) into `out`, which holds its count() values. Throws
+    // std::out_of_range for a name the file does not hold, format_error when the file turns out shorter
+    // than its header said (it changed while being read).
+    template <class T>
+    void read(const std::string& name, T* out) const;
+    // The tensor as an array of its shape.
+    template <class T>
+    array<T> read(const std::string& name) const;
+
+private:
+    std::string path_;
+    int fd_ = -1;
+    std::uint64_t data_start_ = 0;  // the data buffer's offset in the file
+    std::map<std::string, std::string> metadata_;
+    std::map<std::string, tensor_info> tensors_;
+};
+
 // `s` quoted for a message: one line, at most `limit` bytes shown, every byte outside printable ASCII
 // (and the quote and backslash) escaped as \xNN.
 std::string printable(const std::string& s, std::size_t limit = 80);
@@ -38,9 +84,11 @@ std::string printable(const std::string& s, std::size_t limit = 80);
 // Throws format_error naming the file and what is wrong (header longer than the file, JSON that does
 // not parse, a dtype other than F32/F64, offsets outside the buffer, overlapping or of the wrong length,
 // a shape that does not match its bytes, a metadata value that is not a string, ...).
+// Every tensor of the file, read by safetensors_reader.
 safetensors_file read_safetensors(const std::string& path);
 
-// Writes every tensor in its dtype ("F32" narrows the double values), atomically. Throws
+// Writes every tensor in its dtype ("F32" narrows the double values), atomically, tensor by tensor
+// through a small buffer. Throws
 // std::runtime_error naming the path when it cannot write; the old file under `path` is then untouched.
 void write_safetensors(const std::string& path, const safetensors_file& file);
 }  // namespace xgrad::io

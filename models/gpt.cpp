@@ -2,7 +2,6 @@
 // declared once (gpt.hpp's visit), GPT-2 initialisation, the forward pass on a tape, and the counting.
 #include "models/gpt.hpp"
 
-#include <charconv>
 #include <cmath>
 #include <random>
 
@@ -12,162 +11,40 @@
 
 namespace xgrad::models
 {
-void gpt_config::validate(const char* op) const
+// ---- parameters ----------------------------------------------------------------------------------
+
+std::string block_prefix(std::size_t i) { return "blocks." + std::to_string(i) + "."; }
+
+std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+std::uint64_t saturating_mul(std::uint64_t a, std::uint64_t b)
 {
-    if (vocab_size == 0 || block_size == 0 || layers == 0 || d_model == 0 || heads == 0)
-    {
-        fail(op, "every size must be positive, got V=" + std::to_string(vocab_size) +
-                     " block_size=" + std::to_string(block_size) + " L=" + std::to_string(layers) +
-                     " d=" + std::to_string(d_model) + " H=" + std::to_string(heads));
-    }
-    attention().validate(op);  // d % H, H % G
-    if (position == position_kind::rope && attention().head_width() % 2 != 0)
-    {
-        fail(op, "position = rope needs an even head width dh = d / H, got d=" + std::to_string(d_model) +
-                     " H=" + std::to_string(heads) + " dh=" + std::to_string(attention().head_width()));
-    }
-    if (position == position_kind::rope && !(rope_base > 0 && std::isfinite(rope_base)))
-    {
-        fail(op, "rope_base must be a positive number, got " + std::to_string(rope_base));
-    }
+    return a != 0 && b > UINT64_MAX / a ? UINT64_MAX : a * b;
 }
 
-// ---- variants ------------------------------------------------------------------------------------
-
-variant_error::variant_error(std::string k, std::string v, std::string a)
-    : std::invalid_argument("'" + k + "' = '" + v + "' is not " + (a.find(',') == std::string::npos ? "" : "one of ") + a),
-      key(std::move(k)), value(std::move(v)), allowed(std::move(a))
+std::uint64_t declared_values(const declaration& d)
 {
-}
-
-const char* const variant_keys[7] = {"norm", "position", "rope_base", "mlp", "mlp_hidden", "bias", "tied_head"};
-
-namespace
-{
-template <class E, std::size_t N>
-E parse_name(const std::string& key, const std::string& text, const char* const (&names)[N])
-{
-    for (std::size_t k = 0; k < N; ++k)
+    std::uint64_t n = 1;
+    for (const std::size_t extent : d.shape)
     {
-        if (text == names[k])
-        {
-            return static_cast<E>(k);
-        }
-    }
-    std::string allowed;
-    for (std::size_t k = 0; k < N; ++k)
-    {
-        allowed += (k ? ", " : "") + std::string(names[k]);
-    }
-    throw variant_error(key, text, allowed);
-}
-
-const char* const norm_names[] = {"layernorm", "rmsnorm"};
-const char* const position_names[] = {"learned", "rope", "none"};
-const char* const mlp_names[] = {"gelu_tanh", "gelu", "swiglu"};
-const char* const bias_names[] = {"mlp", "all", "none"};
-
-// The shortest decimal that reads back as the same double.
-std::string decimal(double x)
-{
-    char buffer[64];
-    const auto [end, ec] = std::to_chars(buffer, buffer + sizeof buffer, x);
-    return ec == std::errc() ? std::string(buffer, end) : std::to_string(x);
-}
-
-double parse_positive_number(const std::string& key, const std::string& text)
-{
-    double x = 0;
-    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), x);
-    if (text.empty() || ec != std::errc() || end != text.data() + text.size() || !(x > 0) || !std::isfinite(x))
-    {
-        throw variant_error(key, text, "a positive decimal number");
-    }
-    return x;
-}
-
-std::size_t parse_positive_integer(const std::string& key, const std::string& text)
-{
-    std::size_t n = 0;
-    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
-    if (text.empty() || ec != std::errc() || end != text.data() + text.size() || n == 0 ||
-        text.find_first_not_of("0123456789") != std::string::npos)
-    {
-        throw variant_error(key, text, "a positive decimal integer");
+        n = saturating_mul(n, extent);
     }
     return n;
 }
-}  // namespace
 
-const char* name_of(norm_kind v) { return norm_names[static_cast<int>(v)]; }
-const char* name_of(position_kind v) { return position_names[static_cast<int>(v)]; }
-const char* name_of(mlp_kind v) { return mlp_names[static_cast<int>(v)]; }
-const char* name_of(bias_kind v) { return bias_names[static_cast<int>(v)]; }
-norm_kind parse_norm(const std::string& key, const std::string& text) { return parse_name<norm_kind>(key, text, norm_names); }
-position_kind parse_position(const std::string& key, const std::string& text)
+gpt_value_count gpt_values(const gpt_config& c)
 {
-    return parse_name<position_kind>(key, text, position_names);
-}
-mlp_kind parse_mlp(const std::string& key, const std::string& text) { return parse_name<mlp_kind>(key, text, mlp_names); }
-bias_kind parse_bias(const std::string& key, const std::string& text) { return parse_name<bias_kind>(key, text, bias_names); }
-
-std::map<std::string, std::string> variant_metadata(const gpt_config& c)
-{
-    return {{"norm", name_of(c.norm)},
-            {"position", name_of(c.position)},
-            {"rope_base", decimal(c.rope_base)},
-            {"mlp", name_of(c.mlp)},
-            {"mlp_hidden", std::to_string(c.hidden_width())},
-            {"bias", name_of(c.bias)},
-            {"tied_head", c.tied_head ? "true" : "false"}};
-}
-
-gpt_config with_variant_metadata(gpt_config c, const std::map<std::string, std::string>& metadata)
-{
-    auto value = [&metadata](const char* key) -> const std::string* {
-        const auto found = metadata.find(key);
-        return found == metadata.end() ? nullptr : &found->second;
+    gpt_value_count v;
+    auto count = [](std::uint64_t& n, std::uint64_t& tensors) {
+        return [&n, &tensors](const std::string&, auto, const declaration& d) {
+            n = saturating_add(n, declared_values(d));
+            ++tensors;
+        };
     };
-    if (const std::string* v = value("norm"))
-    {
-        c.norm = parse_norm("norm", *v);
-    }
-    if (const std::string* v = value("position"))
-    {
-        c.position = parse_position("position", *v);
-    }
-    if (const std::string* v = value("rope_base"))
-    {
-        c.rope_base = parse_positive_number("rope_base", *v);
-    }
-    if (const std::string* v = value("mlp"))
-    {
-        c.mlp = parse_mlp("mlp", *v);
-    }
-    if (const std::string* v = value("mlp_hidden"))
-    {
-        c.mlp_hidden = parse_positive_integer("mlp_hidden", *v);
-        if (c.mlp_hidden == 4 * c.d_model)
-        {
-            c.mlp_hidden = 0;  // the default width, written out
-        }
-    }
-    if (const std::string* v = value("bias"))
-    {
-        c.bias = parse_bias("bias", *v);
-    }
-    if (const std::string* v = value("tied_head"))
-    {
-        if (*v != "true" && *v != "false")
-        {
-            throw variant_error("tied_head", *v, "true, false");
-        }
-        c.tied_head = *v == "true";
-    }
-    return c;
+    gpt_parameters<float>::declare_embedding(c, count(v.outside_blocks, v.tensors_outside_blocks));
+    gpt_parameters<float>::declare_head(c, count(v.outside_blocks, v.tensors_outside_blocks));
+    gpt_block_parameters<float>::declare(c, count(v.per_block, v.tensors_per_block));
+    return v;
 }
-
-// ---- parameters ----------------------------------------------------------------------------------
 
 double gpt_weight_std() { return 0.02; }
 
@@ -289,7 +166,7 @@ gpt_result<T> gpt_forward(tape<T>& t, const gpt_parameters<T>& params, const ids
 
     for (std::size_t i = 0; i < config.layers; ++i)
     {
-        const std::string prefix = "blocks." + std::to_string(i) + ".";
+        const std::string prefix = block_prefix(i);
         const block_result<T> b = transformer_block(x, bind(t, params.blocks[i], config), config, block);
         keep(prefix + "ln_1", b.ln_1);
         keep(prefix + "attn", b.attn);
@@ -331,7 +208,8 @@ gpt_result<T> gpt_forward(tape<T>& t, const gpt_parameters<T>& params, const ids
 std::uint64_t gpt_parameter_count(const gpt_config& c)
 {
     c.validate("gpt_parameter_count");
-    return parameter_scalars(gpt_parameters<float>::declare(c));
+    const gpt_value_count v = gpt_values(c);
+    return saturating_add(v.outside_blocks, saturating_mul(c.layers, v.per_block));
 }
 
 gpt_multiply_adds gpt_forward_multiply_adds(const gpt_config& c, std::size_t batch, std::size_t length)

@@ -17,89 +17,12 @@
 #include <string>
 #include <vector>
 
+#include "models/gpt_config.hpp"
 #include "models/mha.hpp"
 #include "models/module.hpp"
 
 namespace xgrad::models
 {
-// docs/spec.md, "Architecture variants": each a named field, each value a name.
-enum class norm_kind
-{
-    layernorm,  // (x - mean) / sqrt(var + 1e-5) * weight + bias
-    rmsnorm,    // x / sqrt(mean(x^2) + 1e-5) * weight
-};
-enum class position_kind
-{
-    learned,  // wpe added to the token embedding
-    rope,     // rotary embedding of every query and key head
-    none,     // only the causal mask
-};
-enum class mlp_kind
-{
-    gelu_tanh,  // GELU, tanh approximation (GPT-2)
-    gelu,       // exact GELU, 0.5 x (1 + erf(x / sqrt 2))
-    swiglu,     // (silu(x W_gate + b_gate) * (x W_up + b_up)) W_down + b_down
-};
-enum class bias_kind
-{
-    mlp,   // the norms' and the MLP's biases
-    all,   // also b_Q, b_K, b_V, b_O
-    none,  // none at all, the norms' included
-};
-
-struct gpt_config
-{
-    std::size_t vocab_size = 0;  // V
-    std::size_t block_size = 0;  // the longest T
-    std::size_t layers = 0;      // L
-    std::size_t d_model = 0;     // d
-    std::size_t heads = 1;       // H
-    std::size_t kv_heads = 0;    // G; 0 means G = H
-
-    norm_kind norm = norm_kind::layernorm;
-    position_kind position = position_kind::learned;
-    double rope_base = 10000;    // b of the rotary frequencies t * b^(-2i/dh)
-    mlp_kind mlp = mlp_kind::gelu_tanh;
-    std::size_t mlp_hidden = 0;  // h; 0 means 4 d
-    bias_kind bias = bias_kind::mlp;
-    bool tied_head = true;       // logits = N(x) wte^T; false: N(x) lm_head
-
-    mha_config attention() const { return {d_model, heads, kv_heads}; }
-    std::size_t kv_head_count() const { return kv_heads ? kv_heads : heads; }
-    std::size_t hidden_width() const { return mlp_hidden ? mlp_hidden : 4 * d_model; }
-    bool norm_has_bias() const { return norm == norm_kind::layernorm && bias != bias_kind::none; }
-    bool mlp_has_bias() const { return bias != bias_kind::none; }
-    bool attention_has_bias() const { return bias == bias_kind::all; }
-    // Throws std::invalid_argument naming `op`: any size zero, d % H != 0, H % G != 0, dh odd with RoPE,
-    // a rope_base that is not a positive finite number.
-    void validate(const char* op) const;
-};
-
-// A variant value that is not allowed: what() is "'key' = 'value' is not one of a, b, c".
-struct variant_error : std::invalid_argument
-{
-    variant_error(std::string key, std::string value, std::string allowed);
-    std::string key, value, allowed;  // allowed: "layernorm, rmsnorm" or "a positive decimal integer"
-};
-
-// The variant's checkpoint metadata: every key of docs/spec.md's table with its value as a string.
-std::map<std::string, std::string> variant_metadata(const gpt_config& config);
-// The variant that metadata describes, on top of `config`'s sizes: absent keys keep the default. An
-// unknown key value throws variant_error naming the key and the values allowed.
-gpt_config with_variant_metadata(gpt_config config, const std::map<std::string, std::string>& metadata);
-// The metadata keys of the variants, in docs/spec.md's order.
-extern const char* const variant_keys[7];
-// Names of the enum values as the metadata and the command-line flags spell them.
-const char* name_of(norm_kind v);
-const char* name_of(position_kind v);
-const char* name_of(mlp_kind v);
-const char* name_of(bias_kind v);
-// Parse a value's name; throws variant_error naming `key` and the values allowed.
-norm_kind parse_norm(const std::string& key, const std::string& text);
-position_kind parse_position(const std::string& key, const std::string& text);
-mlp_kind parse_mlp(const std::string& key, const std::string& text);
-bias_kind parse_bias(const std::string& key, const std::string& text);
-
 // One transformer block's parameters, named as the checkpoint names them ("blocks.{i}.ln_1.weight", ...).
 // A parameter the variant does not have stays an empty handle and is not visited.
 template <class T>
@@ -115,10 +38,22 @@ struct gpt_block_parameters
     parameter<T> W_up, b_up;               // (d, h), (h,)
     parameter<T> W_down, b_down;           // (h, d), (d,)
 
-    // The block's parameters in the checkpoint's order, each once: `prefix` is "blocks.{i}.".
+    // The block's parameters in the checkpoint's order, each once, as the config declares them:
+    // f(name after "blocks.{i}.", member, declaration). A function of the config alone: nothing is allocated.
     template <class F>
-    void visit(const std::string& prefix, const gpt_config& c, F&& f);
+    static void declare(const gpt_config& c, F&& f);
+    // f(prefix + name, parameter, declaration) for each of them; `prefix` is block_prefix(i).
+    template <class F>
+    void visit(const std::string& prefix, const gpt_config& c, F&& f)
+    {
+        declare(c, [&](const std::string& name, parameter<T> gpt_block_parameters::*member, const declaration& d) {
+            f(prefix + name, this->*member, d);
+        });
+    }
 };
+
+// "blocks.{i}.": the prefix of block i's parameter and activation names.
+std::string block_prefix(std::size_t i);
 
 template <class T>
 struct gpt_parameters
@@ -130,9 +65,14 @@ struct gpt_parameters
     parameter<T> ln_f_weight, ln_f_bias;  // (d,)
     parameter<T> lm_head;                 // (d, V), tied_head = false
 
-    // A model of this config with every parameter declared but none allocated (empty handles): what
-    // `visit` needs to list names and shapes.
+    // A model of this config with every parameter declared but none allocated (empty handles).
     static gpt_parameters declare(const gpt_config& config);
+    // The parameters before the blocks (wte, wpe) and after them (ln_f, lm_head), as the config declares
+    // them: f(name, member, declaration). Nothing is allocated.
+    template <class F>
+    static void declare_embedding(const gpt_config& c, F&& f);
+    template <class F>
+    static void declare_head(const gpt_config& c, F&& f);
 
     // GPT-2 initialisation, seeded: weights N(0, 0.02), the residual projections W_O, W_proj, W_down
     // N(0, 0.02 / sqrt(2 L)), biases 0, norm weights 1. Drawn in visit order, so the default model of a
@@ -194,63 +134,79 @@ double gpt_residual_std(const gpt_config& c);
 
 template <class T>
 template <class F>
-void gpt_block_parameters<T>::visit(const std::string& prefix, const gpt_config& c, F&& f)
+void gpt_block_parameters<T>::declare(const gpt_config& c, F&& f)
 {
+    using B = gpt_block_parameters;
     const std::size_t d = c.d_model, kv = c.attention().kv_width(), h = c.hidden_width();
     const double w = gpt_weight_std(), r = gpt_residual_std(c);
     const std::string hf = c.mlp_hidden ? "h" : "4d";
-    f(prefix + "ln_1.weight", ln_1_weight, declare::ones({d}, "(d)"));
-    if (c.norm_has_bias())
-    {
-        f(prefix + "ln_1.bias", ln_1_bias, declare::zeros({d}, "(d)"));
-    }
-    const bool ab = c.attention_has_bias();
-    f(prefix + "attn.W_Q", W_Q, declare::normal({d, d}, w, "(d, d)"));
-    if (ab)
-    {
-        f(prefix + "attn.b_Q", b_Q, declare::zeros({d}, "(d)"));
-    }
-    f(prefix + "attn.W_K", W_K, declare::normal({d, kv}, w, "(d, G*dh)"));
-    if (ab)
-    {
-        f(prefix + "attn.b_K", b_K, declare::zeros({kv}, "(G*dh)"));
-    }
-    f(prefix + "attn.W_V", W_V, declare::normal({d, kv}, w, "(d, G*dh)"));
-    if (ab)
-    {
-        f(prefix + "attn.b_V", b_V, declare::zeros({kv}, "(G*dh)"));
-    }
-    f(prefix + "attn.W_O", W_O, declare::normal({d, d}, r, "(d, d)"));
-    if (ab)
-    {
-        f(prefix + "attn.b_O", b_O, declare::zeros({d}, "(d)"));
-    }
-    f(prefix + "ln_2.weight", ln_2_weight, declare::ones({d}, "(d)"));
-    if (c.norm_has_bias())
-    {
-        f(prefix + "ln_2.bias", ln_2_bias, declare::zeros({d}, "(d)"));
-    }
-    const bool mb = c.mlp_has_bias();
-    // Each weight with its bias right after it: (name, weight, bias, rows, cols, std).
-    auto linear = [&](const std::string& wn, parameter<T>& W, const std::string& bn, parameter<T>& b,
-                      std::size_t rows, std::size_t cols, double std_dev, const std::string& formula,
-                      const std::string& bias_formula) {
-        f(prefix + "mlp." + wn, W, declare::normal({rows, cols}, std_dev, formula));
-        if (mb)
+    // A norm's weight, and its bias when the variant has one.
+    auto norm = [&](const std::string& name, parameter<T> B::*weight, parameter<T> B::*bias) {
+        f(name + ".weight", weight, declare::ones({d}, "(d)"));
+        if (c.norm_has_bias())
         {
-            f(prefix + "mlp." + bn, b, declare::zeros({cols}, bias_formula));
+            f(name + ".bias", bias, declare::zeros({d}, "(d)"));
         }
     };
-    if (c.mlp == mlp_kind::swiglu)
+    // A weight (rows, cols) with its bias right after it when `has_bias`.
+    auto linear = [&](const std::string& weight_name, parameter<T> B::*weight, const std::string& bias_name,
+                      parameter<T> B::*bias, bool has_bias, std::size_t rows, std::size_t cols, double std_dev,
+                      const std::string& rows_formula, const std::string& cols_formula) {
+        f(weight_name, weight, declare::normal({rows, cols}, std_dev, "(" + rows_formula + ", " + cols_formula + ")"));
+        if (has_bias)
+        {
+            f(bias_name, bias, declare::zeros({cols}, "(" + cols_formula + ")"));
+        }
+    };
+    norm("ln_1", &B::ln_1_weight, &B::ln_1_bias);
+    const bool ab = c.attention_has_bias();
+    linear("attn.W_Q", &B::W_Q, "attn.b_Q", &B::b_Q, ab, d, d, w, "d", "d");
+    linear("attn.W_K", &B::W_K, "attn.b_K", &B::b_K, ab, d, kv, w, "d", "G*dh");
+    linear("attn.W_V", &B::W_V, "attn.b_V", &B::b_V, ab, d, kv, w, "d", "G*dh");
+    linear("attn.W_O", &B::W_O, "attn.b_O", &B::b_O, ab, d, d, r, "d", "d");
+    norm("ln_2", &B::ln_2_weight, &B::ln_2_bias);
+    const bool mb = c.mlp_has_bias();
+    switch (c.mlp)
     {
-        linear("W_gate", W_gate, "b_gate", b_gate, d, h, w, "(d, " + hf + ")", "(" + hf + ")");
-        linear("W_up", W_up, "b_up", b_up, d, h, w, "(d, " + hf + ")", "(" + hf + ")");
-        linear("W_down", W_down, "b_down", b_down, h, d, r, "(" + hf + ", d)", "(d)");
+    case mlp_kind::swiglu:
+        linear("mlp.W_gate", &B::W_gate, "mlp.b_gate", &B::b_gate, mb, d, h, w, "d", hf);
+        linear("mlp.W_up", &B::W_up, "mlp.b_up", &B::b_up, mb, d, h, w, "d", hf);
+        linear("mlp.W_down", &B::W_down, "mlp.b_down", &B::b_down, mb, h, d, r, hf, "d");
+        return;
+    case mlp_kind::gelu_tanh:
+    case mlp_kind::gelu:
+        linear("mlp.W_fc", &B::W_fc, "mlp.b_fc", &B::b_fc, mb, d, h, w, "d", hf);
+        linear("mlp.W_proj", &B::W_proj, "mlp.b_proj", &B::b_proj, mb, h, d, r, hf, "d");
+        return;
     }
-    else
+}
+
+template <class T>
+template <class F>
+void gpt_parameters<T>::declare_embedding(const gpt_config& c, F&& f)
+{
+    const double w = gpt_weight_std();
+    f("wte", &gpt_parameters::wte, declare::normal({c.vocab_size, c.d_model}, w, "(V, d)", parameter_role::embedding));
+    if (c.position == position_kind::learned)
     {
-        linear("W_fc", W_fc, "b_fc", b_fc, d, h, w, "(d, " + hf + ")", "(" + hf + ")");
-        linear("W_proj", W_proj, "b_proj", b_proj, h, d, r, "(" + hf + ", d)", "(d)");
+        f("wpe", &gpt_parameters::wpe,
+          declare::normal({c.block_size, c.d_model}, w, "(block_size, d)", parameter_role::embedding));
+    }
+}
+
+template <class T>
+template <class F>
+void gpt_parameters<T>::declare_head(const gpt_config& c, F&& f)
+{
+    f("ln_f.weight", &gpt_parameters::ln_f_weight, declare::ones({c.d_model}, "(d)"));
+    if (c.norm_has_bias())
+    {
+        f("ln_f.bias", &gpt_parameters::ln_f_bias, declare::zeros({c.d_model}, "(d)"));
+    }
+    if (!c.tied_head)
+    {
+        f("lm_head", &gpt_parameters::lm_head,
+          declare::normal({c.d_model, c.vocab_size}, gpt_weight_std(), "(d, V)", parameter_role::head));
     }
 }
 
@@ -258,27 +214,47 @@ template <class T>
 template <class F>
 void gpt_parameters<T>::visit(F&& f)
 {
-    const gpt_config& c = config;
-    const double w = gpt_weight_std();
-    f("wte", wte, declare::normal({c.vocab_size, c.d_model}, w, "(V, d)"));
-    if (c.position == position_kind::learned)
-    {
-        f("wpe", wpe, declare::normal({c.block_size, c.d_model}, w, "(block_size, d)"));
-    }
+    auto bound = [&](const std::string& name, parameter<T> gpt_parameters::*member, const declaration& d) {
+        f(name, this->*member, d);
+    };
+    declare_embedding(config, bound);
     for (std::size_t i = 0; i < blocks.size(); ++i)
     {
-        blocks[i].visit("blocks." + std::to_string(i) + ".", c, f);
+        blocks[i].visit(block_prefix(i), config, f);
     }
-    f("ln_f.weight", ln_f_weight, declare::ones({c.d_model}, "(d)"));
-    if (c.norm_has_bias())
-    {
-        f("ln_f.bias", ln_f_bias, declare::zeros({c.d_model}, "(d)"));
-    }
-    if (!c.tied_head)
-    {
-        f("lm_head", lm_head, declare::normal({c.d_model, c.vocab_size}, w, "(d, V)"));
-    }
+    declare_head(config, bound);
 }
+
+// Every parameter of the model a config describes, in the checkpoint's order: f(name, declaration).
+// A function of the config alone (nothing is allocated), walking the same declarations as visit.
+template <class F>
+void for_each_gpt_parameter(const gpt_config& c, F&& f)
+{
+    auto named = [&f](const std::string& prefix) {
+        return [&f, prefix](const std::string& name, auto, const declaration& d) { f(prefix + name, d); };
+    };
+    gpt_parameters<float>::declare_embedding(c, named(""));
+    for (std::size_t i = 0; i < c.layers; ++i)
+    {
+        gpt_block_parameters<float>::declare(c, named(block_prefix(i)));
+    }
+    gpt_parameters<float>::declare_head(c, named(""));
+}
+
+// Counts that saturate at UINT64_MAX instead of wrapping (a hostile file's metadata may ask for 2^70).
+std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b);
+std::uint64_t saturating_mul(std::uint64_t a, std::uint64_t b);
+// The number of values of a declared shape, saturating.
+std::uint64_t declared_values(const declaration& d);
+
+// The parameters a config declares, counted per block and outside the blocks (saturating): what the
+// parameter count, the checkpoint limits and the memory estimate multiply by L. Needs no valid config.
+struct gpt_value_count
+{
+    std::uint64_t per_block = 0, outside_blocks = 0;
+    std::uint64_t tensors_per_block = 0, tensors_outside_blocks = 0;
+};
+gpt_value_count gpt_values(const gpt_config& c);
 
 // ---- counting (Exercise 20.3 for the whole model), in multiply-adds; FLOPs are twice this ----
 

@@ -5,9 +5,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
-#include "kernels/gemm.hpp"
 #include "autodiff/instantiate.hpp"
+#include "autodiff/shape.hpp"
+#include "kernels/gemm.hpp"
 #include "kernels/kernels.hpp"
 
 namespace xgrad::models::manual
@@ -56,6 +59,44 @@ template <class T>
 dims dims_of(const array<T>& q, const array<T>& k)
 {
     return {q.shape()[0], q.shape()[1], k.shape()[1], q.shape()[2], k.shape()[2], q.shape()[3]};
+}
+
+// Throws std::invalid_argument naming `op`, `what` and both shapes unless `actual` is `expected`.
+template <class T>
+void require_shape(const char* op, const char* what, const array<T>& actual, const shape_t& expected)
+{
+    const shape_t shape = to_shape(actual.shape());
+    if (shape != expected)
+    {
+        throw std::invalid_argument(std::string(op) + ": " + what + " has shape " + shape_str(shape) +
+                                    ", expected " + shape_str(expected));
+    }
+}
+
+// The backward's inputs must be the forward's: q, k, v, p as attention_forward made them, and a
+// gradient of the output's shape.
+template <class T>
+void check_attention_backward_shapes(const array<T>& grad_o, const array<T>& q, const array<T>& k,
+                                     const array<T>& v, const array<T>& p)
+{
+    const char* op = "attention_backward";
+    if (q.dimension() != 4 || k.dimension() != 4)
+    {
+        throw std::invalid_argument(std::string(op) + ": q and k must be 4-D (B, H, T, dh), got " +
+                                    shape_str(to_shape(q.shape())) + " and " +
+                                    shape_str(to_shape(k.shape())));
+    }
+    const dims s = dims_of(q, k);
+    if (s.groups == 0 || s.heads % s.groups != 0)
+    {
+        throw std::invalid_argument(std::string(op) + ": " + std::to_string(s.heads) +
+                                    " query heads cannot share " + std::to_string(s.groups) +
+                                    " key/value heads");
+    }
+    require_shape(op, "k", k, {s.batch, s.groups, s.tk, s.dh});
+    require_shape(op, "v", v, {s.batch, s.groups, s.tk, s.dh});
+    require_shape(op, "p", p, {s.batch, s.heads, s.tq, s.tk});
+    require_shape(op, "grad_o", grad_o, {s.batch, s.heads, s.tq, s.dh});
 }
 }  // namespace
 
@@ -114,6 +155,7 @@ template <class T>
 void attention_backward(const array<T>& grad_o, const array<T>& q, const array<T>& k, const array<T>& v,
                         const array<T>& p, array<T>& grad_q, array<T>& grad_k, array<T>& grad_v)
 {
+    check_attention_backward_shapes(grad_o, q, k, v, p);
     const dims s = dims_of(q, k);
     const T scale = T(1) / std::sqrt(static_cast<T>(s.dh));
     grad_q = array<T>::from_shape(q.shape());
@@ -200,6 +242,9 @@ mha_forward_result<T> mha_forward(const array<T>& xq, const array<T>& xk, const 
 template <class T>
 mha_gradients<T> mha_backward(const array<T>& grad_output, const mha_cache<T>& c)
 {
+    // dY has the output's shape (B, Tq, d): the forward's batch and queries, W_O's columns.
+    require_shape("mha_backward", "grad_output", grad_output,
+                  {c.xq.shape()[0], c.xq.shape()[1], c.w_o.shape()[1]});
     mha_gradients<T> g;
     // Y = joined W_O  ->  dW_O = joined^T dY,  d joined = dY W_O^T
     g.w_o = weight_grad(c.joined, grad_output);

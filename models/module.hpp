@@ -48,7 +48,18 @@ struct forward_options
     bool every_activation = true;
 };
 
-// How a parameter starts: N(0, std_dev) drawn in double and rounded to T, or a constant.
+// What a parameter is in its model, for optimisers that treat kinds apart (Muon takes the matrices, and
+// AdamW decays matrices, embeddings and heads but neither norms nor biases).
+enum class parameter_role
+{
+    matrix,       // a weight matrix inside the model (attention, MLP)
+    embedding,    // a table looked up by index (wte, wpe)
+    head,         // the output projection to the vocabulary
+    norm_weight,  // a norm's gain
+    bias,         // an additive vector
+};
+
+// How a parameter starts: N(0, std_dev) drawn in double and rounded to T, or a constant; and its role.
 struct declaration
 {
     enum class rule
@@ -60,21 +71,23 @@ struct declaration
     rule how = rule::constant;
     double value = 0;           // the std_dev of a normal draw, or the constant
     std::string formula;        // the shape as the model's documentation writes it, e.g. "(d, 4d)"
+    parameter_role role = parameter_role::matrix;
 };
 
 namespace declare
 {
-inline declaration normal(shape_t shape, double std_dev, std::string formula = "")
+inline declaration normal(shape_t shape, double std_dev, std::string formula = "",
+                          parameter_role role = parameter_role::matrix)
 {
-    return {std::move(shape), declaration::rule::normal, std_dev, std::move(formula)};
+    return {std::move(shape), declaration::rule::normal, std_dev, std::move(formula), role};
 }
-inline declaration zeros(shape_t shape, std::string formula = "")
+inline declaration zeros(shape_t shape, std::string formula = "", parameter_role role = parameter_role::bias)
 {
-    return {std::move(shape), declaration::rule::constant, 0.0, std::move(formula)};
+    return {std::move(shape), declaration::rule::constant, 0.0, std::move(formula), role};
 }
-inline declaration ones(shape_t shape, std::string formula = "")
+inline declaration ones(shape_t shape, std::string formula = "", parameter_role role = parameter_role::norm_weight)
 {
-    return {std::move(shape), declaration::rule::constant, 1.0, std::move(formula)};
+    return {std::move(shape), declaration::rule::constant, 1.0, std::move(formula), role};
 }
 }  // namespace declare
 

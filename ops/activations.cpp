@@ -10,6 +10,7 @@
 #include "kernels/activations.hpp"
 #include "kernels/gelu.hpp"
 #include "kernels/map.hpp"
+#include "ops/composed.hpp"
 #include "ops/ops.hpp"
 
 namespace xgrad::ops
@@ -21,13 +22,22 @@ using kernels::map_values;
 using namespace kernels::activations;
 
 // An elementwise op y = f(x) whose rule is dL/dx = backward(x, g), both functors, x saved.
-template <lanes kind, class T, class Forward, class Backward>
-var<T> unary_op(const char* name, const var<T>& x, Forward forward, Backward backward)
+// `on_vars` is the rule again on vars, for a backward that records itself.
+template <lanes kind, class T, class Forward, class Backward, class OnVars>
+var<T> unary_op(const char* name, const var<T>& x, Forward forward, Backward backward, OnVars on_vars)
 {
     array<T> y = map_values<kind>(x.value(), static_cast<const array<T>*>(nullptr), forward);
-    return detail::record(name, {x}, std::move(y), saves_input0, [backward](backward_context<T>& ctx) {
+    auto on_arrays = [backward](backward_context<T>& ctx) {
         ctx.accumulate(0, map_values<kind>(ctx.input(0), &ctx.grad(), backward));
-    });
+    };
+    return detail::record(name, {x}, std::move(y), saves_input0, detail::with_var_form<T>(on_arrays, on_vars));
+}
+
+// A fused op's rule on vars: its composed twin, differentiated by the recording backward.
+template <class T, class Twin>
+auto twin_form(Twin twin)
+{
+    return [twin](graph_context<T>& ctx) { ctx.differentiate_twin(twin); };
 }
 }  // namespace
 
@@ -36,8 +46,8 @@ template <class T>
 var<T> relu(const var<T>& x)
 {
     array<T> y = xt::maximum(x.value(), T(0));
-    return detail::record("relu", {x}, std::move(y), saves_output, [](backward_context<T>& ctx) {
-        ctx.accumulate(0, array<T>(xt::where(ctx.output() > T(0), ctx.grad(), T(0))));
+    return detail::record("relu", {x}, std::move(y), saves_output, [](auto& ctx) {
+        ctx.accumulate(0, rule::where_positive(ctx.output(), ctx.grad()));
     });
 }
 
@@ -47,9 +57,9 @@ var<T> sigmoid(const var<T>& x)
 {
     array<T> y = kernels::map_values<kernels::lanes::scalar>(
         x.value(), static_cast<const array<T>*>(nullptr), [](T v, T) { return stable_sigmoid(v); });
-    return detail::record("sigmoid", {x}, std::move(y), saves_output, [](backward_context<T>& ctx) {
+    return detail::record("sigmoid", {x}, std::move(y), saves_output, [](auto& ctx) {
         const auto& y = ctx.output();
-        ctx.accumulate(0, array<T>(ctx.grad() * y * (T(1) - y)));
+        ctx.accumulate(0, ctx.grad() * y * (T(1) - y));
     });
 }
 
@@ -63,23 +73,30 @@ var<T> gelu(const var<T>& x)
     using form = kernels::gelu::tanh_form;
     const kernels::gelu::forward<form> value;
     array<T> y = kernels::map_values(x.value(), static_cast<const array<T>*>(nullptr), value);
-    return detail::record("gelu", {x}, std::move(y), saves_input0, [](backward_context<T>& ctx) {
+    auto on_arrays = [](backward_context<T>& ctx) {
         ctx.accumulate(0, kernels::map_values(ctx.input(0), &ctx.grad(), kernels::gelu::backward<form>{}));
-    });
+    };
+    auto twin = [](const std::vector<var<T>>& in) { return composed::gelu(in[0]); };
+    return detail::record("gelu", {x}, std::move(y), saves_input0, detail::with_twin<T>(on_arrays, twin));
 }
 
 // y = erf(x).   dL/dx = g (2 / sqrt(pi)) e^{-x^2}
 template <class T>
 var<T> erf(const var<T>& x)
 {
-    return unary_op<lanes::scalar>("erf", x, erf_forward{}, erf_backward{});
+    const auto on_vars = [](graph_context<T>& ctx) {
+        const var<T> x = ctx.input(0);
+        ctx.accumulate(0, ctx.grad() * (T(1.1283791670955126) * exp(-(x * x))));  // 2 / sqrt(pi) e^{-x^2}
+    };
+    return unary_op<lanes::scalar>("erf", x, erf_forward{}, erf_backward{}, on_vars);
 }
 
 // y = x s(x), s = sigmoid.   dL/dx = g s (1 + x (1 - s))   (s' = s (1 - s))
 template <class T>
 var<T> silu(const var<T>& x)
 {
-    return unary_op<lanes::simd>("silu", x, silu_forward{}, silu_backward{});
+    return unary_op<lanes::simd>("silu", x, silu_forward{}, silu_backward{},
+                                 twin_form<T>([](const std::vector<var<T>>& in) { return composed::silu(in[0]); }));
 }
 
 // y = 0.5 x (1 + erf(x / sqrt 2)) = x Phi(x)   (for x < -1 as 0.5 x erfc(-x / sqrt 2): kernels/gelu.hpp)
@@ -88,8 +105,8 @@ template <class T>
 var<T> gelu_exact(const var<T>& x)
 {
     using form = kernels::gelu::exact_form;
-    return unary_op<lanes::simd>("gelu_exact", x, kernels::gelu::forward<form>{},
-                                 kernels::gelu::backward<form>{});
+    return unary_op<lanes::simd>("gelu_exact", x, kernels::gelu::forward<form>{}, kernels::gelu::backward<form>{},
+                                 twin_form<T>([](const std::vector<var<T>>& in) { return composed::gelu_exact(in[0]); }));
 }
 
 // y = silu(a) u, a = gate.   dL/da = g u s (1 + a (1 - s)),  dL/du = g silu(a)   (s = sigmoid(a))
@@ -102,8 +119,9 @@ var<T> swiglu(const var<T>& gate, const var<T>& up)
                            " must have the same shape");
     }
     array<T> y = map_values(gate.value(), &up.value(), swiglu_forward{});
+    auto twin = [](const std::vector<var<T>>& in) { return composed::swiglu(in[0], in[1]); };
     return detail::record("swiglu", {gate, up}, std::move(y), saves_input0 | saves_input1,
-                          [](backward_context<T>& ctx) {
+                          detail::with_twin<T>([](backward_context<T>& ctx) {
                               const array<T>& a = ctx.input(0);
                               if (ctx.needs_grad(0))
                               {
@@ -116,7 +134,7 @@ var<T> swiglu(const var<T>& gate, const var<T>& up)
                                                                silu_forward{});
                                   ctx.accumulate(1, array<T>(ctx.grad() * silu_a));
                               }
-                          });
+                          }, twin));
 }
 
 #define XGRAD_ACTIVATIONS(T)                                               \

@@ -11,6 +11,7 @@
 #include "autodiff/instantiate.hpp"
 #include "autodiff/record.hpp"
 #include "kernels/attention.hpp"
+#include "ops/composed.hpp"
 #include "ops/ops.hpp"
 
 namespace xgrad
@@ -79,16 +80,16 @@ void check_token_major_shapes(const shape_t& qs, const shape_t& ks, const shape_
 
 // Records the op's two nodes around a forward already computed; `backward` maps (q, k, v, O, lse, dO)
 // to the gradients of q, k and v, and keeps a copy of the caller's mask, if any (declared to the tape).
-template <class T, class Backward>
+template <class T, class Backward, class Twin>
 var<T> record_attention(const var<T>& q, const var<T>& k, const var<T>& v,
-                        kernels::attention_forward_result<T> forward, Backward backward, const mask_t* mask)
+                        kernels::attention_forward_result<T> forward, Backward backward, Twin twin, const mask_t* mask)
 {
     var<T> lse = detail::record(
         "attention_lse", {q, k, v}, std::move(forward.log_sum_exp), saves_nothing,
         [](backward_context<T>&) {
             // Never reached with a gradient: the lse is internal to attention, which sends it none.
         });
-    auto rule = [backward](backward_context<T>& ctx) {
+    auto on_arrays = [backward](backward_context<T>& ctx) {
         auto grads = backward(ctx.input(0), ctx.input(1), ctx.input(2), ctx.output(), ctx.input(3), ctx.grad());
         for (std::size_t i = 0; i < 3; ++i)
         {
@@ -99,8 +100,9 @@ var<T> record_attention(const var<T>& q, const var<T>& k, const var<T>& v,
         }
     };
     return detail::record("attention", {q, k, v, lse}, std::move(forward.output),
-                          saves_input0 | saves_input1 | saves_input2 | saves_input3 | saves_output, std::move(rule),
-                          forward.multiply_adds, mask ? mask->size() * sizeof(bool) : 0);
+                          saves_input0 | saves_input1 | saves_input2 | saves_input3 | saves_output,
+                          detail::with_twin<T>(std::move(on_arrays), std::move(twin)), forward.multiply_adds,
+                          mask ? mask->size() * sizeof(bool) : 0);
 }
 
 // The rule outlives the caller's mask: keep a copy (shared, so copying the rule stays cheap).
@@ -121,11 +123,15 @@ var<T> attention(const var<T>& q, const var<T>& k, const var<T>& v, const mask_t
 {
     check_attention_shapes(q.shape(), k.shape(), v.shape(), mask);
     auto forward = kernels::attention_forward(q.value(), k.value(), v.value(), mask, causal);
-    auto backward = [kept_mask = kept(mask), causal](const array<T>& q_, const array<T>& k_, const array<T>& v_,
+    const auto kept_mask = kept(mask);  // one copy for both forms of the rule
+    auto backward = [kept_mask, causal](const array<T>& q_, const array<T>& k_, const array<T>& v_,
                                                      const array<T>& o, const array<T>& lse, const array<T>& g) {
         return kernels::attention_backward(q_, k_, v_, o, lse, g, kept_mask.get(), causal);
     };
-    return record_attention(q, k, v, std::move(forward), backward, mask);
+    auto twin = [kept_mask, causal](const std::vector<var<T>>& in) {
+        return composed::attention(in[0], in[1], in[2], kept_mask.get(), causal);
+    };
+    return record_attention(q, k, v, std::move(forward), backward, twin, mask);
 }
 
 // The rules above, read and written in the token-major layout (the rows of head h are columns
@@ -137,13 +143,17 @@ var<T> attention_token_major(const var<T>& q, const var<T>& k, const var<T>& v, 
     check_token_major_shapes(q.shape(), k.shape(), v.shape(), heads, kv_heads, mask);
     auto forward =
         kernels::attention_forward_token_major(q.value(), k.value(), v.value(), heads, kv_heads, mask, causal);
-    auto backward = [kept_mask = kept(mask), causal, heads, kv_heads](
+    const auto kept_mask = kept(mask);  // one copy for both forms of the rule
+    auto backward = [kept_mask, causal, heads, kv_heads](
                         const array<T>& q_, const array<T>& k_, const array<T>& v_, const array<T>& o,
                         const array<T>& lse, const array<T>& g) {
         return kernels::attention_backward_token_major(q_, k_, v_, o, lse, g, heads, kv_heads, kept_mask.get(),
                                                        causal);
     };
-    return record_attention(q, k, v, std::move(forward), backward, mask);
+    auto twin = [kept_mask, causal, heads, kv_heads](const std::vector<var<T>>& in) {
+        return composed::attention_token_major(in[0], in[1], in[2], heads, kv_heads, kept_mask.get(), causal);
+    };
+    return record_attention(q, k, v, std::move(forward), backward, twin, mask);
 }
 
 #define XGRAD_ATTENTION(T)                                                                        \

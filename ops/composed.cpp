@@ -2,6 +2,7 @@
 // own, so the tape derives its backward. Tests hold the fused rules against these.
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "autodiff/instantiate.hpp"
 #include "ops/composed.hpp"
@@ -205,7 +206,86 @@ var<T> rope(const var<T>& x, double base, std::size_t position_offset)
                mul(turned, constant_like(x, std::move(sin_table), "rope_sin")));
 }
 
+// softmax(s x) among the kept entries. The shift c is the row's largest kept s x on kept entries and the
+// entry's own s x on the others (so that no exponential overflows before the mask zeroes it); as a
+// constant it changes no derivative of any order, because softmax does not depend on it.
+template <class T>
+var<T> masked_softmax(const var<T>& x, const mask_t* mask, T scale)
+{
+    const shape_t shape = x.shape();
+    const std::size_t n = shape.at(last_axis("masked_softmax", shape)), rows = n ? x.value().size() / n : 0;
+    const array<T> kept = mask ? array<T>(xt::cast<T>(xt::broadcast(*mask, shape))) : array<T>(xt::ones<T>(shape));
+    array<T> shift = scale * x.value();
+    shape_t row_shape = shape;
+    row_shape.back() = 1;
+    array<T> empty_rows = xt::zeros<T>(row_shape);
+    for (std::size_t r = 0; r < rows; ++r)
+    {
+        T top = -std::numeric_limits<T>::infinity();
+        for (std::size_t j = 0; j < n; ++j)
+        {
+            top = kept.flat(r * n + j) != T(0) ? std::max(top, shift.flat(r * n + j)) : top;
+        }
+        empty_rows.flat(r) = top == -std::numeric_limits<T>::infinity() ? T(1) : T(0);
+        for (std::size_t j = 0; j < n; ++j)
+        {
+            shift.flat(r * n + j) = kept.flat(r * n + j) != T(0) ? top : shift.flat(r * n + j);
+        }
+    }
+    const var<T> e = mul(exp(sub(ops::scale(x, scale), constant_like(x, std::move(shift)))), constant_like(x, kept));
+    return div(e, add(sum(e, {shape.size() - 1}, true), constant_like(x, std::move(empty_rows))));
+}
+
+template <class T>
+var<T> attention(const var<T>& q, const var<T>& k, const var<T>& v, const mask_t* mask, bool causal)
+{
+    const shape_t qs = q.shape(), ks = k.shape();
+    const std::size_t B = qs[0], H = qs[1], Tq = qs[2], dh = qs[3], G = ks[1], Tk = ks[2];
+    auto to_long = [](std::initializer_list<std::size_t> s) { return std::vector<long>(s.begin(), s.end()); };
+    auto repeat_heads = [&](const var<T>& kv) {  // (B, G, Tk, dh) -> (B, H, Tk, dh)
+        if (G == H)
+        {
+            return kv;
+        }
+        const var<T> grouped = reshape(kv, to_long({B, G, 1, Tk, dh}));
+        const var<T> repeated = add(grouped, constant_like(kv, array<T>(xt::zeros<T>(shape_t{B, G, H / G, Tk, dh}))));
+        return reshape(repeated, to_long({B, H, Tk, dh}));
+    };
+    const var<T> scores = matmul(q, repeat_heads(k), false, true);
+    const T s = T(1) / std::sqrt(static_cast<T>(dh));
+    if (!mask && !causal)
+    {
+        return matmul(softmax(scores, s), repeat_heads(v));
+    }
+    mask_t visible = mask ? mask_t(xt::broadcast(*mask, shape_t{B, H, Tq, Tk})) : mask_t(xt::ones<bool>({B, H, Tq, Tk}));
+    for (std::size_t i = 0; causal && i < visible.size(); ++i)
+    {
+        const std::size_t query = (i / Tk) % Tq, key = i % Tk;
+        visible.flat(i) = visible.flat(i) && key + Tq <= query + Tk;  // j <= i + (Tk - Tq)
+    }
+    return matmul(ops::masked_softmax(scores, visible, s), repeat_heads(v));
+}
+
+template <class T>
+var<T> attention_token_major(const var<T>& q, const var<T>& k, const var<T>& v, std::size_t heads,
+                             std::size_t kv_heads, const mask_t* mask, bool causal)
+{
+    const std::size_t dh = q.shape()[2] / heads;
+    auto split = [dh](const var<T>& x, std::size_t n) {  // (B, T, n dh) -> (B, n, T, dh)
+        const shape_t s = x.shape();
+        return permute(reshape(x, {static_cast<long>(s[0]), static_cast<long>(s[1]), static_cast<long>(n),
+                                   static_cast<long>(dh)}), {0, 2, 1, 3});
+    };
+    const var<T> o = attention(split(q, heads), split(k, kv_heads), split(v, kv_heads), mask, causal);
+    const shape_t qs = q.shape();
+    return reshape(permute(o, {0, 2, 1, 3}), {static_cast<long>(qs[0]), static_cast<long>(qs[1]), static_cast<long>(qs[2])});
+}
+
 #define XGRAD_COMPOSED(T)                                                                                    \
+    template var<T> masked_softmax(const var<T>&, const mask_t*, T);                                         \
+    template var<T> attention(const var<T>&, const var<T>&, const var<T>&, const mask_t*, bool);             \
+    template var<T> attention_token_major(const var<T>&, const var<T>&, const var<T>&, std::size_t,          \
+                                          std::size_t, const mask_t*, bool);                                 \
     template var<T> gelu(const var<T>&);                                                                     \
     template var<T> linear(const var<T>&, const var<T>&, const var<T>&);                                     \
     template var<T> layer_norm(const var<T>&, const var<T>&, const var<T>&, T);                              \

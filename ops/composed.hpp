@@ -28,4 +28,15 @@ template <class T> var<T> rms_norm(const var<T>& x, const var<T>& weight, double
 // x * C + (x @ P) * S: C, S the constant cos and sin of each coordinate's angle, P the constant
 // (dh, dh) matrix taking each pair (a, b) to (-b, a).
 template <class T> var<T> rope(const var<T>& x, double base, std::size_t position_offset);
+// The twins of the softmax and attention ops (what a backward that records itself differentiates):
+// e m / (sum e m + r) with e = exp(scale x - c), m the mask, c a constant shift, r = 1 on rows the mask
+// empties (which give 0); mask may be null.
+template <class T> var<T> masked_softmax(const var<T>& x, const mask_t* mask, T scale);
+// masked_softmax(Q K^T, mask and causal, 1 / sqrt(dh)) V, each key/value head repeated for its H / G
+// query heads; and the same on the token-major layout.
+template <class T>
+var<T> attention(const var<T>& q, const var<T>& k, const var<T>& v, const mask_t* mask, bool causal);
+template <class T>
+var<T> attention_token_major(const var<T>& q, const var<T>& k, const var<T>& v, std::size_t heads,
+                             std::size_t kv_heads, const mask_t* mask, bool causal);
 }  // namespace xgrad::ops::composed

@@ -2,6 +2,8 @@
 // checks it).
 #include <random>
 
+#include <memory>
+
 #include "autodiff/instantiate.hpp"
 #include "autodiff/record.hpp"
 #include "ops/checks.hpp"
@@ -39,15 +41,23 @@ var<T> dropout(const var<T>& x, T p, std::mt19937_64& generator, bool training)
         y.data()[i] = in[i] * (keep.data()[i] ? keep_scale : T(0));
     }
     const std::size_t keep_bytes = keep.size() * sizeof(bool);
-    auto rule = [keep = std::move(keep), keep_scale](backward_context<T>& ctx) {
+    auto kept = std::make_shared<const mask_t>(std::move(keep));  // one mask for both forms of the rule
+    auto rule = [kept, keep_scale](backward_context<T>& ctx) {
         array<T> dx = ctx.take_grad();
+        const bool* keep = kept->data();
         for (std::size_t i = 0; i < dx.size(); ++i)
         {
-            dx.data()[i] *= keep.data()[i] ? keep_scale : T(0);
+            dx.data()[i] *= keep[i] ? keep_scale : T(0);
         }
         ctx.accumulate(0, std::move(dx));
     };
-    return detail::record("dropout", {x}, std::move(y), saves_nothing, std::move(rule), 0, keep_bytes);
+    // On vars: g times the constant m / (1 - p), built from the same mask when a recording backward asks.
+    auto on_vars = [kept, keep_scale](graph_context<T>& ctx) {
+        const var<T> g = ctx.grad();
+        ctx.accumulate(0, g * constant_like(g, array<T>(keep_scale * xt::cast<T>(*kept))));
+    };
+    return detail::record("dropout", {x}, std::move(y), saves_nothing, detail::with_var_form<T>(std::move(rule), on_vars),
+                          0, keep_bytes);
 }
 
 #define XGRAD_DROPOUT(T) template var<T> dropout(const var<T>&, T, std::mt19937_64&, bool);

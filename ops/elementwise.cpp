@@ -65,8 +65,8 @@ var<T> add(const var<T>& a, const var<T>& b)
 {
     check_broadcast("add", a, b);
     array<T> c = add_values(a.value(), b.value());
-    return detail::record("add", {a, b}, std::move(c), saves_nothing, [](backward_context<T>& ctx) {
-        ctx.accumulate(0, array<T>(ctx.grad()));
+    return detail::record("add", {a, b}, std::move(c), saves_nothing, [](auto& ctx) {
+        ctx.accumulate(0, ctx.grad());
         ctx.accumulate(1, ctx.take_grad());
     });
 }
@@ -77,8 +77,8 @@ var<T> sub(const var<T>& a, const var<T>& b)
 {
     check_broadcast("sub", a, b);
     array<T> c = a.value() - b.value();
-    return detail::record("sub", {a, b}, std::move(c), saves_nothing, [](backward_context<T>& ctx) {
-        ctx.accumulate(1, array<T>(-ctx.grad()));
+    return detail::record("sub", {a, b}, std::move(c), saves_nothing, [](auto& ctx) {
+        ctx.accumulate(1, -ctx.grad());
         ctx.accumulate(0, ctx.take_grad());
     });
 }
@@ -89,14 +89,14 @@ var<T> mul(const var<T>& a, const var<T>& b)
 {
     check_broadcast("mul", a, b);
     array<T> c = a.value() * b.value();
-    return detail::record("mul", {a, b}, std::move(c), saves_input0 | saves_input1, [](backward_context<T>& ctx) {
+    return detail::record("mul", {a, b}, std::move(c), saves_input0 | saves_input1, [](auto& ctx) {
         if (ctx.needs_grad(0))
         {
-            ctx.accumulate(0, array<T>(ctx.grad() * ctx.input(1)));
+            ctx.accumulate(0, ctx.grad() * ctx.input(1));
         }
         if (ctx.needs_grad(1))
         {
-            ctx.accumulate(1, array<T>(ctx.grad() * ctx.input(0)));
+            ctx.accumulate(1, ctx.grad() * ctx.input(0));
         }
     });
 }
@@ -106,8 +106,8 @@ template <class T>
 var<T> scale(const var<T>& x, T factor)
 {
     array<T> y = factor * x.value();
-    return detail::record("scale", {x}, std::move(y), saves_nothing, [factor](backward_context<T>& ctx) {
-        ctx.accumulate(0, array<T>(factor * ctx.grad()));
+    return detail::record("scale", {x}, std::move(y), saves_nothing, [factor](auto& ctx) {
+        ctx.accumulate(0, factor * ctx.grad());
     });
 }
 
@@ -117,7 +117,7 @@ var<T> neg(const var<T>& x)
 {
     array<T> y = -x.value();
     return detail::record("neg", {x}, std::move(y), saves_nothing,
-                          [](backward_context<T>& ctx) { ctx.accumulate(0, array<T>(-ctx.grad())); });
+                          [](auto& ctx) { ctx.accumulate(0, -ctx.grad()); });
 }
 
 // y = e^x.   dL/dx = g * y   (uses the saved output)
@@ -125,8 +125,8 @@ template <class T>
 var<T> exp(const var<T>& x)
 {
     array<T> y = xt::exp(x.value());
-    return detail::record("exp", {x}, std::move(y), saves_output, [](backward_context<T>& ctx) {
-        ctx.accumulate(0, array<T>(ctx.grad() * ctx.output()));
+    return detail::record("exp", {x}, std::move(y), saves_output, [](auto& ctx) {
+        ctx.accumulate(0, ctx.grad() * ctx.output());
     });
 }
 
@@ -135,8 +135,8 @@ template <class T>
 var<T> log(const var<T>& x)
 {
     array<T> y = xt::log(x.value());
-    return detail::record("log", {x}, std::move(y), saves_input0, [](backward_context<T>& ctx) {
-        ctx.accumulate(0, array<T>(ctx.grad() / ctx.input(0)));
+    return detail::record("log", {x}, std::move(y), saves_input0, [](auto& ctx) {
+        ctx.accumulate(0, ctx.grad() / ctx.input(0));
     });
 }
 
@@ -145,9 +145,9 @@ template <class T>
 var<T> tanh(const var<T>& x)
 {
     array<T> y = xt::tanh(x.value());
-    return detail::record("tanh", {x}, std::move(y), saves_output, [](backward_context<T>& ctx) {
+    return detail::record("tanh", {x}, std::move(y), saves_output, [](auto& ctx) {
         const auto& y = ctx.output();
-        ctx.accumulate(0, array<T>(ctx.grad() * (T(1) - y * y)));
+        ctx.accumulate(0, ctx.grad() * (T(1) - y * y));
     });
 }
 
@@ -158,15 +158,15 @@ var<T> div(const var<T>& a, const var<T>& b)
     check_broadcast("div", a, b);
     array<T> c = a.value() / b.value();
     const unsigned saved = saves_input1 | (b.requires_grad() ? saves_output : saves_nothing);
-    return detail::record("div", {a, b}, std::move(c), saved, [](backward_context<T>& ctx) {
+    return detail::record("div", {a, b}, std::move(c), saved, [](auto& ctx) {
         const auto& b = ctx.input(1);
         if (ctx.needs_grad(1))
         {
-            ctx.accumulate(1, array<T>(-ctx.grad() * ctx.output() / b));
+            ctx.accumulate(1, -ctx.grad() * ctx.output() / b);
         }
         if (ctx.needs_grad(0))
         {
-            ctx.accumulate(0, array<T>(ctx.grad() / b));
+            ctx.accumulate(0, ctx.grad() / b);
         }
     });
 }
@@ -177,7 +177,7 @@ var<T> add_scalar(const var<T>& x, T c)
 {
     array<T> y = x.value() + c;
     return detail::record("add_scalar", {x}, std::move(y), saves_nothing,
-                          [](backward_context<T>& ctx) { ctx.accumulate(0, ctx.take_grad()); });
+                          [](auto& ctx) { ctx.accumulate(0, ctx.take_grad()); });
 }
 
 // y = sqrt(x).   dL/dx = g / (2 y)   (x = 0 gives inf, x < 0 NaN, as IEEE and PyTorch)
@@ -185,8 +185,8 @@ template <class T>
 var<T> sqrt(const var<T>& x)
 {
     array<T> y = xt::sqrt(x.value());
-    return detail::record("sqrt", {x}, std::move(y), saves_output, [](backward_context<T>& ctx) {
-        ctx.accumulate(0, array<T>(ctx.grad() / (T(2) * ctx.output())));
+    return detail::record("sqrt", {x}, std::move(y), saves_output, [](auto& ctx) {
+        ctx.accumulate(0, ctx.grad() / (T(2) * ctx.output()));
     });
 }
 
@@ -195,9 +195,9 @@ template <class T>
 var<T> rsqrt(const var<T>& x)
 {
     array<T> y = T(1) / xt::sqrt(x.value());
-    return detail::record("rsqrt", {x}, std::move(y), saves_output, [](backward_context<T>& ctx) {
+    return detail::record("rsqrt", {x}, std::move(y), saves_output, [](auto& ctx) {
         const auto& y = ctx.output();
-        ctx.accumulate(0, array<T>(T(-0.5) * ctx.grad() * y * y * y));
+        ctx.accumulate(0, T(-0.5) * ctx.grad() * y * y * y);
     });
 }
 
@@ -207,13 +207,13 @@ var<T> pow(const var<T>& x, T exponent)
 {
     array<T> y = xt::pow(x.value(), exponent);
     const unsigned saved = exponent == T(0) ? saves_nothing : saves_input0;
-    return detail::record("pow", {x}, std::move(y), saved, [exponent](backward_context<T>& ctx) {
+    return detail::record("pow", {x}, std::move(y), saved, [exponent](auto& ctx) {
         if (exponent == T(0))
         {
-            ctx.accumulate(0, xt::zeros<T>(ctx.grad().shape()));
+            ctx.accumulate(0, rule::zeros_like(ctx.grad()));
             return;
         }
-        ctx.accumulate(0, array<T>(ctx.grad() * exponent * xt::pow(ctx.input(0), exponent - T(1))));
+        ctx.accumulate(0, ctx.grad() * exponent * rule::pow(ctx.input(0), exponent - T(1)));
     });
 }
 

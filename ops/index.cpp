@@ -3,6 +3,8 @@
 // and each backward moves the gradient's blocks back to where the forward took them from.
 #include <cstring>
 
+#include <memory>
+
 #include "autodiff/instantiate.hpp"
 #include "autodiff/record.hpp"
 #include "ops/ops.hpp"
@@ -120,7 +122,7 @@ var<T> concat_node(const std::vector<var<T>>& parts, std::size_t axis)
     {
         part_shapes.push_back(p.shape());
     }
-    auto rule = [splits, out, part_shapes](backward_context<T>& ctx) {
+    auto on_arrays = [splits, out, part_shapes](backward_context<T>& ctx) {
         const T* g = ctx.grad().data();
         std::size_t offset = 0;  // where part k starts along the axis
         for (std::size_t k = 0; k < splits.size(); ++k)
@@ -138,7 +140,19 @@ var<T> concat_node(const std::vector<var<T>>& parts, std::size_t axis)
             offset += splits[k].length;
         }
     };
-    return detail::record("concat", parts, std::move(y), saves_nothing, std::move(rule));
+    // On vars: part k's gradient is g's slice [offset, offset + length) along the axis.
+    auto on_vars = [splits, axis](graph_context<T>& ctx) {
+        std::size_t offset = 0;
+        for (std::size_t k = 0; k < splits.size(); ++k)
+        {
+            if (ctx.needs_grad(k))
+            {
+                ctx.accumulate(k, slice(ctx.grad(), axis, offset, offset + splits[k].length));
+            }
+            offset += splits[k].length;
+        }
+    };
+    return detail::record("concat", parts, std::move(y), saves_nothing, detail::with_var_form<T>(on_arrays, on_vars));
 }
 }  // namespace
 
@@ -168,7 +182,7 @@ var<T> slice(const var<T>& x, std::size_t axis, std::size_t begin, std::size_t e
     {
         copy_elements(y.data() + o * block, from + (o * in.length + begin) * in.inner, block);
     }
-    auto rule = [in_shape, in, begin, block](backward_context<T>& ctx) {
+    auto on_arrays = [in_shape, in, begin, block](backward_context<T>& ctx) {
         array<T> dx = xt::zeros<T>(in_shape);
         const T* g = ctx.grad().data();
         for (std::size_t o = 0; o < in.outer; ++o)
@@ -177,7 +191,27 @@ var<T> slice(const var<T>& x, std::size_t axis, std::size_t begin, std::size_t e
         }
         ctx.accumulate(0, std::move(dx));
     };
-    return detail::record("slice", {x}, std::move(y), saves_nothing, std::move(rule));
+    // On vars: g between zeros of the entries before begin and from end on.
+    auto on_vars = [in_shape, axis, begin, end](graph_context<T>& ctx) {
+        const var<T> g = ctx.grad();
+        auto zeros = [&](std::size_t length) {
+            shape_t s = in_shape;
+            s[axis] = length;
+            return constant_like(g, array<T>(xt::zeros<T>(s)));
+        };
+        std::vector<var<T>> parts;
+        if (begin > 0)
+        {
+            parts.push_back(zeros(begin));
+        }
+        parts.push_back(g);
+        if (end < in_shape[axis])
+        {
+            parts.push_back(zeros(in_shape[axis] - end));
+        }
+        ctx.accumulate(0, parts.size() == 1 ? parts[0] : concat(parts, axis));
+    };
+    return detail::record("slice", {x}, std::move(y), saves_nothing, detail::with_var_form<T>(on_arrays, on_vars));
 }
 
 // A node takes at most max_inputs inputs, so many parts are joined as a tree: consecutive groups of up to
@@ -232,7 +266,9 @@ var<T> embedding(const var<T>& weight, const ids_t& ids)
     {
         copy_elements(y.data() + i * d, w + static_cast<std::size_t>(ids.flat(i)) * d, d);
     }
-    auto rule = [ids, weight_shape, d](backward_context<T>& ctx) {
+    const auto shared_ids = std::make_shared<const ids_t>(ids);  // one copy for both forms of the rule
+    auto on_arrays = [shared_ids, weight_shape, d](backward_context<T>& ctx) {
+        const ids_t& ids = *shared_ids;
         array<T> dw = xt::zeros<T>(weight_shape);
         const T* g = ctx.grad().data();
         for (std::size_t i = 0; i < ids.size(); ++i)
@@ -246,8 +282,21 @@ var<T> embedding(const var<T>& weight, const ids_t& ids)
         }
         ctx.accumulate(0, std::move(dw));
     };
+    // On vars: dW = onehot(ids)^T g, with onehot (N, V) a constant (N = the number of ids).
+    auto on_vars = [shared_ids, vocab, d](graph_context<T>& ctx) {
+        const ids_t& ids = *shared_ids;
+        const var<T> g = ctx.grad();
+        array<T> one_hot = xt::zeros<T>(shape_t{ids.size(), vocab});
+        for (std::size_t i = 0; i < ids.size(); ++i)
+        {
+            one_hot(i, static_cast<std::size_t>(ids.flat(i))) = T(1);
+        }
+        const var<T> rows = reshape(g, {static_cast<long>(ids.size()), static_cast<long>(d)});
+        ctx.accumulate(0, matmul(constant_like(g, std::move(one_hot)), rows, true, false));
+    };
     const std::size_t kept_ids_bytes = ids.size() * sizeof(std::int64_t);
-    return detail::record("embedding", {weight}, std::move(y), saves_nothing, std::move(rule), 0, kept_ids_bytes);
+    return detail::record("embedding", {weight}, std::move(y), saves_nothing,
+                          detail::with_var_form<T>(on_arrays, on_vars), 0, kept_ids_bytes);
 }
 
 #define XGRAD_INDEX(T)                                                                \

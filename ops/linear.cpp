@@ -10,6 +10,7 @@
 #include "kernels/parallel.hpp"
 #include "kernels/rows.hpp"
 #include "ops/bf16_operands.hpp"
+#include "ops/composed.hpp"
 #include "ops/ops.hpp"
 
 namespace xgrad::ops
@@ -89,8 +90,9 @@ var<T> linear(const var<T>& x, const var<T>& weight, const var<T>& bias)
             ctx.accumulate(2, kernels::column_sums(g, n));
         }
     };
-    return detail::record("linear", {x, weight, bias}, std::move(y), saves_input0 | saves_input1, std::move(rule),
-                          macs, kept);
+    auto twin = [](const std::vector<var<T>>& in) { return composed::linear(in[0], in[1], in[2]); };
+    return detail::record("linear", {x, weight, bias}, std::move(y), saves_input0 | saves_input1,
+                          detail::with_twin<T>(std::move(rule), twin), macs, kept);
 }
 
 namespace
@@ -138,8 +140,12 @@ var<T> linear_then_gelu(const char* op, const var<T>& x, const var<T>& weight, c
             ctx.accumulate(2, std::move(db));
         }
     };
-    return detail::record(op, {x, weight, bias}, std::move(y), saves_input0 | saves_input1, std::move(rule),
-                          macs, kept);
+    auto twin = [](const std::vector<var<T>>& in) {
+        const var<T> h = composed::linear(in[0], in[1], in[2]);
+        return std::is_same_v<Form, kernels::gelu::tanh_form> ? composed::gelu(h) : composed::gelu_exact(h);
+    };
+    return detail::record(op, {x, weight, bias}, std::move(y), saves_input0 | saves_input1,
+                          detail::with_twin<T>(std::move(rule), twin), macs, kept);
 }
 }  // namespace
 

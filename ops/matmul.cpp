@@ -76,6 +76,20 @@ struct matmul_backward
             ctx.accumulate(1, std::move(dB));
         }
     }
+
+    // The same products recorded on the tape (no bf16 copies: a recording backward computes in T).
+    void operator()(graph_context<T>& ctx) const
+    {
+        const var<T> g = ctx.grad(), A = ctx.input(0), B = ctx.input(1);
+        if (ctx.needs_grad(0))
+        {
+            ctx.accumulate(0, !ta ? matmul(g, B, false, !tb) : matmul(B, g, tb, true));
+        }
+        if (ctx.needs_grad(1))
+        {
+            ctx.accumulate(1, !tb ? matmul(A, g, !ta, false) : matmul(g, A, true, ta));
+        }
+    }
 };
 }  // namespace
 

@@ -9,6 +9,7 @@
 #include "kernels/parallel.hpp"
 #include "kernels/rows.hpp"
 #include "ops/checks.hpp"
+#include "ops/composed.hpp"
 #include "ops/ops.hpp"
 
 namespace xgrad::ops
@@ -111,8 +112,9 @@ var<T> layer_norm(const var<T>& x, const var<T>& weight, const var<T>& bias, T e
             accumulate_total(2, db_sums);
         }
     };
+    auto twin = [eps](const std::vector<var<T>>& in) { return composed::layer_norm(in[0], in[1], in[2], eps); };
     return detail::record("layer_norm", {x, weight, bias}, std::move(y), saves_input0 | saves_input1,
-                          std::move(rule), 0, stats_bytes);
+                          detail::with_twin<T>(std::move(rule), twin), 0, stats_bytes);
 }
 
 // Over the last axis (d entries): r = 1 / sqrt(mean(x^2) + eps), xhat = x r, y = xhat w.
@@ -166,8 +168,9 @@ var<T> rms_norm(const var<T>& x, const var<T>& weight, double eps)
             ctx.accumulate(1, std::move(dw));
         }
     };
-    return detail::record("rms_norm", {x, weight}, std::move(y), saves_input0 | saves_input1, std::move(rule), 0,
-                          rms_bytes);
+    auto twin = [eps](const std::vector<var<T>>& in) { return composed::rms_norm(in[0], in[1], eps); };
+    return detail::record("rms_norm", {x, weight}, std::move(y), saves_input0 | saves_input1,
+                          detail::with_twin<T>(std::move(rule), twin), 0, rms_bytes);
 }
 
 #define XGRAD_NORMS(T)                                                                     \

@@ -120,6 +120,26 @@ template <class T> var<T> rope(const var<T>& x, double base, std::size_t positio
 // (the same node, nothing recorded) when p == 0 or !training. p in [0, 1) else std::invalid_argument.
 template <class T>
 var<T> dropout(const var<T>& x, T p, std::mt19937_64& generator, bool training = true);
+
+// NumPy's elementwise ops beyond the arithmetic above (ops/elementwise_numpy.cpp): |x| (no gradient at 0),
+// sin, cos, and a^b with a var exponent (broadcasting; d/db = a^b ln a, 0 where a = 0 and b >= 0).
+template <class T> var<T> abs(const var<T>& x);
+template <class T> var<T> sin(const var<T>& x);
+template <class T> var<T> cos(const var<T>& x);
+template <class T> var<T> pow(const var<T>& a, const var<T>& b);
+
+// Selection, broadcasting (ops/select.cpp): mask ? a : b (the mask a constant); maximum and minimum
+// (a tie sends the gradient to a); clip to [lo, hi] (gradient where lo <= x <= hi, as torch.clamp).
+template <class T> var<T> where(const mask_t& mask, const var<T>& a, const var<T>& b);
+template <class T> var<T> maximum(const var<T>& a, const var<T>& b);
+template <class T> var<T> minimum(const var<T>& a, const var<T>& b);
+template <class T> var<T> clip(const var<T>& x, T lo, T hi);
+
+// Gather on flat positions (ops/gather.cpp): take(x, p) = x.flat[p], of p's shape (NumPy's take without
+// an axis; every NumPy index and take_along_axis reduce to it); scatter_add(v, p, shape) adds v into
+// zeros(shape) at p (NumPy's add.at), take's adjoint. A position outside [0, size) throws naming it.
+template <class T> var<T> take(const var<T>& x, const ids_t& indices);
+template <class T> var<T> scatter_add(const var<T>& values, const ids_t& indices, const shape_t& shape);
 }  // namespace ops
 
 template <class T> var<T> operator+(const var<T>& a, const var<T>& b) { return ops::add(a, b); }

@@ -7,6 +7,7 @@
 #include "autodiff/record.hpp"
 #include "kernels/rope.hpp"
 #include "ops/checks.hpp"
+#include "ops/composed.hpp"
 #include "ops/ops.hpp"
 
 namespace xgrad::ops
@@ -45,7 +46,9 @@ var<T> rope(const var<T>& x, double base, std::size_t position_offset)
     const std::size_t table_bytes = (table.cos.size() + table.sin.size()) * sizeof(T);
     return detail::record(
         "rope", {x}, std::move(y), saves_nothing,
-        [table = std::move(table)](backward_context<T>& ctx) { ctx.accumulate(0, rotate_pairs(ctx.grad(), table, true)); },
+        detail::with_twin<T>([table = std::move(table)](backward_context<T>& ctx) {
+            ctx.accumulate(0, rotate_pairs(ctx.grad(), table, true));
+        }, [base, position_offset](const std::vector<var<T>>& in) { return composed::rope(in[0], base, position_offset); }),
         0, table_bytes);
 }
 

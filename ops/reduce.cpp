@@ -52,7 +52,7 @@ var<T> reduce_sum(const char* op, const var<T>& x, std::vector<std::size_t> axes
         y.reshape(keep);
     }
     // y = f * sum_axes x.   dL/dx = f * g, broadcast back along the reduced axes
-    return detail::record(op, {x}, std::move(y), saves_nothing, [keep, in_shape, factor](backward_context<T>& ctx) {
+    auto on_arrays = [keep, in_shape, factor](backward_context<T>& ctx) {
         const array<T>& g = ctx.grad();
         if (g.size() == 1)  // a full reduction: every input element gets the same value
         {
@@ -69,7 +69,12 @@ var<T> reduce_sum(const char* op, const var<T>& x, std::vector<std::size_t> axes
             dx *= factor;
         }
         ctx.accumulate(0, std::move(dx));
-    });
+    };
+    auto on_vars = [keep, in_shape, factor](graph_context<T>& ctx) {
+        const var<T> dx = rule::broadcast_to(rule::reshape(ctx.grad(), keep), in_shape);
+        ctx.accumulate(0, factor == T(1) ? dx : factor * dx);
+    };
+    return detail::record(op, {x}, std::move(y), saves_nothing, detail::with_var_form<T>(on_arrays, on_vars));
 }
 
 std::vector<std::size_t> all_axes(std::size_t rank)
@@ -150,6 +155,38 @@ bool replaces_max(T candidate, T current)
 }
 }  // namespace
 
+namespace
+{
+// dL/dx for max: g at the first entry along the axis equal to the max (the first NaN when it is NaN).
+template <class T>
+array<T> to_first_max(const array<T>& x, const array<T>& max, const array<T>& g_in, const axis_split& s,
+                      const shape_t& in_shape)
+{
+    array<T> dx = xt::zeros<T>(in_shape);
+    const T* in = x.data();
+    const T* top = max.data();
+    const T* g = g_in.data();
+    for (std::size_t o = 0; o < s.outer; ++o)
+    {
+        for (std::size_t i = 0; i < s.inner; ++i)
+        {
+            const std::size_t k = o * s.inner + i;
+            const bool nan = std::isnan(top[k]);
+            for (std::size_t j = 0; j < s.n; ++j)
+            {
+                const std::size_t at = (o * s.n + j) * s.inner + i;
+                if (nan ? std::isnan(in[at]) : in[at] == top[k])
+                {
+                    dx.flat(at) = g[k];
+                    break;
+                }
+            }
+        }
+    }
+    return dx;
+}
+}  // namespace
+
 // y = max_j x[.., j, ..] along `axis`; a NaN in a row makes its max NaN.
 // dL/dx = g at the first entry equal to y (the first NaN when y is NaN), 0 elsewhere (as torch.max(dim)).
 // The rule finds that entry again from the saved input and output.
@@ -192,30 +229,18 @@ var<T> max(const var<T>& x, std::size_t axis, bool keep_dims)
         y.reshape(out_shape);
     }
     const auto rule = [s, in_shape](backward_context<T>& ctx) {
-        array<T> dx = xt::zeros<T>(in_shape);
-        const T* in = ctx.input(0).data();
-        const T* top = ctx.output().data();
-        const T* g = ctx.grad().data();
-        for (std::size_t o = 0; o < s.outer; ++o)
-        {
-            for (std::size_t i = 0; i < s.inner; ++i)
-            {
-                const std::size_t k = o * s.inner + i;
-                const bool nan = std::isnan(top[k]);
-                for (std::size_t j = 0; j < s.n; ++j)
-                {
-                    const std::size_t at = (o * s.n + j) * s.inner + i;
-                    if (nan ? std::isnan(in[at]) : in[at] == top[k])
-                    {
-                        dx.flat(at) = g[k];
-                        break;
-                    }
-                }
-            }
-        }
-        ctx.accumulate(0, std::move(dx));
+        ctx.accumulate(0, to_first_max(ctx.input(0), ctx.output(), ctx.grad(), s, in_shape));
     };
-    return detail::record("max", {x}, std::move(y), saves_input0 | saves_output, rule);
+    // On vars: g broadcast back, times the constant indicator of the entries the rule picks (to_first_max of 1).
+    const auto on_vars = [s, in_shape, axis](graph_context<T>& ctx) {
+        const var<T> top = ctx.output();
+        const array<T> ones = xt::ones<T>(top.value().shape());
+        const array<T> picked = to_first_max(ctx.input(0).value(), top.value(), ones, s, in_shape);
+        shape_t keep = in_shape;
+        keep[axis] = 1;
+        ctx.accumulate(0, rule::broadcast_to(rule::reshape(ctx.grad(), keep), in_shape) * constant_like(top, picked));
+    };
+    return detail::record("max", {x}, std::move(y), saves_input0 | saves_output, detail::with_var_form<T>(rule, on_vars));
 }
 
 namespace
@@ -256,7 +281,12 @@ var<T> variance(const var<T>& x, const std::vector<std::size_t>& axes_in, bool k
         dx *= (T(2) * inv_n) * g;
         ctx.accumulate(0, std::move(dx));
     };
-    return detail::record("variance", {x}, std::move(v), saves_input0, rule);
+    const auto on_vars = [axes, keep, inv_n](graph_context<T>& ctx) {
+        const var<T> x = ctx.input(0);
+        const var<T> centred = x - mean(x, axes, true);
+        ctx.accumulate(0, (T(2) * inv_n) * (centred * rule::reshape(ctx.grad(), keep)));
+    };
+    return detail::record("variance", {x}, std::move(v), saves_input0, detail::with_var_form<T>(rule, on_vars));
 }
 
 #define XGRAD_REDUCE(T)                                                            \

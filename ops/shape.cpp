@@ -87,10 +87,8 @@ var<T> reshape(const var<T>& x, const std::vector<long>& shape)
     const shape_t out_shape = resolve_shape(in_shape, shape);
     array<T> y = x.value();
     y.reshape(out_shape);
-    return detail::record("reshape", {x}, std::move(y), saves_nothing, [in_shape](backward_context<T>& ctx) {
-        array<T> g = ctx.take_grad();
-        g.reshape(in_shape);
-        ctx.accumulate(0, std::move(g));
+    return detail::record("reshape", {x}, std::move(y), saves_nothing, [in_shape](auto& ctx) {
+        ctx.accumulate(0, rule::reshape(ctx.take_grad(), in_shape));
     });
 }
 
@@ -102,9 +100,9 @@ var<T> permute(const var<T>& x, const std::vector<std::size_t>& axes)
     check_permutation(axes, x.shape());
     array<T> y = kernels::permute(x.value(), axes);
     auto inverse = inverse_permutation(axes);
-    return detail::record("permute", {x}, std::move(y), saves_nothing, [inverse](backward_context<T>& ctx) {
-        ctx.accumulate(0, kernels::permute(ctx.grad(), inverse));
-    });
+    auto on_arrays = [inverse](backward_context<T>& ctx) { ctx.accumulate(0, kernels::permute(ctx.grad(), inverse)); };
+    auto on_vars = [inverse](graph_context<T>& ctx) { ctx.accumulate(0, permute(ctx.grad(), inverse)); };
+    return detail::record("permute", {x}, std::move(y), saves_nothing, detail::with_var_form<T>(on_arrays, on_vars));
 }
 
 // Swaps two axes: a permute whose backward is the same swap.

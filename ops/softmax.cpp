@@ -3,11 +3,14 @@
 // mask inside the op (one pass over the scores; the mask gets no gradient); log_softmax; and
 // cross_entropy, the mean of -log softmax at the targets. The row loops are in kernels/softmax.cpp and
 // kernels/log_softmax.hpp; rows are split across threads when there are many.
+#include <memory>
+
 #include "autodiff/instantiate.hpp"
 #include "autodiff/record.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels/log_softmax.hpp"
 #include "ops/checks.hpp"
+#include "ops/composed.hpp"
 #include "ops/ops.hpp"
 
 namespace xgrad
@@ -32,9 +35,16 @@ var<T> softmax_op(const var<T>& x, const mask_t* mask, T scale)
     // y_j = e^{s x_j} / sum_{k kept} e^{s x_k} on kept j, 0 elsewhere.
     // dL/dx_j = s y_j (g_j - sum_k g_k y_k). Masked entries and fully masked rows have y = 0, so their
     // gradient is 0 with no special case.
-    return detail::record("masked_softmax", {x}, std::move(y), saves_output, [scale](backward_context<T>& ctx) {
+    auto on_arrays = [scale](backward_context<T>& ctx) {
         ctx.accumulate(0, kernels::masked_softmax_backward(ctx.output(), ctx.grad(), scale));
-    });
+    };
+    // On vars: the composed twin, with the mask read back from the output (y = 0 exactly where masked;
+    // an entry whose y underflowed to 0 has every derivative of any order 0 as well: each carries a y_j).
+    auto on_vars = [scale](graph_context<T>& ctx) {
+        const mask_t kept = xt::not_equal(ctx.output().value(), T(0));
+        ctx.differentiate_twin([&](const std::vector<var<T>>& in) { return composed::masked_softmax(in[0], &kept, scale); });
+    };
+    return detail::record("masked_softmax", {x}, std::move(y), saves_output, detail::with_var_form<T>(on_arrays, on_vars));
 }
 
 // The targets of cross_entropy: shape = logits' shape without the last axis, values in [0, V) or -1.
@@ -87,7 +97,8 @@ var<T> log_softmax(const var<T>& x)
         kernels::log_softmax_backward_rows(dx.data(), ctx.output().data(), rows);
         ctx.accumulate(0, std::move(dx));
     };
-    return detail::record("log_softmax", {x}, std::move(y), saves_output, std::move(rule));
+    auto twin = [](const std::vector<var<T>>& in) { return composed::log_softmax(in[0]); };
+    return detail::record("log_softmax", {x}, std::move(y), saves_output, detail::with_twin<T>(std::move(rule), twin));
 }
 
 // L = (1/n) sum over the n kept rows r (target t_r != -1) of -log softmax(x_r)[t_r]
@@ -118,7 +129,9 @@ var<T> cross_entropy(const var<T>& logits, const ids_t& targets)
     loss.flat(0) = kept > 0 ? total / static_cast<T>(kept) : T(0);
 
     const std::size_t rule_bytes = lse.size() * sizeof(T) + targets.size() * sizeof(std::int64_t);
-    auto rule = [rows, targets, lse = std::move(lse), kept](backward_context<T>& ctx) {
+    const auto shared_targets = std::make_shared<const ids_t>(targets);  // one copy for both forms of the rule
+    auto rule = [rows, shared_targets, lse = std::move(lse), kept](backward_context<T>& ctx) {
+        const ids_t& targets = *shared_targets;
         array<T> dx = xt::zeros<T>(ctx.input(0).shape());
         if (kept > 0)
         {
@@ -127,7 +140,11 @@ var<T> cross_entropy(const var<T>& logits, const ids_t& targets)
         }
         ctx.accumulate(0, std::move(dx));
     };
-    return detail::record("cross_entropy", {logits}, std::move(loss), saves_input0, std::move(rule), 0, rule_bytes);
+    auto twin = [shared_targets](const std::vector<var<T>>& in) {
+        return composed::cross_entropy(in[0], *shared_targets);
+    };
+    return detail::record("cross_entropy", {logits}, std::move(loss), saves_input0,
+                          detail::with_twin<T>(std::move(rule), twin), 0, rule_bytes);
 }
 
 #define XGRAD_SOFTMAX(T)                                                \

@@ -8,19 +8,19 @@ namespace xgrad::optim
 {
 namespace
 {
-void check_not_negative(const char* what, double value)
+void check_not_negative(const char* op, const char* what, double value)
 {
     if (!(value >= 0))
     {
-        fail("adam", std::string(what) + " must be >= 0, got " + std::to_string(value));
+        fail(op, std::string(what) + " must be >= 0, got " + std::to_string(value));
     }
 }
 
-void check_beta(const char* what, double value)
+void check_beta(const char* op, const char* what, double value)
 {
     if (!(value >= 0 && value < 1))
     {
-        fail("adam", std::string(what) + " must be in [0, 1), got " + std::to_string(value));
+        fail(op, std::string(what) + " must be in [0, 1), got " + std::to_string(value));
     }
 }
 
@@ -83,14 +83,22 @@ adam_options adamw_options(double lr, double weight_decay, double beta1, double 
     return {lr, beta1, beta2, eps, weight_decay, /*decoupled_weight_decay=*/true};
 }
 
+namespace
+{
+const char* op_name(const adam_options& options)
+{
+    return options.decoupled_weight_decay ? "adamw" : "adam";
+}
+}  // namespace
+
 template <class T>
 adam<T>::adam(std::vector<parameter<T>> params, const adam_options& options)
-    : optimiser<T>("adam", std::move(params), options.lr), options_(options)
+    : optimiser<T>(op_name(options), std::move(params), options.lr), options_(options)
 {
-    check_beta("beta1", options.beta1);
-    check_beta("beta2", options.beta2);
-    check_not_negative("eps", options.eps);
-    check_not_negative("weight_decay", options.weight_decay);
+    check_beta(this->op_, "beta1", options.beta1);
+    check_beta(this->op_, "beta2", options.beta2);
+    check_not_negative(this->op_, "eps", options.eps);
+    check_not_negative(this->op_, "weight_decay", options.weight_decay);
     this->add_state("exp_avg");
     this->add_state("exp_avg_sq");
 }
@@ -115,7 +123,7 @@ void adam<T>::update(std::int64_t step)
     for (std::size_t i = 0; i < this->params_.size(); ++i)
     {
         parameter<T>& param = this->params_[i];
-        const double decay = takes_weight_decay(param) ? options_.weight_decay : 0.0;
+        const double decay = decays(options_, param) ? options_.weight_decay : 0.0;
         T* p = param.value().data();
         T* g = param.grad().data();
         T* m = exp_avg[i].data();

@@ -13,8 +13,9 @@
 //       opt.zero_grad();
 //   }
 //
-// Weight decay touches only parameters of rank >= 2 (matrices and embeddings), never biases or
-// LayerNorm gains: nanoGPT's two parameter groups, decided per parameter by takes_weight_decay.
+// By default weight decay touches only parameters of rank >= 2 (matrices and embeddings), never biases or
+// LayerNorm gains: nanoGPT's two parameter groups, decided per parameter by takes_weight_decay. With
+// `decay_every_parameter` (torch.optim's rule: one optimiser per parameter group) it touches them all.
 //
 // Optimiser state as named tensors (what a checkpoint stores to resume bit for bit):
 //   "optim.step"                    shape (): the steps taken (Adam's t; exact in float32 up to 2^24)
@@ -49,6 +50,13 @@ template <class T>
 bool takes_weight_decay(const parameter<T>& p)
 {
     return takes_weight_decay(to_shape(p.value().shape()));
+}
+
+// Whether an optimiser with these options decays p: every parameter, or only where takes_weight_decay.
+template <class T, class Options>
+bool decays(const Options& options, const parameter<T>& p)
+{
+    return options.decay_every_parameter || takes_weight_decay(p);
 }
 
 // What every optimiser shares: the parameters (handles sharing storage with the model), the learning
@@ -109,7 +117,7 @@ private:
     std::map<std::string, std::vector<array<T>>> state_;  // kind -> one tensor per parameter
 };
 
-// torch.optim.SGD (dampening 0), with weight decay only where takes_weight_decay:
+// torch.optim.SGD (dampening 0), with weight decay where decays() says:
 //   d = g + weight_decay p                 (L2, added to the gradient)
 //   buf = momentum buf + d                 (buf starts at 0, so the first step sets buf = d)
 //   d = nesterov ? d + momentum buf : buf  (when momentum != 0)
@@ -120,6 +128,7 @@ struct sgd_options
     double momentum = 0;
     bool nesterov = false;  // needs momentum > 0
     double weight_decay = 0;
+    bool decay_every_parameter = false;  // false: only where takes_weight_decay
 };
 
 template <class T>
@@ -135,7 +144,7 @@ private:
     sgd_options options_;
 };
 
-// torch.optim.Adam and torch.optim.AdamW, with weight decay only where takes_weight_decay. At step t:
+// torch.optim.Adam and torch.optim.AdamW, with weight decay where decays() says. At step t:
 //   p = p (1 - lr weight_decay)            decoupled (AdamW), before the update; or else
 //   g = g + weight_decay p                 L2 (Adam), added to the gradient
 //   m = beta1 m + (1 - beta1) g
@@ -149,6 +158,7 @@ struct adam_options
     double eps = 1e-8;
     double weight_decay = 0;
     bool decoupled_weight_decay = false;  // true: AdamW
+    bool decay_every_parameter = false;   // false: only where takes_weight_decay
 };
 
 // AdamW as torch.optim.AdamW (its default weight decay is 0.01; betas and eps as Adam's).
@@ -159,7 +169,8 @@ template <class T>
 class adam final : public optimiser<T>
 {
 public:
-    // Throws std::invalid_argument for lr, eps or weight_decay < 0, or a beta outside [0, 1).
+    // Throws std::invalid_argument naming "adam" or "adamw" (decoupled_weight_decay) for lr, eps or
+    // weight_decay < 0, or a beta outside [0, 1).
     adam(std::vector<parameter<T>> params, const adam_options& options);
     const adam_options& options() const { return options_; }
 
@@ -184,19 +195,22 @@ template <class T>
 double grad_norm(const std::vector<parameter<T>>& params);
 double clip_factor(double norm, double max_norm);
 
-// The learning rate at step s of docs/spec.md, "Training on text" (s counts from 1), with X = peak_lr,
-// W = warmup, D = decay_steps:
-//   X s / W                                               while s <= W  (W = 0: no warm-up)
-//   X/10 + (X - X/10) (1 + cos(pi (s - W) / (D - W))) / 2  for W < s <= D  (cosine from X to X/10 at D)
-//   X/10                                                  for s > D and s > W
-// (so W >= D gives the warm-up, then X/10 at once).
+// The learning rate at step s of docs/spec.md, "Training on text", with X = peak_lr, W = warmup,
+// D = decay_steps and F = min_lr (X/10 unless given):
+//   X s / W                                            while s <= W  (W = 0: no warm-up)
+//   F + (X - F) (1 + cos(pi (s - W) / (D - W))) / 2     for W < s <= D  (cosine from X to F at D)
+//   F                                                  for s > D and s > W
+// (so W >= D gives the warm-up, then F at once). Steps count from 1: step s is the s-th update, Adam's t.
+// Step 0, the learning rate before any update, is the same formula at s = 0: 0 with a warm-up, X without
+// (F when D = 0).
 struct lr_schedule
 {
     double peak_lr = 0;            // X
     std::int64_t warmup = 0;       // W
     std::int64_t decay_steps = 0;  // D
+    std::optional<double> min_lr{};  // F; X/10 when not given
 
-    // Throws std::invalid_argument for s < 1, X < 0 or NaN, W < 0 or D < 0.
+    // Throws std::invalid_argument for s < 0, X < 0 or NaN, W < 0, D < 0, F < 0 or NaN.
     double at(std::int64_t step) const;
 };
 
@@ -208,7 +222,8 @@ std::int64_t default_warmup(std::int64_t decay_steps);
 // then W from D).
 lr_schedule make_lr_schedule(double peak_lr, std::int64_t total_steps,
                              std::optional<std::int64_t> warmup = {},
-                             std::optional<std::int64_t> decay_steps = {});
+                             std::optional<std::int64_t> decay_steps = {},
+                             std::optional<double> min_lr = {});
 
 extern template class optimiser<float>;
 extern template class optimiser<double>;

@@ -1,4 +1,5 @@
-// The learning-rate schedule of docs/spec.md, "Training on text": linear warm-up, cosine decay to a tenth, flat.
+// The learning-rate schedule of docs/spec.md, "Training on text": linear warm-up, cosine decay to a tenth
+// (or a given minimum), flat.
 #include <algorithm>
 #include <cmath>
 
@@ -13,9 +14,10 @@ constexpr double pi = 3.141592653589793238462643383279502884;
 
 double lr_schedule::at(std::int64_t step) const
 {
-    if (step < 1)
+    if (step < 0)
     {
-        fail("lr_schedule", "steps count from 1, got step " + std::to_string(step));
+        fail("lr_schedule", "steps count from 1 (0 is before the first update), got step " +
+                                std::to_string(step));
     }
     if (!(peak_lr >= 0) || warmup < 0 || decay_steps < 0)
     {
@@ -24,16 +26,20 @@ double lr_schedule::at(std::int64_t step) const
                                 std::to_string(decay_steps));
     }
     const double s = static_cast<double>(step), w = static_cast<double>(warmup);
-    const double floor_lr = peak_lr / 10;
-    if (step <= warmup)
+    const double floor_lr = min_lr.value_or(peak_lr / 10);
+    if (!(floor_lr >= 0))
+    {
+        fail("lr_schedule", "needs min_lr >= 0, got " + std::to_string(floor_lr));
+    }
+    if (step <= warmup && warmup > 0)
     {
         return peak_lr * s / w;  // X s / W
     }
-    if (step > decay_steps)
+    if (step > decay_steps || decay_steps <= warmup)
     {
         return floor_lr;
     }
-    // W < s <= D: progress runs from 1 / (D - W) to 1, the cosine from near X down to X/10.
+    // W < s <= D: progress runs from 1 / (D - W) to 1, the cosine from near X down to F.
     const double progress = (s - w) / static_cast<double>(decay_steps - warmup);
     return floor_lr + 0.5 * (peak_lr - floor_lr) * (1 + std::cos(pi * progress));
 }
@@ -49,9 +55,10 @@ std::int64_t default_warmup(std::int64_t decay_steps)
 }
 
 lr_schedule make_lr_schedule(double peak_lr, std::int64_t total_steps, std::optional<std::int64_t> warmup,
-                             std::optional<std::int64_t> decay_steps)
+                             std::optional<std::int64_t> decay_steps, std::optional<double> min_lr)
 {
     lr_schedule schedule;
+    schedule.min_lr = min_lr;
     schedule.peak_lr = peak_lr;
     schedule.decay_steps = decay_steps.value_or(default_decay_steps(total_steps));
     schedule.warmup = warmup.value_or(default_warmup(schedule.decay_steps));

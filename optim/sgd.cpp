@@ -76,7 +76,7 @@ void sgd<T>::update(std::int64_t)
         T* p = param.value().data();
         const T* g = param.grad().data();
         const std::size_t n = param.value().size();
-        const T decay = takes_weight_decay(param) ? static_cast<T>(options_.weight_decay) : T(0);
+        const T decay = decays(options_, param) ? static_cast<T>(options_.weight_decay) : T(0);
         if (options_.momentum == 0)
         {
             plain_step(p, g, n, lr, decay);

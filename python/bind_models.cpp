@@ -2,6 +2,7 @@
 // (load, save, forward on a tape, its hand-derived twin, decoding and sampling) and the first-divergence
 // report. The GPT's whole binding is the class below: a model layer that changes shape adapts here only.
 #include "io/checkpoint.hpp"
+#include "io/size_limits.hpp"
 #include "models/divergence.hpp"
 #include "models/gpt_decode.hpp"
 #include "models/gpt_manual.hpp"
@@ -128,19 +129,24 @@ struct gpt_model
     std::map<std::string, std::string> metadata;
 };
 
-py::dict config_dict(const models::gpt_config& c)
+// A field's value as Python has it: int, float, bool or the enum's name.
+py::object python_value(std::size_t v) { return py::int_(v); }
+py::object python_value(double v) { return py::float_(v); }
+py::object python_value(bool v) { return py::bool_(v); }
+template <class E>
+py::object python_value(E v)
 {
+    return py::str(models::field_text(v));
+}
+
+// Every field of the config by its key, the widths explicit (kv_heads = H, mlp_hidden = 4 d by default).
+py::dict config_dict(const models::gpt_config& config)
+{
+    models::gpt_config c = models::explicit_widths(config);
     py::dict d;
-    d["vocab_size"] = c.vocab_size;
-    d["block_size"] = c.block_size;
-    d["layers"] = c.layers;
-    d["d_model"] = c.d_model;
-    d["heads"] = c.heads;
-    d["kv_heads"] = c.kv_head_count();
-    for (const auto& [key, value] : models::variant_metadata(c))
-    {
-        d[py::str(key)] = value;
-    }
+    models::visit_config(c, [&d](const models::config_field& f, const auto& member) {
+        d[py::str(f.key)] = python_value(member);
+    });
     return d;
 }
 
@@ -163,15 +169,15 @@ void bind_gpt(py::module_& m)
     using optional_ids = const std::optional<numpy_in<std::int64_t>>&;
     using strings = std::map<std::string, std::string>;
     py::class_<model>(m, ("GPT_" + dtype_suffix<T>()).c_str())
-        .def(py::init([](std::size_t vocab, std::size_t block, std::size_t layers, std::size_t d,
-                         std::size_t heads, std::size_t kv_heads, const strings& variant, std::uint64_t seed) {
-            const models::gpt_config config =
-                models::with_variant_metadata({vocab, block, layers, d, heads, kv_heads}, variant);
+        // The config's fields as text, by key (models/gpt_config.hpp): an unknown key or value is a ValueError.
+        .def(py::init([](const strings& fields, std::uint64_t seed) {
+            const models::gpt_config config = models::config_with_values({}, fields);
             config.validate("GPT");
+            io::check_gpt_size(config, sizeof(T), "GPT");
             return model{models::gpt_parameters<T>::init(config, seed), {}};
         }))
         .def_static("load", [](const std::string& path) {
-            io::checkpoint<T> ck = io::load_checkpoint<T>(path);
+            io::checkpoint<T> ck = io::load_checkpoint<T>(path, io::optimiser_state::skip);
             return model{std::move(ck.params), std::move(ck.metadata)};
         })
         .def("save", [](const model& mo, const std::string& path, const strings& extra) {
@@ -180,8 +186,7 @@ void bind_gpt(py::module_& m)
             {
                 for (const auto& [key, value] : source)
                 {
-                    const auto* end = std::end(io::size_keys);
-                    if (std::find(std::begin(io::size_keys), end, key) == end)
+                    if (!models::is_config_key(key))  // the model's own are written from it
                     {
                         extras.metadata[key] = value;
                     }
@@ -232,13 +237,18 @@ void bind_gpt(py::module_& m)
 
 void bind_masks_and_counting(py::module_& m)
 {
-    m.def("causal_mask", [](std::size_t tq, std::size_t tk) { return to_numpy(models::causal_mask(tq, tk)); });
+    m.def("causal_mask", [](std::size_t tq, std::size_t tk) {
+        io::check_array_size("causal_mask", "the mask", {tq, tk}, sizeof(bool));
+        return to_numpy(models::causal_mask(tq, tk));
+    });
     m.def("padding_mask", [](const std::vector<std::size_t>& lengths, std::size_t tk) {
+        io::check_array_size("padding_mask", "the mask", {lengths.size(), tk}, sizeof(bool));
         return to_numpy(models::padding_mask(lengths, tk));
     });
     m.def("mha_parameter_count", [](std::size_t d, std::size_t heads, std::size_t kv_heads) {
         const models::mha_config config{d, heads, kv_heads};
         config.validate("mha_parameter_count");
+        io::check_array_size("mha_parameter_count", "W_Q", {d, d}, sizeof(float));
         return models::parameter_count(config);
     });
     m.def("self_attention_multiply_adds", &models::self_attention_multiply_adds);
@@ -252,6 +262,7 @@ void bind_masks_and_counting(py::module_& m)
                                     std::size_t heads, std::size_t kv_heads) {
         const models::gpt_config config{vocab, block, layers, d, heads, kv_heads};
         config.validate("gpt_parameter_count");
+        io::check_gpt_size(config, sizeof(float), "gpt_parameter_count");
         return models::gpt_parameter_count(config);
     });
 }

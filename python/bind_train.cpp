@@ -47,17 +47,29 @@ void bind_optimisers(py::module_& m)
             o.import_state(in);
         });
     py::class_<optim::sgd<T>, base>(m, ("SGD_" + dtype_suffix<T>()).c_str())
-        .def(py::init([](const params& p, double lr, double momentum, bool nesterov, double weight_decay) {
-            return std::make_unique<optim::sgd<T>>(p, optim::sgd_options{lr, momentum, nesterov, weight_decay});
+        .def(py::init([](const params& p, double lr, double momentum, bool nesterov, double weight_decay,
+                         bool decay_every_parameter) {
+            const optim::sgd_options options{lr, momentum, nesterov, weight_decay, decay_every_parameter};
+            return std::make_unique<optim::sgd<T>>(p, options);
         }));
     py::class_<optim::adam<T>, base>(m, ("Adam_" + dtype_suffix<T>()).c_str())
         .def(py::init([](const params& p, double lr, double beta1, double beta2, double eps,
-                         double weight_decay, bool decoupled) {
-            const optim::adam_options options{lr, beta1, beta2, eps, weight_decay, decoupled};
+                         double weight_decay, bool decoupled, bool decay_every_parameter) {
+            const optim::adam_options options{lr, beta1, beta2, eps, weight_decay, decoupled,
+                                              decay_every_parameter};
             return std::make_unique<optim::adam<T>>(p, options);
         }));
     m.def("clip_grad_norm", [](const params& p, double max_norm) {
         return optim::clip_grad_norm(p, max_norm);
+    });
+    // Parameter.grad = array (a hand-written clipping or optimiser), of the parameter's shape.
+    m.def("set_parameter_grad", [](parameter<T>& p, const numpy_in<T>& g) {
+        if (shape_of(g) != to_shape(p.value().shape()))
+        {
+            fail("Parameter.grad", "gradient of shape " + shape_str(shape_of(g)) + " for parameter '" +
+                                       p.name() + "' of shape " + shape_str(to_shape(p.value().shape())));
+        }
+        p.grad() = to_array(g);
     });
     // A module written in Python: its declared parameters, in its dtype, with the metadata that describes it.
     using named_parameters = std::vector<std::pair<std::string, parameter<T>>>;
@@ -149,10 +161,11 @@ void bind_trainer(py::module_& m)
         .def_readwrite("plots", &o::plots)
         .def_readwrite("detect_anomaly", &o::detect_anomaly)
         .def_readwrite("dropout", &o::dropout)
-        // The model's sizes (vocab_size comes from the data) and its variant, as metadata spells it.
-        .def("set_model", [](o& x, std::size_t block, std::size_t layers, std::size_t d, std::size_t heads,
-                             std::size_t kv_heads, const std::map<std::string, std::string>& variant) {
-            x.model = models::with_variant_metadata({0, block, layers, d, heads, kv_heads}, variant);
+        .def_readwrite("sharpness_every", &o::sharpness_every)
+        .def_readwrite("sharpness_iters", &o::sharpness_iters)
+        // The model's config fields as text, by key (vocab_size comes from the data).
+        .def("set_model", [](o& x, const std::map<std::string, std::string>& fields) {
+            x.model = models::config_with_values({}, fields);
         });
     m.def("run_training", [](o options, bool progress) {
         train::train_summary s;
@@ -192,12 +205,15 @@ void bind_schedule(py::module_& m)
 {
     py::class_<optim::lr_schedule>(m, "LRSchedule")
         .def(py::init([](double peak, std::int64_t total, std::optional<std::int64_t> warmup,
-                         std::optional<std::int64_t> decay) {
-            return optim::make_lr_schedule(peak, total, warmup, decay);
+                         std::optional<std::int64_t> decay, std::optional<double> min_lr) {
+            return optim::make_lr_schedule(peak, total, warmup, decay, min_lr);
         }))
         .def_readonly("peak_lr", &optim::lr_schedule::peak_lr)
         .def_readonly("warmup", &optim::lr_schedule::warmup)
         .def_readonly("decay_steps", &optim::lr_schedule::decay_steps)
+        .def_property_readonly("min_lr", [](const optim::lr_schedule& s) {
+            return s.min_lr.value_or(s.peak_lr / 10);
+        })
         .def("at", &optim::lr_schedule::at);
 }
 }  // namespace

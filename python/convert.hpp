@@ -117,5 +117,11 @@ template <class T>
 void bind_models(py::module_& m);
 template <class T>
 void bind_training(py::module_& m);
+template <class T>
+void bind_muon(py::module_& m);  // after bind_training (its optimiser base)
 void bind_dtype_free(py::module_& m);
+void bind_tokenizer(py::module_& m);  // python/bind_tokenizer.cpp
+void bind_grad(py::module_& m);  // python/bind_grad.cpp
+void bind_function(py::module_& m);  // python/bind_function.cpp: xgrad.Function's nodes
+void bind_numpy_ops(py::module_& m);  // python/bind_numpy_ops.cpp: abs sin cos where take ...
 }  // namespace xgrad::python

@@ -15,5 +15,11 @@ PYBIND11_MODULE(_core, m)
     xgrad::python::bind_models<float>(m);
     xgrad::python::bind_training<double>(m);
     xgrad::python::bind_training<float>(m);
+    xgrad::python::bind_muon<double>(m);
+    xgrad::python::bind_muon<float>(m);
     xgrad::python::bind_dtype_free(m);
+    xgrad::python::bind_tokenizer(m);
+    xgrad::python::bind_grad(m);
+    xgrad::python::bind_function(m);
+    xgrad::python::bind_numpy_ops(m);
 }

@@ -18,7 +18,7 @@ refused() {
     local expected=$1
     shift
     case_number=$((case_number + 1))
-    local out="$dir/out$case_number" status=0
+    local out="${out_folder:-$dir/out$case_number}" status=0
     "$program" --out "$out" "$@" > "$dir/stdout" 2> "$dir/stderr" || status=$?
     [ $status -eq 2 ] || { echo "case $case_number ($*): exit $status, not 2"; cat "$dir/stderr"; exit 1; }
     [ "$(wc -l < "$dir/stderr")" -eq 1 ] || { echo "case $case_number: not one line:"; cat "$dir/stderr"; exit 1; }
@@ -56,5 +56,40 @@ refused "lists a seed twice" --spec "$dir/twice.json" --data "$dir/text.txt" --s
 refused "two variants are named" "${tiny[@]}" --variant a:heads=1 --variant a:heads=2
 refused "cannot read $dir/missing.txt" --data "$dir/missing.txt" --seeds 1 --steps 5
 refused "--jobs" "${tiny[@]}" --jobs 0
+refused "--jobs: Value 100000 not in range 1 to 1024" "${tiny[@]}" --jobs 100000
+refused "--threads: Value 100000 not in range 1 to 1024" "${tiny[@]}" --threads 100000
 refused "--steps" --data "$dir/text.txt" --seeds 2 --steps -4
+# Hostile specs (tests/hostile/ has more): bounded files, nesting, counts and budgets; names kept in --out.
+refused "is a directory, not a file" --spec "$dir" "${tiny[@]}"
+refused "is not a regular file" --spec /dev/zero "${tiny[@]}"
+{ printf '{"data": "x", "seeds": '; head -c 200000 /dev/zero | tr '\0' '['; head -c 200000 /dev/zero | tr '\0' ']'
+  printf '}'; } > "$dir/deep.json"  # valid JSON: its error message once recursed until the stack overflowed
+refused "JSON nested more than 64 levels deep (the limit)" --spec "$dir/deep.json"
+refused "1000000000000 seeds; at most 10000 (the limit)" --data "$dir/text.txt" --seeds 1000000000000 --steps 5
+hundred=$(seq -s, 1 100)
+refused "more than 10000 variants (the limit)" "${tiny[@]}" --axis a=$hundred --axis b=$hundred --axis c=$hundred \
+    --axis d=$hundred --axis e=$hundred --axis f=$hundred
+refused "more than 100000 runs (the limit)" --data "$dir/text.txt" --seeds 10000 --steps 5 --axis heads=1,2,4,8,16,32,64,128,256,512,1024
+for name in .. . a/b; do
+    echo "{\"data\": \"x\", \"seeds\": 1, \"budget\": {\"steps\": 1}, \"variants\": [{\"name\": \"$name\"}]}" \
+        > "$dir/name.json"
+    refused "outside --out" --spec "$dir/name.json"
+done
+for budget in '"steps": 1e300' '"steps": 0.4' '"tokens": 1e300' '"steps": -3' '"seconds": 1e300'; do
+    echo "{\"data\": \"x\", \"seeds\": 1, \"budget\": {$budget}}" > "$dir/budget.json"
+    refused "budget: " --spec "$dir/budget.json"
+done
+echo '{"data": "x", "seeds": 1, "budget": {"steps": 1}, "baseline": 5}' > "$dir/baseline.json"
+refused "$dir/baseline.json: spec: \"baseline\" must be a variant's name (a string), got '5'" --spec "$dir/baseline.json"
+echo '{"data": "x", "seeds": 1, "budget": {"steps": 1}, "fixed": 5}' > "$dir/fixed.json"
+refused "\"fixed\" must be an object, got '5'" --spec "$dir/fixed.json" --set lr=1
+mkdir -p "$dir/replot"
+out_folder="$dir/replot"
+refused "$dir/replot/grid.json: cannot read" --replot
+echo '{"data": "x", "seeds": 1, "budget": {"steps": 1}, "variants": [{"name": "a"}]}' > "$dir/replot/grid.json"
+echo '{"b": 3}' > "$dir/replot/steps.json"
+refused "name no variant \"a\"" --replot
+echo '{"a": "three"}' > "$dir/replot/steps.json"
+refused "steps.json: \"a\" must be a whole number of steps from 1, got '\"three\"'" --replot
+unset out_folder
 echo "experiment refusal: $case_number bad specs refused before any run"

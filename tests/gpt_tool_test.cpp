@@ -573,7 +573,7 @@ TEST_CASE("xgrad-gpt-npy runs every variant's checkpoint: logits and loss as the
     unsigned seed = 40;
     for (const models::gpt_config& c : configs)
     {
-        CAPTURE(models::variant_metadata(c).at("mlp"));
+        CAPTURE(models::describe(c));
         gpt_case g = make_case(scratch, c, 2, 3, seed++);
         const fs::path in = scratch.path / ("variant_in" + std::to_string(seed));
         const fs::path out = scratch.path / ("variant_out" + std::to_string(seed));

@@ -1,7 +1,8 @@
 # The hostile-file corpus (tests/hostile/, made by tests/hostile/make_hostile.py): every tool on every
 # file, each run watched for resident memory (killed past 1 GiB) and time (killed past a few seconds).
 # The tools get a 1 GiB budget (XGRAD_MAX_MEMORY), so that inputs whose work would need more are refused.
-if(TARGET xgrad-gpt-npy AND TARGET xgrad-mha-npy AND TARGET xgrad-train AND TARGET xgrad-sample)
+if(TARGET xgrad-gpt-npy AND TARGET xgrad-mha-npy AND TARGET xgrad-train AND TARGET xgrad-sample AND
+   TARGET xgrad-convert AND TARGET xgrad-experiment)
   add_test(NAME hostile_files COMMAND ${CMAKE_CURRENT_LIST_DIR}/hostile/replay.sh
     $<TARGET_FILE_DIR:xgrad-gpt-npy> ${CMAKE_CURRENT_BINARY_DIR}/hostile_files)
   set_tests_properties(hostile_files PROPERTIES ENVIRONMENT "XGRAD_MAX_MEMORY=1G" TIMEOUT 600)

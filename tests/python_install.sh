@@ -15,6 +15,9 @@ print("imported", xgrad.__file__)'
 cmake --install "$build" --component python --prefix "$work/folder" >/dev/null
 site=$(echo "$work"/folder/lib/python3*/site-packages)
 (cd "$work" && env PYTHONPATH="$site" "$python" -c "PREFIX = '$work/folder'; $check")
+# The course's stubs are installed beside the package: `python3 -m xgrad.course new` copies them.
+(cd "$work" && env PYTHONPATH="$site" "$python" -m xgrad.course new "$work/class" >/dev/null)
+test -f "$work/class/a1_functions.py" && test -f "$work/class/cpp/a3_mha_backward.cpp"
 
 "$python" -m venv --without-pip --system-site-packages "$work/venv"
 cmake --install "$build" --component python --prefix "$work/venv" >/dev/null

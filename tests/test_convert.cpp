@@ -76,11 +76,11 @@ io::model_layout llama_layout()
     io::model_layout l = small_layout();
     l.heads = 4;
     l.kv_heads = 2;
-    l.norm = "rmsnorm";
-    l.position = "rope";
-    l.mlp = "swiglu";
+    l.norm = models::norm_kind::rmsnorm;
+    l.position = models::position_kind::rope;
+    l.mlp = models::mlp_kind::swiglu;
     l.mlp_hidden = 12;
-    l.bias = "none";
+    l.bias = models::bias_kind::none;
     return l;
 }
 
@@ -126,8 +126,8 @@ TEST_CASE("a Hugging Face GPT-2 folder reads as the bias = all model, c_attn spl
         io::model_layout layout;
         const io::safetensors_file m = io::read_hf_gpt2(fixtures + folder, layout);
         const io::safetensors_file ref = io::read_safetensors(fixtures + folder + "/reference.safetensors");
-        CHECK(layout.bias == "all");
-        CHECK(layout.mlp == "gelu_tanh");
+        CHECK(layout.bias == models::bias_kind::all);
+        CHECK(layout.mlp == models::mlp_kind::gelu_tanh);
         CHECK(layout.tied_head);
         CHECK(m.metadata.at("bias") == "all");
         CHECK(m.metadata.at("vocab_size") == "11");
@@ -199,7 +199,7 @@ TEST_CASE("the default model and bias = none go to GPT-2 with zero biases and co
         CAPTURE(bias);
         temp_dir dir;
         io::model_layout layout = small_layout();
-        layout.bias = bias;
+        models::read_field("bias", bias, layout.bias);
         layout.tied_head = false;
         const io::safetensors_file m = random_model(layout, 3);
         io::write_hf_gpt2(dir / "hf", m, layout);
@@ -208,7 +208,7 @@ TEST_CASE("the default model and bias = none go to GPT-2 with zero biases and co
         CHECK(hf.tensors.at("lm_head.weight").values == xt::transpose(m.tensors.at("lm_head").values));
         io::model_layout back;
         check_same(m, io::read_hf_gpt2(dir / "hf", back));
-        CHECK(back.bias == bias);
+        CHECK(models::field_text(back.bias) == bias);
         CHECK_FALSE(back.tied_head);
     }
 }
@@ -403,21 +403,21 @@ TEST_CASE("variants a format cannot express are refused, naming the metadata key
     rope.rope_base = 500000;
     refused(rope, "llama2c", "rope_base");
     io::model_layout gelu = llama_layout();
-    gelu.mlp = "gelu";
+    gelu.mlp = models::mlp_kind::gelu;
     refused(gelu, "llama2c", "mlp");
     io::model_layout biased = llama_layout();
-    biased.bias = "mlp";
+    biased.bias = models::bias_kind::mlp;
     refused(biased, "llama2c", "bias");
     refused(llama_layout(), "hf-gpt2", "norm");
     io::model_layout gqa = small_layout();
     gqa.kv_heads = 1;
     refused(gqa, "hf-gpt2", "kv_heads");
     io::model_layout learned = small_layout();
-    learned.norm = "rmsnorm";
-    learned.bias = "none";
+    learned.norm = models::norm_kind::rmsnorm;
+    learned.bias = models::bias_kind::none;
     refused(learned, "hf-gpt2", "norm");
     io::model_layout none = small_layout();
-    none.position = "none";
+    none.position = models::position_kind::none;
     refused(none, "hf-gpt2", "position");
     for (const char* dir_left : { ".x.partial" })
     {

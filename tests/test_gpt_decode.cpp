@@ -2,8 +2,10 @@
 // whether the tokens arrive all at once, one at a time or in chunks; and sampling draws as it says.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <map>
 
+#include "kernels/parallel.hpp"
 #include "models/gpt_decode.hpp"
 #include "test_util.hpp"
 
@@ -156,4 +158,127 @@ TEST_CASE("sampling is seeded, stays in the vocabulary and runs past block_size"
     CHECK_THROWS_AS(sample(p, {}, o), std::invalid_argument);
     // a prompt longer than the context keeps its last block_size tokens
     CHECK(sample(p, std::vector<std::int32_t>(20, 4), o).size() == 30);
+}
+
+namespace
+{
+// The decoder's logits, one token at a time, against gpt_decode's for the same tokens (one sequence).
+void check_decoder_against_gpt_decode(const gpt_config& c, std::size_t positions, double scale)
+{
+    auto p = gpt_parameters<double>::init(c, 11);
+    for (auto& param : p.named_parameters())  // larger weights than GPT-2's init: sharper attention
+    {
+        param.value() = param.value() * scale;
+    }
+    const ids_t tokens = random_ids(1, positions, c.vocab_size, 4);
+    kv_cache<double> cache;
+    const array<double> expected = gpt_decode(p, tokens, cache);
+    decoder<double> d(p);
+    for (std::size_t t = 0; t < positions; ++t)
+    {
+        const double* logits = d.step(tokens(0, t));
+        const array<double> row = xt::view(expected, 0, t, xt::all());
+        array<double> got = array<double>::from_shape({c.vocab_size});
+        std::copy(logits, logits + c.vocab_size, got.begin());
+        CAPTURE(t);
+        CHECK(max_relative_difference(got, row) < 1e-12);
+    }
+    CHECK(d.length() == positions);
+}
+
+gpt_config variant(gpt_config c, const std::map<std::string, std::string>& keys)
+{
+    return config_with_values(c, keys);
+}
+}  // namespace
+
+TEST_CASE("the decoder's logits equal gpt_decode's at every position, for every variant")
+{
+    const gpt_config sizes{13, 9, 2, 24, 4, 2};
+    const std::vector<std::map<std::string, std::string>> variants{
+      {},
+      {{"norm", "rmsnorm"}, {"position", "rope"}, {"mlp", "swiglu"}, {"bias", "none"},
+       {"tied_head", "false"}},
+      {{"mlp", "gelu"}, {"bias", "all"}, {"position", "none"}, {"mlp_hidden", "40"}},
+      {{"mlp", "swiglu"}, {"bias", "all"}, {"position", "rope"}, {"rope_base", "500"}, {"mlp_hidden", "36"}},
+      {{"bias", "none"}, {"tied_head", "false"}},
+    };
+    for (const auto& keys : variants)
+    {
+        CAPTURE(describe(variant(sizes, keys)));
+        check_decoder_against_gpt_decode(variant(sizes, keys), 9, 10.0);
+    }
+    gpt_config one_head_group = sizes;
+    one_head_group.kv_heads = 1;
+    check_decoder_against_gpt_decode(one_head_group, 9, 10.0);
+}
+
+TEST_CASE("the decoder's logits equal gpt_decode's on two threads, its products and heads split")
+{
+    // d^2 and the attention's positions x d are past the sizes below which the decoder stays on one thread.
+    const int before = num_threads();
+    set_num_threads(2);
+    const gpt_config c = variant({50, 96, 1, 192, 6, 3}, {{"position", "rope"}, {"tied_head", "false"}});
+    check_decoder_against_gpt_decode(c, 96, 3.0);
+    set_num_threads(before);
+}
+
+TEST_CASE("the decoder refuses a full cache and bad ids, and starts over after clear")
+{
+    const gpt_config c{7, 3, 1, 8, 2, 0};
+    const auto p = gpt_parameters<double>::init(c, 1);
+    decoder<double> d(p);
+    CHECK_THROWS_WITH_AS(d.step(7), doctest::Contains("token id 7 is outside [0, 7)"), std::invalid_argument);
+    CHECK_THROWS_AS(d.step(-1), std::invalid_argument);
+    d.step(2);
+    d.step(2);
+    d.step(3);
+    CHECK_THROWS_WITH_AS(d.step(1), doctest::Contains("block_size 3"), std::invalid_argument);
+    d.clear();
+    CHECK(d.length() == 0);
+    decoder<double> fresh(p);
+    const double* a = fresh.step(5);
+    const std::vector<double> expected(a, a + 7);
+    const double* b = d.step(5);
+    CHECK(std::vector<double>(b, b + 7) == expected);
+}
+
+TEST_CASE("greedy sampling follows gpt_decode's most likely token")
+{
+    const gpt_config c{11, 16, 2, 16, 4, 2};
+    const auto p = gpt_parameters<double>::init(c, 6);
+    sampling_options o;
+    o.tokens = 10;
+    o.temperature = 0;
+    const std::vector<std::int32_t> got = sample(p, {1, 2}, o);
+    kv_cache<double> cache;
+    ids_t tokens = ids_t::from_shape({1, 2});
+    tokens(0, 0) = 1;
+    tokens(0, 1) = 2;
+    std::vector<std::int32_t> expected;
+    for (std::size_t n = 0; n < 10; ++n)
+    {
+        const array<double> logits = gpt_decode(p, tokens, cache);
+        const std::size_t last = logits.shape()[1] - 1;
+        const array<double> row = xt::view(logits, 0, last, xt::all());
+        const auto next = static_cast<std::int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+        expected.push_back(next);
+        tokens = ids_t::from_shape({1, 1});
+        tokens(0, 0) = next;
+    }
+    CHECK(got == expected);
+}
+
+TEST_CASE("token_sampler draws as draw_token does, from the same seed")
+{
+    const std::vector<double> logits{0.3, -1.0, 2.5, 0.0, 1.1, 1.0};
+    for (std::size_t top_k : {0, 1, 3, 6})
+    {
+        std::mt19937_64 rng(5);
+        token_sampler sampler(logits.size(), 0.8, top_k, 5);
+        for (int i = 0; i < 100; ++i)
+        {
+            CHECK(sampler.draw(logits.data()) == draw_token(logits, 0.8, top_k, rng));
+        }
+    }
 }

@@ -229,19 +229,24 @@ TEST_CASE("the default model's draws do not depend on the variant fields: the sa
     CHECK(c.blocks[1].b_K.value() == xt::zeros<double>({8}));
 }
 
-TEST_CASE("variant metadata: every key written, read back, absent keys the default, unknown values refused")
+TEST_CASE("config metadata: the sizes always, other fields when not the default, read back as they were")
 {
     for (const auto& [name, c] : variants())
     {
         CAPTURE(name);
-        const auto metadata = variant_metadata(c);
-        CHECK(metadata.size() == 7);
-        CHECK(variant_metadata(with_variant_metadata(sizes(c.kv_heads), metadata)) == metadata);
+        const auto metadata = config_metadata(c);
+        CHECK(config_metadata(config_from_metadata(metadata)) == metadata);
+        CHECK(first_difference(config_from_metadata(metadata), c).empty());
     }
-    const gpt_config plain = with_variant_metadata(sizes(), {});
-    CHECK(variant_metadata(plain) == variant_metadata(sizes()));
-    CHECK(variant_metadata(sizes()).at("mlp_hidden") == "32");
-    CHECK(variant_metadata(sizes()).at("rope_base") == "10000");
+    const auto plain = config_metadata(sizes());
+    CHECK(plain.size() == 6);  // a default model's metadata: the sizes alone, as before
+    CHECK(plain.at("kv_heads") == "2");
+    gpt_config wide = sizes();
+    wide.mlp_hidden = 48;
+    wide.rope_base = 500000;
+    CHECK(config_metadata(wide).at("mlp_hidden") == "48");
+    CHECK(config_metadata(wide).at("rope_base") == "5e+05");  // the shortest text that reads back
+    CHECK(config_metadata(wide).count("model_keys") == 0);  // the first variant table needs no listing
 
     const std::map<std::string, std::string> bad[] = {
         {{"norm", "batchnorm"}},   {{"position", "alibi"}},  {{"mlp", "relu"}},       {{"bias", "some"}},
@@ -257,7 +262,7 @@ TEST_CASE("variant metadata: every key written, read back, absent keys the defau
         CAPTURE(key);
         try
         {
-            with_variant_metadata(sizes(), bad[k]);
+            config_with_values(sizes(), bad[k]);
             FAIL("accepted " << bad[k].begin()->second);
         }
         catch (const variant_error& e)
@@ -290,7 +295,7 @@ TEST_CASE("checkpoints: every variant round-trips; non-default keys stored, a de
         const std::string path = dir / "model.safetensors";
         io::save_checkpoint(path, params);
         const io::checkpoint<double> back = io::load_checkpoint<double>(path);
-        CHECK(variant_metadata(back.params.config) == variant_metadata(c));
+        CHECK(config_metadata(back.params.config) == config_metadata(c));
         const auto a = params.named_parameters(), b = back.params.named_parameters();
         REQUIRE(a.size() == b.size());
         for (std::size_t i = 0; i < a.size(); ++i)
@@ -299,11 +304,14 @@ TEST_CASE("checkpoints: every variant round-trips; non-default keys stored, a de
             CHECK(a[i].value() == b[i].value());
         }
         const auto raw = io::read_safetensors(path).metadata;
-        for (const char* key : variant_keys)
+        for (const auto& [key, value] : raw)
         {
-            const bool differs = variant_metadata(c).at(key) != variant_metadata(sizes(c.kv_heads)).at(key);
             CAPTURE(key);
-            CHECK(raw.count(key) == (differs ? 1u : 0u));
+            CHECK((!is_config_key(key) || config_metadata(c).at(key) == value));
+        }
+        for (const auto& [key, value] : config_metadata(c))
+        {
+            CHECK(raw.at(key) == value);
         }
     }
 }

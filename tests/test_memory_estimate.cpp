@@ -143,22 +143,24 @@ TEST_CASE("memory budgets: auto, bytes with binary suffixes, and errors that nam
 
 TEST_CASE("memory estimates grow with every size and saturate instead of wrapping")
 {
-    const gpt_sizes base{256, 64, 2, 64, 4, 4, 256};
+    const models::gpt_config base_config{256, 64, 2, 64, 4, 4};
+    const gpt_sizes base = sizes_of(base_config);
     const std::uint64_t small = estimate_training(base, 16, 1).total();
-    gpt_sizes wider = base;
-    wider.d_model = 128;
-    wider.mlp_hidden = 512;
-    gpt_sizes deeper = base;
-    deeper.layers = 4;
+    models::gpt_config wider_config = base_config;
+    wider_config.d_model = 128;
+    const gpt_sizes wider = sizes_of(wider_config);
+    models::gpt_config deeper_config = base_config;
+    deeper_config.layers = 4;
+    const gpt_sizes deeper = sizes_of(deeper_config);
     CHECK(estimate_training(wider, 16, 1).total() > small);
     CHECK(estimate_training(deeper, 16, 1).total() > small);
     CHECK(estimate_training(base, 32, 1).total() > small);
     CHECK(estimate_training(base, 16, 2).total() > small);
 
     // --layers 200 --d-model 4096: about 40 billion parameters x 80 bytes.
-    const gpt_sizes huge{256, 64, 200, 4096, 4, 4, 4 * 4096};
+    const gpt_sizes huge = sizes_of(models::gpt_config{256, 64, 200, 4096, 4, 4});
     CHECK(estimate_training(huge, 16, 1).total() > (3000ull << 30));
-    const gpt_sizes absurd{256, 64, 2, std::uint64_t(1) << 62, 1, 1, 0};
+    const gpt_sizes absurd = sizes_of(models::gpt_config{256, 64, 2, std::uint64_t(1) << 62, 1, 1});
     const memory_estimate e = estimate_training(absurd, 16, 1);
     CHECK(e.total() == saturated);
     CHECK(e.describe().find("more than 16 EiB") != std::string::npos);

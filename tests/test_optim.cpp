@@ -365,13 +365,26 @@ TEST_CASE("the schedule at its boundary steps, by hand")
     }
     SUBCASE("bad settings")
     {
-        CHECK_THROWS_WITH_AS(lr_schedule({1.0, 2, 4}).at(0), doctest::Contains("steps count from 1"),
+        CHECK_THROWS_WITH_AS(lr_schedule({1.0, 2, 4}).at(-1), doctest::Contains("steps count from 1"),
                              std::invalid_argument);
+        CHECK_THROWS_AS(lr_schedule({1.0, 2, 4, -0.1}).at(1), std::invalid_argument);
         CHECK_THROWS_AS(lr_schedule({-1.0, 2, 4}).at(1), std::invalid_argument);
         CHECK_THROWS_AS(lr_schedule({not_a_number, 2, 4}).at(1), std::invalid_argument);
         CHECK_THROWS_AS(lr_schedule({1.0, -1, 4}).at(1), std::invalid_argument);
         CHECK_THROWS_AS(lr_schedule({1.0, 2, -4}).at(1), std::invalid_argument);
     }
+}
+
+TEST_CASE("step 0 is the formula at s = 0, and a given min_lr replaces X / 10")
+{
+    CHECK(lr_schedule({1.0, 2, 4}).at(0) == 0.0);  // X 0 / W
+    CHECK(lr_schedule({1.0, 0, 4}).at(0) == 1.0);  // no warm-up: the cosine at progress 0 is X
+    const lr_schedule floor{1.0, 0, 4, 0.2};
+    // 0.2 + 0.4 (1 + cos(pi / 2)) = 0.6 at s = 2; 0.2 from D on.
+    CHECK(floor.at(2) == doctest::Approx(0.6).epsilon(1e-15));
+    CHECK(floor.at(4) == 0.2);
+    CHECK(floor.at(9) == 0.2);
+    CHECK(make_lr_schedule(1.0, 4, 0, std::nullopt, 0.0).at(9) == 0.0);
 }
 
 TEST_CASE("docs/spec.md's schedule defaults: D = N, W = min(100, D / 10)")
@@ -422,6 +435,19 @@ TEST_CASE("weight decay touches rank >= 2 only")
         opt.step();
         CHECK(same_bits(params[0].value(), values<double>({0.95, -1.9, 3.8, 7.6}, {2, 2})));
         CHECK(same_bits(params[1].value(), values<double>({1, -2}, {2})));
+    }
+    SUBCASE("decay_every_parameter: torch's rule, the vector shrinks too")
+    {
+        adam_options every = adamw_options(0.5, 0.1);
+        every.decay_every_parameter = true;
+        adam<double> opt(params, every);
+        opt.step();
+        CHECK(same_bits(params[1].value(), values<double>({0.95, -1.9}, {2})));
+        sgd_options plain{0.5, 0.0, false, 0.1};
+        plain.decay_every_parameter = true;
+        sgd<double> descent(params, plain);
+        descent.step();
+        CHECK(params[1].value()(0) == doctest::Approx(0.95 * 0.95).epsilon(1e-15));
     }
 }
 
@@ -662,6 +688,8 @@ TEST_CASE("bad parameters and hyperparameters are errors naming the optimiser")
     CHECK_THROWS_WITH_AS(adam<double>({w}, {0.1, 0.9, 0.99, -1e-8}), doctest::Contains("eps must be >= 0"),
                          std::invalid_argument);
     CHECK_THROWS_AS(adam<double>({w}, adamw_options(0.1, not_a_number)), std::invalid_argument);
+    CHECK_THROWS_WITH_AS(adam<double>({w}, adamw_options(0.1, -1.0)),
+                         doctest::Contains("adamw: weight_decay"), std::invalid_argument);
 
     sgd<double> opt({w}, {});
     CHECK_THROWS_WITH_AS(opt.set_lr(-1), doctest::Contains("sgd: learning rate"), std::invalid_argument);

@@ -656,7 +656,7 @@ TEST_CASE("load_checkpoint: every validation error names the file, the key or te
 
     SUBCASE("metadata")
     {
-        for (const char* key : io::size_keys)
+        for (const std::string& key : models::size_keys())
         {
             CAPTURE(key);
             rejected([&](io::safetensors_file& f) { f.metadata.erase(key); },
@@ -666,21 +666,21 @@ TEST_CASE("load_checkpoint: every validation error names the file, the key or te
         {
             CAPTURE(text);
             rejected([&](io::safetensors_file& f) { f.metadata["layers"] = text; },
-                     {"metadata 'layers' = '", "' is not a non-negative decimal integer"});
+                     {"metadata 'layers' = '", "' is not a positive decimal integer"});
         }
         rejected([](io::safetensors_file& f) { f.metadata["d_model"] = "99999999999999999999999"; },
-                 {"metadata 'd_model' = '99999999999999999999999' is too large"});
+                 {"metadata 'd_model' = '99999999999999999999999' is not a positive decimal integer"});
         rejected([](io::safetensors_file& f) { f.metadata["layers"] = "\x01"; },
                  {"metadata 'layers' = '\\x01' is not"});
         rejected([](io::safetensors_file& f) { f.metadata["kv_heads"] = "0"; },
-                 {"metadata 'kv_heads' = '0': a model has at least one key/value head"});
+                 {"metadata 'kv_heads' = '0' is not a positive decimal integer"});
         rejected([](io::safetensors_file& f) { f.metadata["heads"] = "3"; },
                  {"the metadata's sizes (vocab_size = 7, block_size = 5, layers = 2, d_model = 8, heads = 3, "
                   "kv_heads = 1) do not make a model"});
         rejected([](io::safetensors_file& f) { f.metadata["kv_heads"] = "3"; },
                  {"heads = 4, kv_heads = 3) do not make a model"});
         rejected([](io::safetensors_file& f) { f.metadata["vocab_size"] = "0"; },
-                 {"vocab_size = 0", "do not make a model"});
+                 {"metadata 'vocab_size' = '0' is not a positive decimal integer"});
     }
     SUBCASE("tensors")
     {
@@ -805,16 +805,18 @@ TEST_CASE("load_checkpoint refuses metadata that claims far more than the file h
           {"which needs 18005 tensors; the file holds 28"});
     // vocab_size x d_model = 4e9 x 8 values in wte alone, where the file holds the model's 1,600.
     claim({{"vocab_size", "4000000000"}},
-          {"metadata says vocab_size = 4000000000, d_model = 8: the model needs 32000001544 parameter values "
-           "(wte (vocab_size x d_model) alone 32000000000); the file's parameter tensors hold 1600"});
+          {"metadata says vocab_size = 4000000000, block_size = 5, layers = 2, d_model = 8",
+           "the model needs 32000001544 parameter values (wte (V, d) alone 32000000000); the file's parameter "
+           "tensors hold 1600"});
     claim({{"block_size", "100000000"}},
-          {"block_size = 100000000, d_model = 8", "wpe (block_size x d_model) alone"});
+          {"block_size = 100000000, layers = 2, d_model = 8", "wpe (block_size, d) alone"});
     claim({{"d_model", "4611686018427387904"}, {"heads", "1"}, {"kv_heads", "1"}},
           {"d_model = 4611686018427387904", "needs over 18446744073709551615"});
-    claim({{"mlp_hidden", "1000000000"}}, {"layers = 2, d_model = 8, mlp_hidden = 1000000000"});
+    claim({{"mlp_hidden", "1000000000"}}, {"layers = 2, d_model = 8", "mlp_hidden = 1000000000",
+                                          "the blocks (layers x block) alone"});
     // One tensor more than the file (lm_head) is no refusal by count, but its values are.
     claim({{"vocab_size", "4000000000"}, {"tied_head", "false"}},
-          {"lm_head (d_model x vocab_size) alone 32000000000"});
+          {"lm_head (d, V) alone 32000000000"});
 
     // A small gap is the loader's to name: it says which tensor is missing.
     io::safetensors_file f = base;
@@ -850,10 +852,11 @@ TEST_CASE("checkpoint_demand_of counts the tensors of docs/spec.md for every var
     CHECK(d.tensors == 2 * 18 + 2 + 2);
     const std::uint64_t layer = 4 * 8 + 2 * 64 + 2 * 8 * 2 + (2 * 8 + 2 * 2) + 3 * 8 * 12 + (2 * 12 + 8);
     CHECK(d.values == 7 * 8 + 5 * 8 + 2 * layer + 2 * 8);
-    // An unknown value counts as the variant with the fewest tensors; a missing size gives no demand.
+    // An unknown value counts as the default (the loader names it afterwards); a missing size gives no
+    // demand. bias = mlp: norms with biases, no attention biases, the MLP's three.
     m["bias"] = "sometimes";
     REQUIRE(io::checkpoint_demand_of(m, d));
-    CHECK(d.tensors == 2 * (2 + 4 + 3) + 2 + 1);
+    CHECK(d.tensors == 2 * (4 + 4 + 3 + 3) + 2 + 2);
     m.erase("heads");
     CHECK_FALSE(io::checkpoint_demand_of(m, d));
 }

@@ -50,7 +50,7 @@ TEST_CASE("the first floor(0.9 n) bytes train, the rest validate")
     const auto c = text_corpus::of_text(text, 4);
     CHECK(c.train.size() == 85);  // floor(0.9 * 95) = 85
     CHECK(c.validation.size() == 10);
-    CHECK(c.vocabulary.decode(c.train) + c.vocabulary.decode(c.validation) == text);
+    CHECK(c.vocabulary.decode(c.train.ids()) + c.vocabulary.decode(c.validation.ids()) == text);
 }
 
 TEST_CASE("a file that is missing, empty or too short for a window per split is refused clearly")
@@ -89,11 +89,13 @@ TEST_CASE("training windows depend on (seed, step) only and stay inside the spli
 
 TEST_CASE("a batch holds windows and targets shifted by one; a share of it is a slice of the rows")
 {
-    std::vector<std::int32_t> split(50);
+    std::vector<std::int32_t> ids(50);
     for (int i = 0; i < 50; ++i)
     {
-        split[i] = i;
+        ids[i] = i;
     }
+    token_split split(50);
+    split.append(ids);
     const std::vector<std::size_t> offsets{0, 10, 45};
     const auto b = make_batch(split, offsets, 4);
     REQUIRE(b.inputs.shape() == std::vector<std::size_t>{3, 4});

@@ -86,7 +86,7 @@ TEST_CASE("a run writes log.csv with a row per step and a checkpoint with the st
     CHECK(summary.last_step == 9);
     const auto rows = read_log(dir / "run/log.csv");
     REQUIRE(rows.size() == 10);
-    CHECK(rows[0] == std::vector<std::string>{"step", "train_loss", "val_loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s", "rss_mib", "val_bpb"});
+    CHECK(rows[0] == std::vector<std::string>{"step", "train_loss", "val_loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s", "rss_mib", "val_bpb", "sharpness"});
     for (std::size_t s = 1; s <= 9; ++s)
     {
         CHECK(rows[s][0] == std::to_string(s));
@@ -339,8 +339,8 @@ TEST_CASE("dropout is seeded: the same seed gives the same losses, and it change
     CHECK(loss_columns(a) == loss_columns(b));
     CHECK(a[1][1] != c[1][1]);
     // Dropout is no part of the model: its checkpoint describes the same architecture.
-    CHECK(models::variant_metadata(io::load_checkpoint<float>(dir / "a/model.safetensors").params.config) ==
-          models::variant_metadata(io::load_checkpoint<float>(dir / "c/model.safetensors").params.config));
+    CHECK(models::config_metadata(io::load_checkpoint<float>(dir / "a/model.safetensors").params.config) ==
+          models::config_metadata(io::load_checkpoint<float>(dir / "c/model.safetensors").params.config));
 
     auto bad = tiny_run(data, dir / "d", 2);
     bad.dropout = 1;
@@ -361,7 +361,7 @@ TEST_CASE("--resume refuses a checkpoint whose variant disagrees with the flags,
         {"was trained with model.mlp swiglu, not gelu", [](models::gpt_config& c) { c.mlp = models::mlp_kind::gelu; }},
         {"was trained with model.mlp_hidden 64, not 24", [](models::gpt_config& c) { c.mlp_hidden = 24; }},
         {"was trained with model.bias none, not all", [](models::gpt_config& c) { c.bias = models::bias_kind::all; }},
-        {"was trained with a tied head, not an untied head (model.tied_head)", [](models::gpt_config& c) { c.tied_head = false; }},
+        {"was trained with model.tied_head true, not false", [](models::gpt_config& c) { c.tied_head = false; }},
     };
     for (const auto& [words, change] : changes)
     {

@@ -40,7 +40,8 @@ TEST_CASE("every xgrad-train flag that sets an option maps to a field and back")
                                   "clip", "eval_every", "eval_windows", "save_every", "sample_tokens", "plots",
                                   "max_memory", "detect_anomaly", "model.norm", "model.position",
                                   "model.rope_base", "model.mlp", "model.mlp_hidden", "model.bias",
-                                  "model.tied_head", "dropout"})
+                                  "model.tied_head", "dropout", "optimizer", "muon_lr", "muon_momentum",
+                                  "sharpness_every", "sharpness_iters"})
         {
             if (tools::train_cli::flag_of_field(field) == flag)
             {

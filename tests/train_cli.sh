@@ -71,7 +71,7 @@ cp "$dir/llama/model.safetensors" "$dir/model.before"
 cp "$dir/llama/log.csv" "$dir/log.before"
 expect_refusal "resume, other norm" "was trained with --norm rmsnorm, not layernorm" \
     "${common[@]}" --out "$dir/llama" --steps 5 --resume --position rope --mlp swiglu --bias none --kv-heads 1
-expect_refusal "resume, tied head" "was trained with a tied head, not an untied head (--untied-head)" \
+expect_refusal "resume, tied head" "was trained with --untied-head true, not false" \
     "${common[@]}" --out "$dir/llama" --steps 5 --resume "${llama[@]}" --untied-head
 expect_refusal "resume, rope base" "was trained with --rope-base 10000, not 500" \
     "${common[@]}" --out "$dir/llama" --steps 5 --resume "${llama[@]}" --rope-base 500

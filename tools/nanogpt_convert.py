@@ -163,6 +163,8 @@ def to_nanogpt(in_path, out_path):
         if not metadata.get(k, "").isdigit():
             raise ConvertError(f'{in_path}: metadata has no integer "{k}"')
     V, T, L, d, H, G = (int(metadata[k]) for k in SIZE_KEYS)
+    for key in filter(None, metadata.get("model_keys", "").split(",")):  # later variants (docs/spec.md)
+        raise ConvertError(f'nanoGPT cannot express metadata "{key}" (a later model key, named in "model_keys")')
     wanted = {"norm": "layernorm", "position": "learned", "mlp": "gelu", "tied_head": "true"}
     for key, value in wanted.items():
         if metadata.get(key, {"mlp": "gelu_tanh"}.get(key, value)) != value:

@@ -25,8 +25,10 @@ std::string escaped_line(const std::string& message)
 
 int fail_with(const error_rules& tool, int status, const std::string& message)
 {
-    const std::string line =
-        tool.words == wording::escaped ? escaped_line(message) : message.substr(0, message.find('\n'));
+    // Either way no control byte of a file (a metadata value's ESC or NUL) reaches the terminal raw.
+    const std::string line = tool.words == wording::escaped
+                               ? escaped_line(message)
+                               : io::one_line(message.substr(0, message.find('\n')));
     std::fprintf(stderr, "%s: %s\n", tool.program, line.c_str());
     return status;
 }

@@ -14,6 +14,7 @@
 #include "io/model_layout.hpp"
 #include "tools/command_line.hpp"
 #include "tools/tool_errors.hpp"
+#include "train/gpt2_tokenizer.hpp"
 #include "train/llama2c_tokenizer.hpp"
 #include "train/tokenizer.hpp"
 
@@ -37,7 +38,9 @@ io::safetensors_file read_model(const std::string& format, const std::string& in
 {
     if (format == "hf-gpt2")
     {
-        return io::read_hf_gpt2(in, layout);
+        io::safetensors_file model = io::read_hf_gpt2(in, layout);
+        train::read_hf_gpt2_tokenizer(in, model.metadata);  // vocab.json and merges.txt, when present
+        return model;
     }
     if (format == "llama2c")
     {
@@ -83,7 +86,9 @@ void write_model(const std::string& format,
 {
     if (format == "hf-gpt2")
     {
-        io::write_hf_gpt2(out, model, layout);
+        io::safetensors_file without_tokenizer = model;  // GPT-2's tokenizer goes into its own two files
+        const auto files = train::take_hf_gpt2_tokenizer(without_tokenizer.metadata, out);
+        io::write_hf_gpt2(out, without_tokenizer, layout, files);
     }
     else if (format == "llama2c")
     {
@@ -99,7 +104,8 @@ void write_model(const std::string& format,
 std::optional<command_line> parse_arguments(int argc, char** argv)
 {
     CLI::App app{ "Converts a GPT checkpoint between xgrad's safetensors file, a Hugging Face GPT-2 folder "
-                  "(model.safetensors + config.json) and a llama2.c folder (model.bin + tokenizer.bin)",
+                  "(model.safetensors + config.json, and the tokenizer's vocab.json + merges.txt when "
+                  "present) and a llama2.c folder (model.bin + tokenizer.bin)",
                   program };
     command_line c;
     const std::vector<std::string> formats = { "xgrad", "hf-gpt2", "llama2c" };

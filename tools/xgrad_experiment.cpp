@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <memory>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -18,8 +20,11 @@
 
 #include "experiment/grid.hpp"
 #include "experiment/grid_report.hpp"
+#include "io/escape.hpp"
+#include "io/json_limits.hpp"
 #include "tools/command_line.hpp"
 #include "tools/tool_errors.hpp"
+#include "train/communicator.hpp"
 
 using namespace xgrad::train;
 namespace fs = std::filesystem;
@@ -34,14 +39,24 @@ const char* const program = "xgrad-experiment";
 const tools::error_rules errors{program, tools::wording::first_line,
                                 {/*bad_value*/ 2, /*bad_file*/ 1, /*anomaly*/ 1, /*failure*/ 1}};
 
-std::string read_text(const std::string& path)
+// A spec, grid.json or steps.json: a regular file of at most 16 MiB (a spec is a few hundred bytes, the
+// grid.json of 10000 variants a few MB).
+constexpr std::size_t max_json_file_bytes = std::size_t(16) << 20;
+
+std::string read_text(const std::string& path) { return xgrad::io::read_small_file(path, max_json_file_bytes); }
+
+// load_spec on the file `path` (none: the command line alone); its errors name the file.
+grid::spec load_spec_file(const std::string& path, const grid::spec_overrides& overrides)
 {
-    std::ifstream in(path);
-    if (!in)
+    const std::string text = path.empty() ? "" : read_text(path);
+    try
     {
-        throw std::invalid_argument("cannot read " + path);
+        return grid::load_spec(text, overrides);
     }
-    return std::string(std::istreambuf_iterator<char>(in), {});
+    catch (const std::invalid_argument& e)
+    {
+        throw std::invalid_argument((path.empty() ? "the command line" : path) + ": " + e.what());
+    }
 }
 
 void write_text(const std::string& path, const std::string& text)
@@ -77,9 +92,26 @@ std::string cpu_model()
 
 std::string steps_json(const std::map<std::string, std::int64_t>& steps) { return nlohmann::json(steps).dump(2) + "\n"; }
 
+// steps.json: {variant: steps}, each a whole number of steps from 1.
 std::map<std::string, std::int64_t> steps_of(const std::string& path)
 {
-    return nlohmann::json::parse(read_text(path)).get<std::map<std::string, std::int64_t>>();
+    const auto j = xgrad::io::parse_json_bounded<nlohmann::json>(read_text(path), path);
+    if (!j.is_object())
+    {
+        throw std::invalid_argument(path + ": must hold a JSON object of variant: steps");
+    }
+    std::map<std::string, std::int64_t> steps;
+    for (const auto& [name, value] : j.items())
+    {
+        if (!value.is_number_integer() || value.get<std::int64_t>() < 1)
+        {
+            throw std::invalid_argument(path + ": \"" + xgrad::io::escaped(name) +
+                                        "\" must be a whole number of steps from 1, got " +
+                                        xgrad::io::quoted(value.dump()));
+        }
+        steps[name] = value.get<std::int64_t>();
+    }
+    return steps;
 }
 
 struct command_line
@@ -121,76 +153,169 @@ void print_plan(const std::vector<grid::run>& runs, const grid::runner_options& 
     }
 }
 
-int run(const command_line& c)
+// The cores this process may use: the machine's, shared by the ranks mpirun started on it.
+int cores_for_this_process()
+{
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const char* local_ranks = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    return std::max(1, cores / std::max(1, local_ranks ? std::atoi(local_ranks) : 1));
+}
+
+// Runs at a time (--jobs, or the cores, at most the runs) and threads per run (--threads, or the cores
+// shared among the jobs), on this process.
+grid::runner_options runner_for(const command_line& c, std::size_t runs)
 {
     grid::runner_options o;
     o.program = c.xgrad_train.empty() ? train_beside_me() : c.xgrad_train;
     o.progress = c.quiet ? nullptr : stdout;
-    grid::spec s;
-    std::map<std::string, std::int64_t> steps;
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    o.jobs = c.jobs > 0 ? c.jobs : cores;
-    if (c.replot)
-    {
-        s = grid::load_spec(read_text((fs::path(c.out) / "grid.json").string()), {});
-        steps = steps_of((fs::path(c.out) / "steps.json").string());
-    }
-    else
-    {
-        grid::spec_overrides ov = c.overrides;
-        const int budgets = (c.steps > 0) + (c.tokens > 0) + (c.seconds > 0);
-        if (budgets > 1)
-        {
-            throw std::invalid_argument("give one of --steps, --tokens, --seconds");
-        }
-        ov.budget = c.steps > 0    ? "steps=" + std::to_string(c.steps)
-                    : c.tokens > 0 ? "tokens=" + std::to_string(c.tokens)
-                    : c.seconds > 0 ? "seconds=" + std::to_string(c.seconds)
-                                    : "";
-        s = grid::load_spec(c.spec_file.empty() ? "" : read_text(c.spec_file), ov);
-        const int runs = static_cast<int>(s.variants.size() * s.seeds.size());
-        o.jobs = std::min(o.jobs, runs);
-        o.threads = c.threads > 0 ? c.threads : std::max(1, cores / o.jobs);
-        if (!fs::exists(o.program))
-        {
-            throw std::invalid_argument("no xgrad-train at " + o.program + " (--xgrad-train PATH)");
-        }
-        fs::create_directories(c.out);
-        steps = steps_per_variant(s, c.out, o);
-    }
-    o.jobs = std::min<int>(o.jobs, static_cast<int>(s.variants.size() * s.seeds.size()));
+    const int cores = cores_for_this_process();
+    o.jobs = std::max(1, std::min(c.jobs > 0 ? c.jobs : cores, static_cast<int>(runs)));
     o.threads = c.threads > 0 ? c.threads : std::max(1, cores / o.jobs);
-    const std::vector<grid::run> runs = grid::plan_runs(s, steps, c.out);
+    return o;
+}
+
+struct grid_plan
+{
+    grid::spec s;
+    std::vector<grid::run> runs;
+    grid::runner_options o;
+};
+
+// The grid in OUT as planned before: grid.json and steps.json (--replot, and the ranks but the first).
+grid_plan planned_grid(const command_line& c)
+{
+    grid_plan p;
+    p.s = load_spec_file((fs::path(c.out) / "grid.json").string(), {});
+    const auto steps = steps_of((fs::path(c.out) / "steps.json").string());
+    p.runs = grid::plan_runs(p.s, steps, c.out);
+    p.o = runner_for(c, p.runs.size());
+    return p;
+}
+
+// The grid of the spec and flags: every variant checked and sized by xgrad-train, grid.json and
+// steps.json written to OUT.
+grid_plan new_grid(const command_line& c)
+{
+    grid::spec_overrides ov = c.overrides;
+    const int budgets = (c.steps > 0) + (c.tokens > 0) + (c.seconds > 0);
+    if (budgets > 1)
+    {
+        throw std::invalid_argument("give one of --steps, --tokens, --seconds");
+    }
+    ov.budget = c.steps > 0    ? "steps=" + std::to_string(c.steps)
+                : c.tokens > 0 ? "tokens=" + std::to_string(c.tokens)
+                : c.seconds > 0 ? "seconds=" + std::to_string(c.seconds)
+                                : "";
+    grid_plan p;
+    p.s = load_spec_file(c.spec_file, ov);
+    p.o = runner_for(c, p.s.variants.size() * p.s.seeds.size());
+    if (!fs::exists(p.o.program))
+    {
+        throw std::invalid_argument("no xgrad-train at " + p.o.program + " (--xgrad-train PATH)");
+    }
+    fs::create_directories(c.out);
+    p.runs = grid::plan_runs(p.s, steps_per_variant(p.s, c.out, p.o), c.out);
+    return p;
+}
+
+// Every process ends with rank 0's `status` (a sum in which the others put 0).
+int status_of_rank_zero(communicator& comm, int status)
+{
+    double shared = comm.rank() == 0 ? status : 0;
+    comm.allreduce_sum_sleeping(&shared, 1);  // the others wait while rank 0 probes the variants
+    return static_cast<int>(shared);
+}
+
+// Runs the grid on this process's share of it, then (rank 0) the summary; the exit status.
+int run_share(const grid_plan& p, const command_line& c, communicator& comm)
+{
+    const bool leader = comm.rank() == 0;
+    if (leader && p.o.progress)
+    {
+        std::printf("%zu runs (%zu variants x %zu seeds), %d at a time with %d thread(s) each", p.runs.size(),
+                    p.s.variants.size(), p.s.seeds.size(), p.o.jobs, p.o.threads);
+        if (comm.size() > 1)
+        {
+            std::printf(" on each of %d processes", comm.size());
+        }
+        std::printf("; xgrad-train: %s\n", p.o.program.c_str());
+    }
+    const grid::grid_outcome g = grid::run_grid(p.runs, c.out, p.o, comm);
+    for (const std::string& f : g.failures)
+    {
+        std::fprintf(stderr, "%s: run failed: %s\n", program, f.c_str());
+    }
+    const std::size_t failed = g.failures.size() + g.failed_on_other_ranks;
+    if (g.interrupted)
+    {
+        if (leader)
+        {
+            std::printf("stopped: %zu of %zu runs finished; run the same command again to continue\n",
+                        g.finished, p.runs.size());
+        }
+        return 130;
+    }
+    if (leader)
+    {
+        std::printf("%zu runs finished (%zu of them before this start), %zu failed\n", g.finished, g.skipped,
+                    failed);
+    }
+    return failed == 0 ? 0 : 1;
+}
+
+// Rank 0 plans the grid (and holds OUT's lock); then every process runs its share; then rank 0 writes the
+// report. Under one process that is the whole grid.
+int run(const command_line& c, communicator& comm)
+{
+    const bool leader = comm.rank() == 0;
+    grid_plan p;
+    std::optional<grid::grid_lock> lock;
+    int status = 0;
+    if (leader)
+    {
+        try
+        {
+            p = c.replot ? planned_grid(c) : new_grid(c);
+            if (!c.replot && !c.dry_run)
+            {
+                lock.emplace(c.out);
+                grid::check_run_folders(p.runs);
+            }
+        }
+        catch (...)
+        {
+            status = tools::fail_with_current_exception(errors);
+        }
+    }
+    status = status_of_rank_zero(comm, status);
+    if (status != 0 || (!leader && (c.dry_run || c.replot)))
+    {
+        return status;
+    }
     if (c.dry_run)
     {
-        print_plan(runs, o);
+        print_plan(p.runs, p.o);
         return 0;
     }
-    int status = 0;
+    if (!leader)
+    {
+        p = planned_grid(c);
+    }
     if (!c.replot)
     {
-        if (o.progress)
+        status = run_share(p, c, comm);
+        if (status == 130 || !leader)
         {
-            std::printf("%zu runs (%zu variants x %zu seeds), %d at a time with %d thread(s) each; xgrad-train: %s\n",
-                        runs.size(), s.variants.size(), s.seeds.size(), o.jobs, o.threads, o.program.c_str());
+            return status;
         }
-        const grid::grid_outcome g = grid::run_grid(runs, c.out, o);
-        for (const std::string& f : g.failures)
-        {
-            std::fprintf(stderr, "%s: run failed: %s\n", program, f.c_str());
-        }
-        if (g.interrupted)
-        {
-            std::printf("stopped: %zu of %zu runs finished; run the same command again to continue\n", g.finished,
-                        runs.size());
-            return 130;
-        }
-        std::printf("%zu runs finished (%zu of them before this start), %zu failed\n", g.finished, g.skipped,
-                    g.failures.size());
-        status = g.failures.empty() ? 0 : 1;
     }
-    grid::report_context rc{c.out, cpu_model(), o.jobs, o.threads};
-    const std::string report = grid::write_report(s, runs, rc);
+    std::string machine = cpu_model();
+    if (comm.size() > 1)
+    {
+        machine += " (rank 0 of " + std::to_string(comm.size()) + " processes)";
+    }
+    grid::report_context rc{c.out, machine, p.o.jobs * comm.size(), p.o.threads};
+    const std::string report = grid::write_report(p.s, p.runs, rc);
     if (!c.quiet)
     {
         std::printf("\n%s\nreport: %s\n", report.c_str(), (fs::path(c.out) / "report.md").c_str());
@@ -199,7 +324,7 @@ int run(const command_line& c)
 }
 
 // The command line; nothing once --help is printed.
-std::optional<command_line> parse_arguments(int argc, char** argv)
+std::optional<command_line> parse_arguments(int argc, char** argv, bool print_help)
 {
     command_line c;
     CLI::App app{"Run a grid of xgrad-train runs over variants and seeds, and report on them with intervals "
@@ -217,15 +342,19 @@ std::optional<command_line> parse_arguments(int argc, char** argv)
     app.add_option("--tokens", c.tokens, "budget per run in training tokens")->check(CLI::PositiveNumber);
     app.add_option("--seconds", c.seconds, "budget per run in seconds of training (steps from a timed probe)")
         ->check(CLI::PositiveNumber);
-    app.add_option("--jobs", c.jobs, "runs at a time (default: the number of cores)")->check(CLI::PositiveNumber);
-    app.add_option("--threads", c.threads, "threads per run (default: cores / jobs)")->check(CLI::PositiveNumber);
+    // At most 1024 processes at a time, and 1024 threads each (xgrad-train's own bound).
+    app.add_option("--jobs", c.jobs, "runs at a time (default: the number of cores)")->check(CLI::Range(1, 1024));
+    app.add_option("--threads", c.threads, "threads per run (default: cores / jobs)")->check(CLI::Range(1, 1024));
     app.add_option("--xgrad-train", c.xgrad_train, "the xgrad-train to run (default: the one beside this program)");
     app.add_flag("--replot", c.replot, "no training: the report and pictures from the runs in --out");
     app.add_flag("--dry-run", c.dry_run, "check the spec and every variant's flags, print the commands, run nothing");
     app.add_flag("--quiet", c.quiet, "no progress and no report on stdout");
     if (!tools::parse_command_line(app, std::vector<std::string>(argv + 1, argv + argc)))
     {
-        std::fputs(app.help().c_str(), stdout);
+        if (print_help)
+        {
+            std::fputs(app.help().c_str(), stdout);
+        }
         return std::nullopt;
     }
     return c;
@@ -234,13 +363,37 @@ std::optional<command_line> parse_arguments(int argc, char** argv)
 
 int main(int argc, char** argv)
 {
+    std::unique_ptr<communicator> comm;
     try
     {
-        const std::optional<command_line> c = parse_arguments(argc, argv);
-        return c ? run(*c) : 0;
+        comm = make_communicator();
+        if (comm->rank() != 0)
+        {
+            // The same command line on every process: rank 0 alone says what is wrong with it, or the help.
+            std::optional<command_line> c;
+            try
+            {
+                c = parse_arguments(argc, argv, /*print_help=*/false);
+            }
+            catch (const tools::input_error&)
+            {
+                return 2;
+            }
+            return c ? run(*c, *comm) : 0;
+        }
+        const std::optional<command_line> c = parse_arguments(argc, argv, /*print_help=*/true);
+        return c ? run(*c, *comm) : 0;
     }
     catch (...)
     {
-        return tools::fail_with_current_exception(errors);
+        const int status = tools::fail_with_current_exception(errors);
+        if (comm && comm->size() > 1)
+        {
+            // The other processes may be waiting on this one: end without MPI's orderly exit, so that
+            // mpirun sees a process fail and ends the job (the runs resume on the next start).
+            std::fflush(nullptr);
+            std::_Exit(status);
+        }
+        return status;
     }
 }

@@ -109,7 +109,7 @@ problem<T> load_problem(const options& o)
         throw input_error("--in " + o.in + ": " +
                           (entry_exists(in) ? "not a directory" : "no such directory"));
     }
-    problem<T> p{io::load_checkpoint<T>(o.checkpoint), {}, {}};
+    problem<T> p{io::load_checkpoint<T>(o.checkpoint, io::optimiser_state::skip), {}, {}};
     const std::string tokens_file = (in / "tokens.npy").string();
     p.tokens = load_tokens(tokens_file, p.model.params.config);
     if (entry_exists(in / "targets.npy"))

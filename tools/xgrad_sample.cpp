@@ -1,11 +1,14 @@
 // xgrad-sample: continues a prompt with a model trained by xgrad-train, one token at a time through a
 // key/value cache (models/gpt_decode.hpp). The prompt is encoded and the tokens decoded by the
 // checkpoint's tokenizer (bytes or SentencePiece, train/tokenizer.hpp).
+#include <cstdint>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "io/checkpoint.hpp"
+#include "io/escape.hpp"
 #include "tools/tool_errors.hpp"
 #include "tools/train_args.hpp"
 #include "models/gpt_decode.hpp"
@@ -17,8 +20,8 @@ namespace
 {
 const char* const program = "xgrad-sample";
 
-// docs/spec.md, "Exit statuses": 2 bad flags, an empty prompt, a malformed checkpoint or tokenizer, a
-// prompt its tokenizer cannot encode; 1 any other failure.
+// docs/spec.md, "Exit statuses": 2 bad flags, an empty prompt, a checkpoint that is missing, unreadable or
+// malformed, a tokenizer it refuses, a prompt its tokenizer cannot encode; 1 any other failure.
 const tools::error_rules errors{program, tools::wording::first_line,
                                 {/*bad_value*/ 2, /*bad_file*/ 2, /*anomaly*/ 1, /*failure*/ 1}};
 
@@ -35,6 +38,50 @@ std::shared_ptr<const train::tokenizer> tokenizer_of(const io::checkpoint<float>
     return t;
 }
 
+// The most tokens one call generates: a long text, not an endless one (a negative --tokens once wrapped to
+// 2^64 - 1 and ran forever).
+constexpr std::size_t max_tokens = 1000000;
+
+// CLI11 reads "-1" into an unsigned option as 2^64 - 1: the counts' own text is checked for a sign first.
+void refuse_negative_counts(const std::vector<std::string>& args)
+{
+    for (std::size_t i = 0; i < args.size(); ++i)
+    {
+        for (const std::string flag : {"--tokens", "--top-k"})
+        {
+            const bool joined = args[i].rfind(flag + "=", 0) == 0;
+            const bool separate = args[i] == flag && i + 1 < args.size();
+            const std::string value = joined ? args[i].substr(flag.size() + 1) : separate ? args[i + 1] : "";
+            if (!value.empty() && value[0] == '-')
+            {
+                throw tools::train_cli::input_error(flag + " " + io::quoted(value) +
+                                                    ": must be a count >= 0");
+            }
+        }
+    }
+}
+
+// The flags' ranges that CLI11 does not check: a temperature that is a number (NaN passes a range check),
+// at most max_tokens tokens, a top-k below 2^31.
+void check_sample_flags(const models::sampling_options& o)
+{
+    if (!(o.temperature >= 0 && o.temperature <= 100))
+    {
+        throw tools::train_cli::input_error("--temperature " + std::to_string(o.temperature) +
+                                            ": must be a number from 0 to 100");
+    }
+    if (o.tokens > max_tokens)
+    {
+        throw tools::train_cli::input_error("--tokens " + std::to_string(o.tokens) + ": at most " +
+                                            std::to_string(max_tokens));
+    }
+    if (o.top_k > std::size_t(INT32_MAX))
+    {
+        throw tools::train_cli::input_error("--top-k " + std::to_string(o.top_k) + ": at most " +
+                                            std::to_string(INT32_MAX) + " (0: every token)");
+    }
+}
+
 // The help text, or the prompt and its continuation, on stdout.
 void run(const tools::train_cli::sample_command& command)
 {
@@ -43,7 +90,8 @@ void run(const tools::train_cli::sample_command& command)
         std::fputs(command.help_text.c_str(), stdout);
         return;
     }
-    const io::checkpoint<float> ck = io::load_checkpoint<float>(command.checkpoint);
+    // Sampling needs the parameters alone: the optimiser's state stays on disk.
+    auto ck = io::load_checkpoint<float>(command.checkpoint, io::optimiser_state::skip);
     const auto vocab = tokenizer_of(ck, command.checkpoint);
     const std::string& prompt = command.prompt;
     if (prompt.empty())
@@ -59,7 +107,8 @@ void run(const tools::train_cli::sample_command& command)
     {
         throw std::invalid_argument("--prompt: " + std::string(e.what()));
     }
-    const std::string text = vocab->decode(models::sample(ck.params, ids, command.run));
+    models::decoder<float> model(std::move(ck.params));  // the only copy: the model's memory is held once
+    const std::string text = vocab->decode(models::sample(model, ids, command.run));
     std::printf("%s%s\n", prompt.c_str(), text.c_str());
 }
 }  // namespace
@@ -68,7 +117,14 @@ int main(int argc, char** argv)
 {
     try
     {
-        run(tools::train_cli::parse_sample_arguments(std::vector<std::string>(argv + 1, argv + argc)));
+        const std::vector<std::string> args(argv + 1, argv + argc);
+        refuse_negative_counts(args);
+        const tools::train_cli::sample_command command = tools::train_cli::parse_sample_arguments(args);
+        if (!command.help)
+        {
+            check_sample_flags(command.run);
+        }
+        run(command);
         return 0;
     }
     catch (...)

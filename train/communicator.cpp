@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <stdexcept>
+#include <thread>
 
 #if XGRAD_WITH_MPI
 #include <mpi.h>
@@ -48,6 +49,24 @@ public:
     void allreduce_sum(float* data, std::size_t count) override { sum(data, count, MPI_FLOAT); }
     void allreduce_sum(double* data, std::size_t count) override { sum(data, count, MPI_DOUBLE); }
     double allreduce_seconds() const override { return seconds_; }
+    void allreduce_sum_sleeping(double* data, std::size_t count) override
+    {
+        MPI_Request request;
+        int done = 0;
+        if (MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD,
+                           &request) != MPI_SUCCESS)
+        {
+            throw std::runtime_error("MPI_Iallreduce failed");
+        }
+        while (MPI_Test(&request, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done)
+        {
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        if (!done)
+        {
+            throw std::runtime_error("MPI_Iallreduce failed");
+        }
+    }
 
 private:
     void sum(void* data, std::size_t count, MPI_Datatype type)

@@ -17,6 +17,10 @@ public:
     // In place: every process ends with the element-wise sum over all processes.
     virtual void allreduce_sum(float* /*data*/, std::size_t /*count*/) {}
     virtual void allreduce_sum(double* /*data*/, std::size_t /*count*/) {}
+    // allreduce_sum for waits that may last minutes (a process done with its share of a grid waiting for
+    // the others): one that arrives early sleeps between polls instead of spinning on a core the others'
+    // work needs. Not counted in allreduce_seconds.
+    virtual void allreduce_sum_sleeping(double* /*data*/, std::size_t /*count*/) {}
     // Seconds spent inside allreduce so far.
     virtual double allreduce_seconds() const { return 0; }
 };

@@ -47,15 +47,6 @@ std::uint64_t kv_width(const gpt_sizes& s)
     return s.heads == 0 ? 0 : mul(s.kv_heads, s.d_model / s.heads);
 }
 
-// docs/spec.md, "Parameter names and shapes": V d + block_size d + L (norms, attention, MLP) + 2 d.
-std::uint64_t parameter_count(const gpt_sizes& s)
-{
-    const std::uint64_t d = s.d_model, h = s.mlp_hidden, kv = kv_width(s);
-    std::uint64_t layer = add(mul(2, d, d), mul(2, d, kv));
-    layer = add(layer, add(mul(2, d, h), add(h, mul(5, d))));
-    return add(add(mul(s.vocab, d), mul(s.block, d)), add(mul(s.layers, layer), mul(2, d)));
-}
-
 // Values a batch keeps per token: in each layer about 32 d for the norms, projections and residuals,
 // 2 h for the MLP, 2 G dh for keys and values and H T for the attention weights; then the logits.
 std::uint64_t activation_values(const gpt_sizes& s,
@@ -214,12 +205,14 @@ gpt_sizes sizes_of(const models::gpt_config& c)
     // SwiGLU has three (d, h) matrices where the GELU MLP has two: count it as 1.5 h wide, rounded up.
     const std::uint64_t h = c.hidden_width();
     s.mlp_hidden = c.mlp == models::mlp_kind::swiglu ? add(h, (h + 1) / 2) : h;
+    const models::gpt_value_count count = models::gpt_values(c);
+    s.parameters = add(count.outside_blocks, mul(c.layers, count.per_block));
     return s;
 }
 
 memory_estimate estimate_training(const gpt_sizes& s, std::uint64_t batch, std::uint64_t threads)
 {
-    const std::uint64_t p = mul(parameter_count(s), sizeof(float));
+    const std::uint64_t p = mul(s.parameters, sizeof(float));
     memory_estimate e;
     e.parameters = p;
     e.gradients = p;
@@ -238,7 +231,7 @@ memory_estimate estimate_gpt_run(const gpt_sizes& s,
                                  std::uint64_t value_bytes,
                                  bool backward)
 {
-    const std::uint64_t p = mul(parameter_count(s), value_bytes);
+    const std::uint64_t p = mul(s.parameters, value_bytes);
     memory_estimate e;
     e.parameters = p;
     e.gradients = backward ? mul(2, p) : 0;  // the gradients and their copy for grads.safetensors

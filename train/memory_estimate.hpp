@@ -28,10 +28,12 @@ struct memory_estimate
     std::string shape;  // the batch the activations are for, in words
 };
 
-// The sizes an estimate needs, from a model configuration: V, block_size, L, d, H, G.
+// The sizes an estimate needs, from a model configuration: V, block_size, L, d, H, G, the MLP's width and
+// the parameter count, counted from the model's own declarations (saturating).
 struct gpt_sizes
 {
     std::uint64_t vocab = 0, block = 0, layers = 0, d_model = 0, heads = 1, kv_heads = 1, mlp_hidden = 0;
+    std::uint64_t parameters = 0;  // every parameter the variant declares (models::gpt_values)
 };
 gpt_sizes sizes_of(const models::gpt_config& c);
 

@@ -117,6 +117,18 @@ plot_note plot_bits_per_byte(const std::vector<std::string>& logs, const std::ve
     return run_gnuplot(s.str(), png);
 }
 
+plot_note plot_sharpness(const std::string& log, const std::string& png, const std::string& title)
+{
+    constexpr int lr_column = 4, sharpness_column = 10;  // train/progress.hpp, log_header()
+    std::ostringstream s;
+    s << "set datafile separator ','\nset key outside right top\nset grid\nset xlabel 'step'\n"
+      << "set ylabel 'top Hessian eigenvalue'\nset logscale y\nset title " << quoted(title) << "\n";
+    s << "plot " << quoted(log) << " using 1:($" << sharpness_column << " == $" << sharpness_column << " ? $"
+      << sharpness_column << " : 1/0) every ::1 with linespoints lw 2 pt 7 ps 0.6 lc 1 title 'sharpness', \\\n     "
+      << quoted(log) << " using 1:(2 / $" << lr_column << ") every ::1 with lines lw 1 dt 2 lc 2 title '2 / lr'\n";
+    return run_gnuplot(s.str(), png);
+}
+
 plot_note plot_attention_maps(const std::vector<array<double>>& weights, const std::string& text,
                               const std::string& png, const std::string& title)
 {

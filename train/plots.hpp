@@ -26,6 +26,10 @@ plot_note plot_loss_curves(const std::vector<std::string>& logs, const std::vect
 plot_note plot_bits_per_byte(const std::vector<std::string>& logs, const std::vector<std::string>& labels,
                              const std::string& png, const std::string& title);
 
+// The sharpness (the top Hessian eigenvalue, log.csv's `sharpness` column) against the step, with 2 / lr,
+// the sharpness above which gradient descent at that learning rate cannot be stable, drawn for reference.
+plot_note plot_sharpness(const std::string& log, const std::string& png, const std::string& title);
+
 // One panel per (layer, head): weights (H, T, T) per layer for a single sequence, rows = queries,
 // columns = keys, the sentence's characters on the axes.
 plot_note plot_attention_maps(const std::vector<array<double>>& weights, const std::string& text,

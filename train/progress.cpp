@@ -207,8 +207,13 @@ void training_log::write(const step_record& r)
     {
         std::snprintf(bpb, sizeof bpb, "%.9g", *r.val_bpb);
     }
-    std::fprintf(file_, "%llu,%.9g,%s,%.9g,%.6g,%.1f,%.3f,%.2f,%s\n", static_cast<unsigned long long>(r.step),
-                 r.train_loss, val, r.lr, r.grad_norm, r.tokens_per_s, r.elapsed_s, r.rss_mib, bpb);
+    char sharpness[40] = "";
+    if (r.sharpness)
+    {
+        std::snprintf(sharpness, sizeof sharpness, "%.9g", *r.sharpness);
+    }
+    std::fprintf(file_, "%llu,%.9g,%s,%.9g,%.6g,%.1f,%.3f,%.2f,%s,%s\n", static_cast<unsigned long long>(r.step),
+                 r.train_loss, val, r.lr, r.grad_norm, r.tokens_per_s, r.elapsed_s, r.rss_mib, bpb, sharpness);
     if (std::fflush(file_) != 0)
     {
         throw std::runtime_error("cannot write " + path_ + ": " + std::strerror(errno));

@@ -21,6 +21,7 @@ struct step_record
     double tokens_per_s = 0;         // this step's tokens over its wall time
     double elapsed_s = 0;            // since the run (or its resumption) started
     double rss_mib = 0;              // the process's resident memory after the step
+    std::optional<double> sharpness; // the top Hessian eigenvalue, on steps where it was measured
 };
 
 // The resident memory of this process in MiB (from /proc/self/statm; 0 where that is not available).
@@ -53,7 +54,8 @@ private:
 std::string format_duration(double seconds);
 
 // log.csv: a header line, then one row per step (step,train_loss,val_loss,lr,grad_norm,tokens_per_s,
-// elapsed_s,rss_mib,val_bpb); val_loss and val_bpb empty where they were not measured. Each row is flushed as it is written.
+// elapsed_s,rss_mib,val_bpb,sharpness); val_loss, val_bpb and sharpness empty where they were not measured.
+// Each row is flushed as it is written.
 class training_log
 {
 public:
@@ -71,5 +73,8 @@ private:
     std::FILE* file_ = nullptr;
 };
 
-inline const char* log_header() { return "step,train_loss,val_loss,lr,grad_norm,tokens_per_s,elapsed_s,rss_mib,val_bpb"; }
+inline const char* log_header()
+{
+    return "step,train_loss,val_loss,lr,grad_norm,tokens_per_s,elapsed_s,rss_mib,val_bpb,sharpness";
+}
 }  // namespace xgrad::train

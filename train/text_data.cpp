@@ -6,15 +6,76 @@
 #include <cmath>
 #include <cctype>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <random>
-#include <sstream>
 #include <stdexcept>
+
+#include "train/gpt2_tokenizer.hpp"
 
 namespace xgrad::train
 {
+std::size_t token_split::width_for(std::size_t vocab_size)
+{
+    return vocab_size <= 256 ? 1 : vocab_size <= 65536 ? 2 : 4;
+}
+
+token_split::token_split(std::size_t vocab_size) : width_(width_for(vocab_size)) {}
+
+void token_split::append(const std::vector<std::int32_t>& ids)
+{
+    const std::size_t at = raw_.size();
+    raw_.resize(at + ids.size() * width_);
+    std::uint8_t* out = raw_.data() + at;
+    for (const std::int32_t id : ids)
+    {
+        const auto value = static_cast<std::uint32_t>(id);
+        if (width_ == 1)
+        {
+            *out = static_cast<std::uint8_t>(value);
+        }
+        else if (width_ == 2)
+        {
+            const auto narrow = static_cast<std::uint16_t>(value);
+            std::memcpy(out, &narrow, 2);
+        }
+        else
+        {
+            std::memcpy(out, &value, 4);
+        }
+        out += width_;
+    }
+}
+
+std::int32_t token_split::operator[](std::size_t i) const
+{
+    const std::uint8_t* at = raw_.data() + i * width_;
+    if (width_ == 1)
+    {
+        return *at;
+    }
+    if (width_ == 2)
+    {
+        std::uint16_t narrow = 0;
+        std::memcpy(&narrow, at, 2);
+        return narrow;
+    }
+    std::int32_t value = 0;
+    std::memcpy(&value, at, 4);
+    return value;
+}
+
+std::vector<std::int32_t> token_split::ids() const
+{
+    std::vector<std::int32_t> out(size());
+    for (std::size_t i = 0; i < out.size(); ++i)
+    {
+        out[i] = (*this)[i];
+    }
+    return out;
+}
+
 namespace
 {
 void check_split_length(const std::string& name, const char* split, std::size_t tokens, std::size_t block_size,
@@ -26,6 +87,51 @@ void check_split_length(const std::string& name, const char* split, std::size_t 
                                  " tokens, fewer than block + 1 = " + std::to_string(block_size + 1) +
                                  " (the file has " + std::to_string(file_bytes) + " bytes)");
     }
+}
+// The file's bytes in a string of exactly their size (reading through a stream iterator grows the string
+// by doubling: up to three times the file at once).
+std::string read_text_file(const std::string& path)
+{
+    std::error_code not_regular;  // a FIFO or /dev/zero would be read without end
+    if (std::filesystem::exists(path, not_regular) && !std::filesystem::is_regular_file(path, not_regular))
+    {
+        throw std::runtime_error(path + " is not a regular file");
+    }
+    std::ifstream in(path, std::ios::binary | std::ios::ate);
+    if (!in)
+    {
+        throw std::runtime_error("cannot read " + path);
+    }
+    const std::streamoff size = in.tellg();
+    std::string text(size > 0 ? static_cast<std::size_t>(size) : 0, '\0');
+    in.seekg(0);
+    if (size < 0 || !in.read(text.data(), static_cast<std::streamsize>(text.size())) || in.peek() != EOF)
+    {
+        throw std::runtime_error("cannot read " + path + " (it changed while being read)");
+    }
+    return text;
+}
+
+// The tokens of text[begin, end), encoded piece by piece without copying the split: each piece ends after
+// a newline (or at `end`), and SentencePiece encodes line by line, so the pieces' tokens are the split's.
+// Bytes encode to exactly one token each: their split is sized once, never grown by doubling.
+token_split encode_split(const tokenizer& t, const std::string& text, std::size_t begin, std::size_t end)
+{
+    constexpr std::size_t piece_bytes = std::size_t(1) << 20;
+    token_split ids(t.size());
+    if (dynamic_cast<const byte_vocabulary*>(&t))
+    {
+        ids.reserve(end - begin);
+    }
+    for (std::size_t at = begin; at < end;)
+    {
+        const std::size_t newline =
+            at + piece_bytes < end ? text.find('\n', at + piece_bytes) : std::string::npos;
+        const std::size_t stop = newline < end ? newline + 1 : end;
+        ids.append(t.encode_allowing_unknown(text.substr(at, stop - at)));
+        at = stop;
+    }
+    return ids;
 }
 }  // namespace
 
@@ -40,17 +146,20 @@ text_corpus text_corpus::of_text(const std::string& text, std::size_t block_size
     c.vocabulary = byte_vocabulary::of_text(text);
     c.train_bytes = text.size() * 9 / 10;  // floor(0.9 n)
     c.validation_bytes = text.size() - c.train_bytes;
-    const std::string training_text = text.substr(0, c.train_bytes);
     if (spec.type == tokenizer_spec::kind::bytes)
     {
         c.tokens = std::make_shared<byte_vocabulary>(c.vocabulary);
     }
+    else if (spec.type == tokenizer_spec::kind::gpt2)
+    {
+        c.tokens = gpt2_tokenizer_of(spec);
+    }
     else
     {
-        c.tokens = sentencepiece_tokenizer::train(spec, training_text);
+        c.tokens = sentencepiece_tokenizer::train(spec, text.substr(0, c.train_bytes));
     }
-    c.train = c.tokens->encode_allowing_unknown(training_text);
-    c.validation = c.tokens->encode_allowing_unknown(text.substr(c.train_bytes));
+    c.train = encode_split(*c.tokens, text, 0, c.train_bytes);
+    c.validation = encode_split(*c.tokens, text, c.train_bytes, text.size());
     check_split_length(name, "training", c.train.size(), block_size, text.size());
     check_split_length(name, "validation", c.validation.size(), block_size, text.size());
     return c;
@@ -58,22 +167,7 @@ text_corpus text_corpus::of_text(const std::string& text, std::size_t block_size
 
 text_corpus text_corpus::load(const std::string& path, std::size_t block_size, const tokenizer_spec& spec)
 {
-    std::error_code not_regular;  // a FIFO or /dev/zero would be read without end
-    if (std::filesystem::exists(path, not_regular) && !std::filesystem::is_regular_file(path, not_regular))
-    {
-        throw std::runtime_error(path + " is not a regular file");
-    }
-    std::ifstream in(path, std::ios::binary);
-    if (!in)
-    {
-        throw std::runtime_error("cannot read " + path);
-    }
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (in.bad())
-    {
-        throw std::runtime_error("cannot read " + path);
-    }
-    return of_text(text, block_size, path, spec);
+    return of_text(read_text_file(path), block_size, path, spec);
 }
 
 double text_corpus::validation_bits_per_byte(double nats_per_token) const
@@ -84,7 +178,7 @@ double text_corpus::validation_bits_per_byte(double nats_per_token) const
 
 std::string prose_sample(const text_corpus& corpus, std::size_t length)
 {
-    const std::string text = corpus.tokens->decode(corpus.validation);
+    const std::string text = corpus.tokens->decode(corpus.validation.ids());
     std::size_t start = 0;
     for (std::size_t i = 1; i < text.size(); ++i)
     {
@@ -157,7 +251,7 @@ std::vector<std::size_t> validation_offsets(std::size_t split_length, std::size_
     return offsets;
 }
 
-token_batch make_batch(const std::vector<std::int32_t>& split, const std::vector<std::size_t>& offsets,
+token_batch make_batch(const token_split& split, const std::vector<std::size_t>& offsets,
                        std::size_t block_size, std::size_t first, std::size_t count)
 {
     count = std::min(count, offsets.size() - std::min(first, offsets.size()));

@@ -13,14 +13,42 @@
 
 namespace xgrad::train
 {
+// A split's tokens, each in the fewest bytes that hold every id of its vocabulary: one for V <= 256 (every
+// byte vocabulary), two for V <= 65536, four above. A 400 MB text of bytes holds 400 MB of tokens, not the
+// 1.6 GB of one int32 each.
+class token_split
+{
+public:
+    token_split() = default;
+    explicit token_split(std::size_t vocab_size);
+
+    // Appends `ids` (each in [0, V), as the vocabulary's tokenizer makes them).
+    void append(const std::vector<std::int32_t>& ids);
+    void reserve(std::size_t tokens) { raw_.reserve(tokens * width_); }
+
+    std::size_t size() const { return raw_.size() / width_; }
+    bool empty() const { return raw_.empty(); }
+    std::int32_t operator[](std::size_t i) const;
+    std::int32_t front() const { return (*this)[0]; }
+    // Every token as an int32 (what tokenizer::decode takes): a copy.
+    std::vector<std::int32_t> ids() const;
+    std::size_t bytes_per_token() const { return width_; }
+    // The bytes a token of a vocabulary of `vocab_size` ids takes: 1, 2 or 4.
+    static std::size_t width_for(std::size_t vocab_size);
+
+private:
+    std::size_t width_ = 4;
+    std::vector<std::uint8_t> raw_;  // width_ bytes a token, in the machine's byte order
+};
+
 // A text file as tokens: the first floor(0.9 n) bytes train, the rest validate. With a SentencePiece
 // tokenizer the model is trained on the training split's bytes only, and each split is encoded alone.
 struct text_corpus
 {
     std::shared_ptr<const tokenizer> tokens;  // encodes, decodes, and stores itself in a checkpoint
     byte_vocabulary vocabulary;               // the text's bytes (the tokenizer itself under "bytes")
-    std::vector<std::int32_t> train;
-    std::vector<std::int32_t> validation;
+    token_split train;
+    token_split validation;
     std::size_t train_bytes = 0;
     std::size_t validation_bytes = 0;
 
@@ -57,6 +85,6 @@ std::vector<std::size_t> validation_offsets(std::size_t split_length, std::size_
                                             std::size_t max_windows);
 
 // The windows at `offsets` (a sub-range [first, first + count) of them, for one process's share).
-token_batch make_batch(const std::vector<std::int32_t>& split, const std::vector<std::size_t>& offsets,
+token_batch make_batch(const token_split& split, const std::vector<std::size_t>& offsets,
                        std::size_t block_size, std::size_t first = 0, std::size_t count = std::size_t(-1));
 }  // namespace xgrad::train

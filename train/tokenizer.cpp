@@ -10,7 +10,9 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "train/gpt2_tokenizer.hpp"
 #include "train/option_error.hpp"
+#include "train/sentencepiece_model_check.hpp"
 
 namespace sentencepiece::logging
 {
@@ -165,8 +167,10 @@ std::string byte_vocabulary::decode(const std::vector<std::int32_t>& ids) const
 
 void byte_vocabulary::to_metadata(metadata_map& metadata) const
 {
-    metadata.erase("tokenizer");
-    metadata.erase("tokenizer_model");
+    for (const char* key : { "tokenizer", "tokenizer_model", "tokenizer_vocab", "tokenizer_merges" })
+    {
+        metadata.erase(key);
+    }
     metadata["vocab"] = to_json();
 }
 
@@ -176,12 +180,20 @@ tokenizer_spec tokenizer_spec::parse(const std::string& text)
 {
     const auto bad = [&]
     {
-        return option_error("{}: '" + option_error::literal(text) + "' is not one of bytes, bpe:N, unigram:N (N a vocabulary size, 8 to 65536)",
+        return option_error("{}: '" + option_error::literal(text) +
+                              "' is not one of bytes, bpe:N, unigram:N (N a vocabulary size, 8 to 65536), gpt2:DIR",
                             {"tokenizer"});
     };
     if (text == "bytes")
     {
         return {};
+    }
+    if (text.rfind("gpt2:", 0) == 0 && text.size() > 5)
+    {
+        tokenizer_spec spec;
+        spec.type = kind::gpt2;
+        spec.folder = text.substr(5);
+        return spec;
     }
     const std::size_t colon = text.find(':');
     if (colon == std::string::npos)
@@ -213,6 +225,8 @@ std::string tokenizer_spec::to_string() const
             return "bpe:" + std::to_string(vocab_size);
         case kind::unigram:
             return "unigram:" + std::to_string(vocab_size);
+        case kind::gpt2:
+            return "gpt2:" + folder;
         default:
             return "bytes";
     }
@@ -300,6 +314,7 @@ sentencepiece_tokenizer::sentencepiece_tokenizer(const std::string& serialized)
   : processor_(std::make_unique<processor>())
   , serialized_(serialized)
 {
+    check_sentencepiece_model(serialized);
     const auto status = processor_->sp.LoadFromSerializedProto(serialized);
     if (!status.ok())
     {
@@ -460,7 +475,10 @@ float sentencepiece_tokenizer::score(std::size_t id) const
 
 void sentencepiece_tokenizer::to_metadata(metadata_map& metadata) const
 {
-    metadata.erase("vocab");
+    for (const char* key : { "vocab", "tokenizer_vocab", "tokenizer_merges" })
+    {
+        metadata.erase(key);
+    }
     metadata["tokenizer"] = "sentencepiece";
     metadata["tokenizer_model"] = to_base64(serialized_);
 }
@@ -488,10 +506,14 @@ std::shared_ptr<const tokenizer> tokenizer_from_metadata(const metadata_map& met
             throw std::invalid_argument(source + ": " + e.what());
         }
     }
+    if (kind->second == "gpt2")
+    {
+        return gpt2_tokenizer_from_metadata(metadata, source);
+    }
     if (kind->second != "sentencepiece")
     {
         throw std::invalid_argument(source + ": metadata \"tokenizer\" is '" + kind->second.substr(0, 40) +
-                                    "'; allowed: bytes, sentencepiece");
+                                    "'; allowed: bytes, sentencepiece, gpt2");
     }
     const auto model = metadata.find("tokenizer_model");
     if (model == metadata.end())

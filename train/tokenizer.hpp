@@ -65,17 +65,20 @@ private:
     std::array<int, 256> id_of_{};
 };
 
-// What `--tokenizer` asks for: "bytes", "bpe:N" or "unigram:N".
+// What `--tokenizer` asks for: "bytes", "bpe:N", "unigram:N" or "gpt2:DIR" (GPT-2's vocab.json and
+// merges.txt in DIR, train/gpt2_tokenizer.hpp).
 struct tokenizer_spec
 {
     enum class kind
     {
         bytes,
         bpe,
-        unigram
+        unigram,
+        gpt2
     };
     kind type = kind::bytes;
     std::size_t vocab_size = 0; // N for bpe and unigram
+    std::string folder;         // DIR for gpt2
 
     // Throws std::invalid_argument naming "--tokenizer", the value and the forms allowed.
     static tokenizer_spec parse(const std::string& text);
@@ -116,7 +119,8 @@ private:
 };
 
 // The tokenizer a checkpoint's metadata describes: "tokenizer" absent or "bytes" -> "vocab";
-// "sentencepiece" -> "tokenizer_model" (base64). Throws std::invalid_argument starting with `source` and
+// "sentencepiece" -> "tokenizer_model" (base64); "gpt2" -> "tokenizer_vocab" and "tokenizer_merges".
+// Throws std::invalid_argument starting with `source` and
 // naming the key: missing, an unknown "tokenizer" value (and the values allowed), base64 or a model that
 // does not parse.
 std::shared_ptr<const tokenizer> tokenizer_from_metadata(const metadata_map& metadata,

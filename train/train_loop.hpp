@@ -9,11 +9,15 @@
 #include <filesystem>
 #include <optional>
 #include <random>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "autodiff/grad.hpp"
+#include "optim/muon.hpp"
 #include "optim/optim.hpp"
+#include "train/folder_lock.hpp"
 #include "train/progress.hpp"
 
 namespace xgrad::train
@@ -29,9 +33,35 @@ void remove_stale_temporaries(const train_options& o);
 std::int64_t checkpoint_step(const std::map<std::string, std::string>& metadata, const std::string& path);
 void check_vocabulary(const std::map<std::string, std::string>& metadata, const tokenizer& vocab,
                       const std::string& path);
-// The metadata (the tokenizer's among it) and optimiser tensors a checkpoint stores beside the parameters.
-io::checkpoint_extras extras_of(const optim::optimiser<float>& opt, const tokenizer& vocab, std::int64_t step,
-                                const train_options& o);
+// The metadata (the tokenizer's and the optimiser's among it) and the optimiser's state tensors a
+// checkpoint stores beside the parameters.
+io::checkpoint_extras extras_of(const optim::named_tensors<float>& optimiser_state, const tokenizer& vocab,
+                                std::int64_t step, const train_options& o);
+// That the checkpoint to resume was trained with o.optimizer (its metadata "optimizer"; none: adamw).
+void check_same_optimizer(const std::map<std::string, std::string>& metadata, const train_options& o,
+                          const std::string& path);
+// Whether --optimizer muon updates this parameter with Muon: the matrices the model declares inside its
+// blocks (docs/training.md, "Muon").
+bool muon_takes(const models::declaration& d);
+
+// The run's optimiser: AdamW alone, or under --optimizer muon Muon on the parameters muon_takes and AdamW
+// on the rest.
+template <class Model>
+optim::muon_with_adamw<float> make_optimiser(const Model& model, const std::vector<parameter<float>>& named,
+                                              const train_options& o)
+{
+    std::set<std::string> for_muon;
+    for (const auto& [name, declared] : models::declared_parameters(model))
+    {
+        if (o.optimizer == "muon" && muon_takes(declared))
+        {
+            for_muon.insert(name);
+        }
+    }
+    return optim::muon_with_adamw<float>(
+        named, [&for_muon](const parameter<float>& p) { return for_muon.count(p.name()) > 0; },
+        optim::adamw_options(o.lr, o.weight_decay, 0.9, o.beta2), optim::muon_options{o.muon_lr, o.muon_momentum});
+}
 optim::named_tensors<float> optimiser_state(const std::map<std::string, io::stored_tensor>& tensors);
 // Averages the gradients of every process: one contiguous buffer, summed in a few large calls.
 class gradient_averager
@@ -74,6 +104,24 @@ double validation_loss(const Model& model, const text_corpus& data, const std::v
     comm.allreduce_sum(&total, 1);
     return total / static_cast<double>(offsets.size());
 }
+
+// The top Hessian eigenvalue of the training loss on the windows of step 0 (never a training step's:
+// steps count from 1), by o.sharpness_iters steps of power iteration on Hessian-vector products
+// (autodiff/grad.hpp). Every process computes the same number. Never drops out.
+template <class Model>
+double sharpness(const Model& model, const text_corpus& data, std::size_t block, const train_options& o)
+{
+    const auto offsets = training_offsets(data.train.size(), block, o.batch, o.seed, 0);
+    const token_batch b = make_batch(data.train, offsets, block, 0, o.batch);
+    tape<float> t;
+    const auto r = model.forward(t, b.inputs, &b.targets, models::forward_options{});
+    std::vector<var<float>> leaves;
+    for (const auto& named : parameter_leaves(r.loss))
+    {
+        leaves.push_back(named.second);
+    }
+    return top_hessian_eigenvalue(r.loss, leaves, o.sharpness_iters, static_cast<unsigned>(o.seed)).value;
+}
 }  // namespace detail
 
 template <class Model>
@@ -97,16 +145,18 @@ train_summary train_module(Model& model, const text_corpus& data, const train_op
         }
         resumed = model.resume_from(ck_path);
         detail::check_vocabulary(resumed.metadata, *data.tokens, ck_path);
+        detail::check_same_optimizer(resumed.metadata, o, ck_path);
         first_step = detail::checkpoint_step(resumed.metadata, ck_path);
     }
     std::vector<parameter<float>> named = models::named_parameters<float>(model);
-    optim::adam<float> opt(named, optim::adamw_options(o.lr, o.weight_decay, 0.9, o.beta2));
+    optim::muon_with_adamw<float> opt = detail::make_optimiser(model, named, o);
     if (o.resume)
     {
         opt.import_state(detail::optimiser_state(resumed.tensors));
         resumed = {};
     }
     const optim::lr_schedule schedule = optim::make_lr_schedule(o.lr, o.steps, o.warmup, o.decay_steps);
+    const optim::lr_schedule muon_schedule = optim::make_lr_schedule(o.muon_lr, o.steps, o.warmup, o.decay_steps);
 
     train_summary summary;
     summary.first_step = first_step;
@@ -117,9 +167,11 @@ train_summary train_module(Model& model, const text_corpus& data, const train_op
         return summary;  // nothing left to do
     }
     std::optional<training_log> log;
+    std::optional<folder_lock> writer;  // one run writes a folder at a time
     if (leader)
     {
         fs::create_directories(o.out);
+        writer.emplace(o.out);
         detail::remove_stale_temporaries(o);
         log.emplace((fs::path(o.out) / "log.csv").string(), o.resume, static_cast<std::uint64_t>(first_step));
     }
@@ -166,7 +218,7 @@ train_summary train_module(Model& model, const text_corpus& data, const train_op
         rec.train_loss = loss;
         rec.grad_norm = optim::grad_norm(named);  // clip_grad_norm, its scaling done inside the update's pass
         rec.lr = schedule.at(s);
-        opt.set_lr(rec.lr);
+        opt.set_lr(rec.lr, muon_schedule.at(s));
         opt.scaled_step(optim::clip_factor(rec.grad_norm, o.clip));
         opt.zero_grad();
         if (!std::isfinite(loss))
@@ -184,6 +236,10 @@ train_summary train_module(Model& model, const text_corpus& data, const train_op
             summary.val_loss = *rec.val_loss;
         }
         const double step_s = std::chrono::duration<double>(clock_type::now() - step_start).count();
+        if (o.sharpness_every > 0 && s % o.sharpness_every == 0)
+        {
+            rec.sharpness = detail::sharpness(model, data, block, o);  // after the step's clock stopped
+        }
         rec.tokens_per_s = static_cast<double>(o.batch * world * block) / step_s;
         rec.elapsed_s = std::chrono::duration<double>(clock_type::now() - start).count();
         rec.rss_mib = resident_mib();
@@ -203,7 +259,7 @@ train_summary train_module(Model& model, const text_corpus& data, const train_op
             log->write(rec);
             if ((o.save_every > 0 && s % o.save_every == 0) || last || stop)
             {
-                model.save(ck_path, detail::extras_of(opt, *data.tokens, s, o));
+                model.save(ck_path, detail::extras_of(opt.export_state(), *data.tokens, s, o));
             }
             if (display)
             {

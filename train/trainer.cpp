@@ -19,6 +19,7 @@
 #include "train/progress.hpp"
 #include "train/text_data.hpp"
 #include "train/option_error.hpp"
+#include "train/data_memory.hpp"
 #include "train/memory_estimate.hpp"  // refuse a run the machine cannot hold, before allocating
 
 namespace xgrad::train
@@ -27,6 +28,20 @@ namespace fs = std::filesystem;
 
 namespace detail
 {
+namespace
+{
+// At most 40 characters of a value someone typed, each outside printable ASCII as '?': one clean line.
+std::string printable(const std::string& text)
+{
+    std::string shown = text.substr(0, 40);
+    for (char& ch : shown)
+    {
+        ch = ch >= 32 && ch < 127 ? ch : '?';
+    }
+    return shown;
+}
+}  // namespace
+
 void check_loop_options(const train_options& o)
 {
     if (o.data.empty() || o.out.empty())
@@ -49,9 +64,12 @@ void check_loop_options(const train_options& o)
     {
         throw option_error("{} must be >= 0 and {} >= 1", {"warmup", "decay_steps"});
     }
-    if (o.threads < 1)
+    constexpr int max_threads = 1024;  // more than any machine's cores; beyond it thread creation fails
+    if (o.threads < 1 || o.threads > max_threads)
     {
-        throw option_error("{} must be at least 1, got " + std::to_string(o.threads), {"threads"});
+        throw option_error("{} must be from 1 to " + std::to_string(max_threads) + ", got " +
+                             std::to_string(o.threads),
+                           {"threads"});
     }
     if (!(o.dropout >= 0 && o.dropout < 1))
     {
@@ -61,8 +79,39 @@ void check_loop_options(const train_options& o)
     {
         throw option_error("{} must be a number of seconds >= 0 (0: no limit)", {"time_limit_s"});
     }
+    if (o.optimizer != "adamw" && o.optimizer != "muon")
+    {
+        throw option_error("{} '" + option_error::literal(printable(o.optimizer)) + "' is not one of adamw, muon",
+                           {"optimizer"});
+    }
+    if (!(o.muon_lr > 0) || !std::isfinite(o.muon_lr))
+    {
+        throw option_error("{} must be a positive number", {"muon_lr"});
+    }
+    if (!(o.muon_momentum >= 0 && o.muon_momentum < 1))
+    {
+        throw option_error("{} must be in [0, 1), got " + std::to_string(o.muon_momentum), {"muon_momentum"});
+    }
     tokenizer_spec::parse(o.tokenizer);  // names --tokenizer and the forms allowed
 }
+
+void check_same_optimizer(const std::map<std::string, std::string>& metadata, const train_options& o,
+                          const std::string& path)
+{
+    const auto it = metadata.find("optimizer");
+    const std::string trained_with = it == metadata.end() ? "adamw" : it->second;
+    if (trained_with != o.optimizer)
+    {
+        throw option_error("{}: " + option_error::literal(path) + " was trained with {} " +
+                               option_error::literal(printable(trained_with)) + ", not " + o.optimizer +
+                               " (a run resumes with the optimiser it started with)",
+                           {"resume", "optimizer"});
+    }
+}
+
+// The model's description says which parameters are matrices inside the model (the GPT's attn.W_* and
+// mlp.W_*, not its embeddings or head): models::parameter_role.
+bool muon_takes(const models::declaration& d) { return d.role == models::parameter_role::matrix; }
 
 std::string checkpoint_path(const train_options& o) { return (fs::path(o.out) / "model.safetensors").string(); }
 
@@ -110,15 +159,19 @@ std::int64_t checkpoint_step(const std::map<std::string, std::string>& metadata,
     return std::stoll(it->second);
 }
 
-io::checkpoint_extras extras_of(const optim::optimiser<float>& opt, const tokenizer& vocab, std::int64_t step,
-                                const train_options& o)
+io::checkpoint_extras extras_of(const optim::named_tensors<float>& optimiser_state, const tokenizer& vocab,
+                                std::int64_t step, const train_options& o)
 {
     io::checkpoint_extras e;
     vocab.to_metadata(e.metadata);
     e.metadata["step"] = std::to_string(step);
     e.metadata["seed"] = std::to_string(o.seed);
     e.metadata["batch"] = std::to_string(o.batch);
-    for (const auto& [name, tensor] : opt.export_state())
+    if (o.optimizer != "adamw")
+    {
+        e.metadata["optimizer"] = o.optimizer;  // absent for AdamW: its checkpoints stay as they were
+    }
+    for (const auto& [name, tensor] : optimiser_state)
     {
         e.tensors[name] = io::stored_tensor{"F32", array<double>(tensor)};
     }
@@ -240,33 +293,17 @@ struct gpt_module
 
     static void check_same_model(const models::gpt_config& have, const models::gpt_config& want, const std::string& path)
     {
-        auto differs = [&](const char* field, std::size_t a, std::size_t b) {
-            if (a != b)
-            {
-                throw option_error("{}: " + option_error::literal(path) + " was trained with {} " + std::to_string(a) +
-                                   ", not " + std::to_string(b), {"resume", field});
-            }
-        };
-        differs("model.layers", have.layers, want.layers);
-        differs("model.d_model", have.d_model, want.d_model);
-        differs("model.heads", have.heads, want.heads);
-        differs("model.kv_heads", have.kv_head_count(), want.kv_head_count());
-        differs("model.block_size", have.block_size, want.block_size);
-        if (have.tied_head != want.tied_head)
+        models::gpt_config wanted = want;
+        wanted.vocab_size = have.vocab_size;  // the tokenizer's, checked apart
+        std::string trained;
+        const std::string key = models::first_difference(have, wanted, &trained);
+        if (!key.empty())
         {
-            const auto kind = [](bool tied) { return tied ? std::string("a tied head") : std::string("an untied head"); };
-            throw option_error("{}: " + option_error::literal(path) + " was trained with " + kind(have.tied_head) +
-                               ", not " + kind(want.tied_head) + " ({})", {"resume", "model.tied_head"});
-        }
-        const auto a = models::variant_metadata(have), b = models::variant_metadata(want);
-        for (const char* key : models::variant_keys)
-        {
-            if (a.at(key) != b.at(key))
-            {
-                throw option_error("{}: " + option_error::literal(path) + " was trained with {} " +
-                                       option_error::literal(a.at(key)) + ", not " + option_error::literal(b.at(key)),
-                                   {"resume", std::string("model.") + key});
-            }
+            std::string asked;
+            models::first_difference(wanted, have, &asked);
+            throw option_error("{}: " + option_error::literal(path) + " was trained with {} " +
+                                   option_error::literal(trained) + ", not " + option_error::literal(asked),
+                               {"resume", "model." + key});
         }
     }
 };
@@ -294,6 +331,11 @@ void draw_pictures(const models::gpt_parameters<float>& params, const text_corpu
     for (const auto& w : weights)
     {
         maps.push_back(xt::view(array<double>(w), 0));  // (H, T, T) of the single sequence
+    }
+    if (o.sharpness_every > 0)
+    {
+        notes.push_back(plot_sharpness(log, (fs::path(o.out) / "sharpness.png").string(),
+                                       "xgrad-train: sharpness, " + title));
     }
     notes.push_back(plot_bits_per_byte({log}, {title + " " + o.tokenizer}, (fs::path(o.out) / "bpb.png").string(),
                                        "xgrad-train: validation bits per byte, " + title));
@@ -362,10 +404,14 @@ train_summary run_training(const train_options& o, std::FILE* progress, bool ter
     probe.vocab_size = 1;
     probe.validate("train_options.model");  // d % H, H % G, zero sizes, dh odd with RoPE
     set_num_threads(o.threads);
-    const text_corpus data = text_corpus::load(o.data, o.model.block_size, tokenizer_spec::parse(o.tokenizer));
+    const tokenizer_spec tokenizer = tokenizer_spec::parse(o.tokenizer);
+    require_data_memory(o.data, o.max_memory, tokenizer);  // before reading: the text and its tokens must fit
+    const text_corpus data = text_corpus::load(o.data, o.model.block_size, tokenizer);
     models::gpt_config config = o.model;
     config.vocab_size = data.tokens->size();
-    require_memory_option(estimate_training(sizes_of(config), o.batch, static_cast<std::uint64_t>(o.threads)),
+    require_memory_option(with_training_data(estimate_training(sizes_of(config), o.batch,
+                                                               static_cast<std::uint64_t>(o.threads)),
+                                             data),
                           o.max_memory);
 
     gpt_module model;

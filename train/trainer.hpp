@@ -1,5 +1,5 @@
 // The training loop behind xgrad-train (docs/spec.md, "Training on text"): a model on byte tokens,
-// AdamW with warm-up and cosine decay, gradient clipping, validation at intervals, log.csv, atomic
+// AdamW (or Muon on the matrices, docs/training.md) with warm-up and cosine decay, gradient clipping, validation at intervals, log.csv, atomic
 // checkpoints with the optimiser's state, and --resume that continues exactly where a run stopped.
 // Data-parallel runs plug in a communicator (train/communicator.hpp); everything else is the same.
 //
@@ -44,6 +44,9 @@ struct train_options
     double time_limit_s = 0;          // > 0: stop after the step that passes this many seconds of training
 
     double weight_decay = 0.1;   // AdamW, on matrices only
+    std::string optimizer = "adamw";  // adamw | muon: Muon on the model's matrices, AdamW on the rest
+    double muon_lr = 0.02;            // Muon's peak learning rate (the same schedule as lr's)
+    double muon_momentum = 0.95;
     double beta2 = 0.99;
     double clip = 1.0;           // global gradient norm
     std::int64_t eval_every = 100;   // validation every so many steps, and at the last step
@@ -52,6 +55,10 @@ struct train_options
     std::size_t sample_tokens = 200; // printed at the end (0: none)
     bool plots = true;               // loss.png and attention.png at the end
     bool detect_anomaly = false;
+    // > 0: every so many steps, the top Hessian eigenvalue of the training loss on one fixed batch (the
+    // windows of step 0), by sharpness_iters steps of power iteration (the log's `sharpness` column).
+    std::int64_t sharpness_every = 0;
+    std::size_t sharpness_iters = 20;
     std::string max_memory = "auto";  // refuse a run estimated to need more (train/memory_estimate.hpp)
     // Set (by a SIGINT handler, say) to stop after the current step with a checkpoint of it.
     const volatile std::sig_atomic_t* interrupt = nullptr;

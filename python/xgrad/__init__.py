@@ -21,6 +21,8 @@ Modules
     xgrad.train        run(): xgrad-train's loop with a progress bar
     xgrad.Parameter    a learnable array that outlives tapes (t.param(p); optimisers update it in place)
     xgrad.Module       a model written in Python that declares each parameter once (visit), with declare
+    xgrad.Tokenizer    bytes, SentencePiece or GPT-2's tokenizer of a checkpoint: encode, decode
+    xgrad.Function     your own op: forward and backward on NumPy arrays (ctx.save_for_backward), .apply
 
 Copies and views: every array going in is copied, every array coming out (value, grad, parameters,
 gradients, caches) is a fresh copy; nothing points into memory xgrad may free. A var holds its tape.
@@ -37,8 +39,11 @@ from ._tape import Parameter, Tape, Var
 from . import ops, optim, train
 from . import models
 from .divergence import DivergenceReport, first_divergence
+from ._grad import grad, gradgradcheck, hvp
+from .function import Function, FunctionCtx
 from .models import GPT
 from .module import Module, declare
+from .tokenizer import Tokenizer
 
 AnomalyError.__doc__ = """Raised in anomaly mode (Tape.detect_anomaly) by the first op whose value or
 gradient holds NaN or inf although everything it read was finite; the message names the op, its label, the
@@ -47,4 +52,5 @@ node, the shapes, the first bad element and the chain of nodes that led to it. A
 __version__ = "0.1.0"
 
 __all__ = ["Tape", "Var", "Parameter", "ops", "gradcheck", "GradcheckError", "AnomalyError", "models", "GPT",
-           "first_divergence", "DivergenceReport", "optim", "train", "Module", "declare"]
+           "first_divergence", "DivergenceReport", "Function", "FunctionCtx", "optim", "train", "Module",
+           "declare", "Tokenizer"]

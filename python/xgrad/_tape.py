@@ -59,8 +59,10 @@ def as_mask(value, what="mask"):
 class Tape:
     """A reverse-mode tape: every op on its variables appends a node; ``backward`` walks them in reverse.
 
-    ``Tape(dtype="float64")`` or ``Tape(dtype="float32")``. Each variable belongs to one tape and holds it
-    alive; variables of different tapes never mix (a ValueError). There is no hidden global tape.
+    ``Tape(dtype="float64")`` or ``Tape(dtype="float32")``. The default is float64, unlike NumPy's
+    float32-minded deep-learning tools: it is what checking gradients against finite differences needs;
+    pass dtype="float32" for speed. Each variable belongs to one tape and holds it alive; variables of
+    different tapes never mix (a ValueError, naming the dtypes when they differ). No hidden global tape.
 
     >>> t = Tape()
     >>> x = t.input(np.array([1.0, 2.0]))
@@ -183,11 +185,20 @@ class _NoGrad:
         return False
 
 
+def different_tapes(what, a, b):
+    """The ValueError for vars of two tapes, naming their dtypes when those differ."""
+    if a.dtype is not b.dtype:
+        return ValueError("%s: a %s var and a %s var, recorded on different tapes (each tape has one dtype: "
+                          "record both on one Tape, or bring a value over with t.input(v.value))"
+                          % (what, np.dtype(a.dtype).name, np.dtype(b.dtype).name))
+    return ValueError("%s: the operands were recorded on different tapes" % what)
+
+
 def _operand(v, other, what):
     """``other`` as a var on v's tape: a var (of the same tape) or an array or number (a constant)."""
     if isinstance(other, Var):
         if other.tape is not v.tape:
-            raise ValueError("%s: the operands were recorded on different tapes" % what)
+            raise different_tapes(what, v, other)
         return other
     return Var(v._v.constant_like(as_float_array(other, v.dtype, what)), v.tape)
 
@@ -199,8 +210,9 @@ def _is_number(x):
 class Var:
     """A handle to one node of a tape: its value, its gradient after backward, and the operators.
 
-    Operators ``+ - * / @`` take vars, numbers or arrays on either side and broadcast like NumPy;
-    ``**`` takes a number exponent; ``-x`` negates. Arrays and numbers become constants on the var's tape.
+    Operators ``+ - * / @ **`` take vars, numbers or arrays on either side and broadcast like NumPy;
+    ``-x`` negates, ``abs(x)``; ``x[...]`` indexes as NumPy does (a gather whose backward scatter-adds).
+    Arrays and numbers become constants on the var's tape.
     ``value`` and ``grad`` are NumPy copies. A var holds its tape alive.
     """
 
@@ -219,9 +231,18 @@ class Var:
 
     @property
     def grad(self):
-        """dL/d(this var) after backward, as a new NumPy array (a copy). Kept for input leaves (and for
-        every node when backward retained the graph); zeros of the value's shape if no gradient arrived.
-        A parameter's gradient goes to ``Parameter.grad`` instead."""
+        """dL/d(this var) after backward, as a new NumPy array (a copy). Kept for leaves (``input``), and
+        for every node when backward retained the graph; zeros of the value's shape if no gradient arrived.
+        The gradient of an intermediate result is freed as the backward walks past it, so reading it after
+        ``backward()`` without ``retain_graph=True`` raises RuntimeError saying so (never zeros). A
+        parameter's gradient goes to ``Parameter.grad`` instead."""
+        has_grad, released, leaf = _core.grad_state(self._v)
+        if not has_grad and released and not leaf:
+            label = ", label %r" % self.label if self.label else ""
+            raise RuntimeError(
+                "Var.grad: this var is an intermediate result (op %r%s); backward freed its gradient as it "
+                "walked past it. Call backward(retain_graph=True) to keep every node's gradient, or read the "
+                "gradient of a leaf (t.input) instead" % (self.op, label))
         return self._v.grad()
 
     @property
@@ -327,9 +348,35 @@ class Var:
         return _matmul(_operand(self, other, "matmul"), self)
 
     def __pow__(self, exponent):
-        if isinstance(exponent, Var) or not _is_number(exponent):
-            raise TypeError("Var ** exponent: the exponent must be a number, got %s" % type(exponent).__name__)
-        return _wrap(_core.pow(self._v, float(exponent)), self)
+        """x ** number (one op, pow), or x ** var / array (pow with a var exponent, broadcasting)."""
+        if _is_number(exponent):
+            return _wrap(_core.pow(self._v, float(exponent)), self)
+        return _wrap(_core.pow_var(self._v, _operand(self, exponent, "pow")._v), self)
+
+    def __rpow__(self, base):
+        """number ** x or array ** x: the base becomes a constant on x's tape."""
+        return _wrap(_core.pow_var(_operand(self, base, "pow")._v, self._v), self)
+
+    def __abs__(self):
+        return self.abs()
+
+    def __getitem__(self, key):
+        """NumPy indexing: integers, slices (negative bounds and steps), None, ..., integer and boolean
+        arrays, and their mixtures, with NumPy's result shape. One node, take (the positions NumPy's own
+        indexing picks from x's flat layout); the backward scatter-adds, so a position read twice gets
+        both gradients. A var as an index is refused: index with its .value (an array)."""
+        if isinstance(key, Var) or (isinstance(key, tuple) and any(isinstance(k, Var) for k in key)):
+            raise TypeError("Var[...]: index with arrays, not vars (use .value of the var)")
+        positions = np.arange(int(np.prod(self.shape)), dtype=np.int64).reshape(self.shape)
+        try:
+            picked = positions[key]
+        except (IndexError, TypeError, ValueError) as e:
+            raise IndexError("Var[...]: %s (var of shape %s)" % (e, self.shape)) from None
+        return _wrap(_core.take(self._v, np.ascontiguousarray(picked)), self)
+
+    def __setitem__(self, key, value):
+        raise TypeError("Var does not support item assignment (a var is a node of the graph); build the new "
+                        "values with xgrad.ops.where(mask, new, x) or ops.concat")
 
     def __neg__(self):
         return _wrap(_core.neg(self._v), self)
@@ -359,6 +406,16 @@ class Var:
     def rsqrt(self):
         return _wrap(_core.rsqrt(self._v), self)
 
+    def abs(self):
+        """|x|; the gradient is sign(x), 0 at x = 0 (as torch.abs)."""
+        return _wrap(_core.abs(self._v), self)
+
+    def sin(self):
+        return _wrap(_core.sin(self._v), self)
+
+    def cos(self):
+        return _wrap(_core.cos(self._v), self)
+
     def gelu(self):
         """GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
         return _wrap(_core.gelu(self._v), self)
@@ -375,9 +432,16 @@ class Var:
             return _wrap(_core.mean_all(self._v), self)
         return _wrap(_core.mean(self._v, _axes(axis, self.ndim, "mean"), bool(keepdims)), self)
 
-    def max(self, axis=-1, keepdims=False):
-        """Largest entry along one axis; the gradient goes to the first largest entry (as torch.max(dim))."""
-        return _wrap(_core.max(self._v, _axes(axis, self.ndim, "max")[0], bool(keepdims)), self)
+    def max(self, axis=None, keepdims=False):
+        """Largest entry over every axis (axis=None, NumPy's default) or along one axis; the gradient goes
+        to the first largest entry (as torch.max(dim)). Several axes at once are a ValueError."""
+        if axis is None:
+            flat = _wrap(_core.max(self.reshape(-1)._v, 0, False), self)
+            return flat.reshape((1,) * self.ndim) if keepdims else flat
+        axes = _axes(axis, self.ndim, "max")
+        if len(axes) != 1:
+            raise ValueError("max: one axis or None (all), got %r" % (axis,))
+        return _wrap(_core.max(self._v, axes[0], bool(keepdims)), self)
 
     def variance(self, axis=None, keepdims=False):
         """Biased (population) variance over the given axes (all when None)."""
@@ -405,13 +469,23 @@ class Var:
         """The last two axes swapped."""
         return self.transpose()
 
-    def softmax(self, scale=1.0):
-        """softmax(scale * x) over the last axis."""
-        return _wrap(_core.softmax(self._v, float(scale)), self)
+    def softmax(self, axis=-1, scale=1.0):
+        """softmax(scale * x) along ``axis`` (any axis; the last by default)."""
+        return _along(self, axis, "softmax", lambda v: _wrap(_core.softmax(v._v, float(scale)), v))
 
-    def log_softmax(self):
-        """log softmax over the last axis."""
-        return _wrap(_core.log_softmax(self._v), self)
+    def log_softmax(self, axis=-1):
+        """log softmax along ``axis`` (any axis; the last by default)."""
+        return _along(self, axis, "log_softmax", lambda v: _wrap(_core.log_softmax(v._v), v))
+
+
+def _along(x, axis, what, op_on_last_axis):
+    """op_on_last_axis applied along ``axis``: the axis is moved last (a permute), and back after."""
+    (axis,) = _axes(axis, x.ndim, what)
+    if axis == x.ndim - 1:
+        return op_on_last_axis(x)
+    order = [a for a in range(x.ndim) if a != axis] + [axis]
+    inverse = list(np.argsort(order))
+    return op_on_last_axis(x.permute(order)).permute(inverse)
 
 
 def _matmul(a, b):
@@ -482,8 +556,13 @@ class Parameter:
 
     @property
     def grad(self):
-        """The accumulated gradient, as a new NumPy array (a copy)."""
+        """The accumulated gradient, as a new NumPy array (a copy). Assignable: ``p.grad = array`` (of the
+        parameter's shape, copied in) replaces it, for a hand-written clipping or optimiser."""
         return self._p.grad()
+
+    @grad.setter
+    def grad(self, value):
+        _core.set_parameter_grad(self._p, as_float_array(value, self.dtype, "Parameter.grad"))
 
     @property
     def shape(self):

@@ -1,7 +1,9 @@
 """Every primitive op of xgrad, under its C++ name (``xgrad::ops::<name>``).
 
-Each takes vars of one tape (arrays and numbers are not accepted here: make them ``t.constant(...)``, or
-use the operators, which do), records one node with its backward rule, and returns the result var.
+Each takes vars of one tape, records one node with its backward rule, and returns the result var. The
+elementwise ops of two operands (add sub mul div maximum minimum where ...) also take an array or a number
+for either operand as the operators do (``ops.mul(v, array)`` is ``v * array``): it becomes a constant on
+the other operand's tape.
 Bad shapes or arguments raise ValueError with the C++ message naming the op and the shapes.
 
 Elementwise (NumPy broadcasting): add sub mul div, scale add_scalar neg pow, exp log sqrt rsqrt,
@@ -14,8 +16,10 @@ architecture variants': erf silu gelu_exact swiglu rms_norm rope.
 
 import numbers
 
+import numpy as np
+
 from . import _core
-from ._tape import Var, _axes, as_ids, as_mask
+from ._tape import Var, _axes, _operand, as_ids, as_mask, different_tapes
 
 
 def _vars(what, *vs):
@@ -24,8 +28,17 @@ def _vars(what, *vs):
             raise ValueError("%s: expected xgrad.Var arguments, got %s" % (what, type(v).__name__))
     for v in vs[1:]:
         if v.tape is not vs[0].tape:
-            raise ValueError("%s: the inputs were recorded on different tapes" % what)
+            raise different_tapes(what, vs[0], v)
     return vs[0]
+
+
+def _operands(what, *xs):
+    """The operands as vars of one tape: arrays and numbers become constants on the first var's tape."""
+    first = next((x for x in xs if isinstance(x, Var)), None)
+    if first is None:
+        raise ValueError("%s: at least one operand must be an xgrad.Var, got %s"
+                         % (what, ", ".join(type(x).__name__ for x in xs)))
+    return [_operand(first, x, what) for x in xs]
 
 
 def _unary(name, doc):
@@ -44,7 +57,7 @@ def _binary(name, doc):
     core = getattr(_core, name)
 
     def op(a, b):
-        _vars(name, a, b)
+        a, b = _operands(name, a, b)
         return Var(core(a._v, b._v), a.tape)
 
     op.__name__ = op.__qualname__ = name
@@ -70,7 +83,68 @@ silu = _unary("silu", "x sigmoid(x). Backward: d x = g (s + x s (1 - s)), s = si
 gelu_exact = _unary("gelu_exact", "The exact GELU 0.5 x (1 + erf(x / sqrt 2)) (torch.nn.GELU()), fused.")
 swiglu = _binary("swiglu", "silu(gate) * up, gate and up of the same shape. Backward: d gate = g up silu'(gate), "
                  "d up = g silu(gate).")
-log_softmax = _unary("log_softmax", "log softmax over the last axis. Backward: d x = g - softmax(x) sum(g).")
+
+
+abs = _unary("abs", "|x|. Backward: d x = g sign(x) (0 at x = 0, as torch.abs).")
+sin = _unary("sin", "sin x. Backward: d x = g cos x.")
+cos = _unary("cos", "cos x. Backward: d x = -g sin x.")
+maximum = _binary("maximum", "max(a, b) elementwise, broadcasting. Backward: g to a where a >= b (ties), "
+                  "to b elsewhere.")
+minimum = _binary("minimum", "min(a, b) elementwise, broadcasting. Backward: g to a where a <= b (ties), "
+                  "to b elsewhere.")
+
+
+def where(cond, a, b):
+    """cond ? a : b elementwise (NumPy's where), cond, a and b broadcast together. ``cond``: a bool array
+    (copied; a constant, it gets no gradient); a and b vars, arrays or numbers (at least one a var).
+    Backward: g to a where cond, to b elsewhere."""
+    a, b = _operands("where", a, b)
+    c = np.asarray(cond)
+    if c.dtype != np.bool_:
+        raise ValueError("where: cond must be a bool array (e.g. x.value > 0), got dtype %s" % c.dtype)
+    return Var(_core.where(np.ascontiguousarray(c), a._v, b._v), a.tape)
+
+
+def clip(x, lo, hi):
+    """min(max(x, lo), hi) for numbers lo <= hi (None: no bound on that side). Backward: g where
+    lo <= x <= hi, 0 elsewhere (as torch.clamp)."""
+    _vars("clip", x)
+    lo = -np.inf if lo is None else float(lo)
+    hi = np.inf if hi is None else float(hi)
+    return Var(_core.clip(x._v, lo, hi), x.tape)
+
+
+def take_along_axis(x, indices, axis):
+    """NumPy's take_along_axis: ``indices`` (an integer array of x's rank, broadcasting against x on the
+    other axes; negative entries count from the end) picks along ``axis``. One take node; the backward
+    scatter-adds."""
+    _vars("take_along_axis", x)
+    ids = np.asarray(indices)
+    if ids.dtype.kind not in "iu":
+        raise ValueError("take_along_axis: indices must be an integer array, got dtype %s" % ids.dtype)
+    (axis,) = _axes(axis, x.ndim, "take_along_axis")
+    positions = np.arange(int(np.prod(x.shape)), dtype=np.int64).reshape(x.shape)
+    try:
+        picked = np.take_along_axis(positions, ids, axis)
+    except (IndexError, ValueError) as e:
+        raise ValueError("take_along_axis: %s (x of shape %s, indices of shape %s)"
+                         % (e, x.shape, ids.shape)) from None
+    return Var(_core.take(x._v, np.ascontiguousarray(picked)), x.tape)
+
+
+def take(x, positions):
+    """x.flat[positions] (NumPy's take without an axis): ``positions`` an integer array in [0, x.size);
+    the result has its shape. Backward: scatter_add."""
+    _vars("take", x)
+    return Var(_core.take(x._v, as_ids(positions, "take positions")), x.tape)
+
+
+def scatter_add(values, positions, shape):
+    """zeros(shape) with values[i] added at flat position positions[i] (NumPy's add.at; repeats add up);
+    positions of values' shape. take's adjoint. Backward: take."""
+    _vars("scatter_add", values)
+    ids = as_ids(positions, "scatter_add positions")
+    return Var(_core.scatter_add(values._v, ids, [int(n) for n in shape]), values.tape)
 
 
 def scale(x, factor):
@@ -86,7 +160,11 @@ def add_scalar(x, c):
 
 
 def pow(x, exponent):
-    """x ** exponent for a number exponent. Backward: d x = g exponent x^(exponent - 1)."""
+    """x ** exponent: a number exponent (Backward: d x = g exponent x^(exponent - 1)), or a var or array,
+    broadcasting (Backward also d exponent = g x^exponent ln x, 0 where x = 0 and exponent >= 0)."""
+    if isinstance(exponent, (Var, np.ndarray, list)) or not isinstance(x, Var):
+        x, exponent = _operands("pow", x, exponent)
+        return Var(_core.pow_var(x._v, exponent._v), x.tape)
     _vars("pow", x)
     return Var(_core.pow(x._v, float(exponent)), x.tape)
 
@@ -103,8 +181,9 @@ def mean(x, axis=None, keepdims=False):
     return x.mean(axis, keepdims)
 
 
-def max(x, axis=-1, keepdims=False):
-    """Largest entry along one axis; the gradient goes to the first largest entry (as torch.max(dim))."""
+def max(x, axis=None, keepdims=False):
+    """Largest entry over every axis (None, NumPy's default) or along one axis; the gradient goes to the
+    first largest entry (as torch.max(dim))."""
     _vars("max", x)
     return x.max(axis, keepdims)
 
@@ -134,12 +213,31 @@ def transpose(x, axis1, axis2):
 
 
 def slice(x, axis, begin, end):
-    """Entries [begin, end) of one axis. Backward: g placed back, zeros elsewhere."""
+    """Entries [begin, end) of one axis; a negative bound counts from the end, as in Python (-1 is the
+    last). Out of range after that: ValueError. Backward: g placed back, zeros elsewhere."""
     _vars("slice", x)
     (axis,) = _axes(axis, x.ndim, "slice")
-    if begin < 0 or end < 0:
-        raise ValueError("slice: begin and end must be >= 0, got %d and %d" % (begin, end))
-    return Var(_core.slice(x._v, axis, int(begin), int(end)), x.tape)
+    n = x.shape[axis]
+    b, e = (int(i) + n if i < 0 else int(i) for i in (begin, end))
+    if b < 0 or e < 0:
+        raise ValueError("slice: bounds %d, %d are out of range for an axis of length %d" % (begin, end, n))
+    return Var(_core.slice(x._v, axis, b, e), x.tape)
+
+
+def stack(parts, axis=0):
+    """Joins vars of one shape along a new axis (NumPy's stack): each gets an axis of length 1 there
+    (a reshape), then concat. Backward: g sliced back into the parts."""
+    parts = list(parts)
+    if not parts:
+        raise ValueError("stack: no parts")
+    _vars("stack", *parts)
+    shape = parts[0].shape
+    for k, p in enumerate(parts):
+        if p.shape != shape:
+            raise ValueError("stack: part %d has shape %s, part 0 %s" % (k, p.shape, shape))
+    (axis,) = _axes(axis, len(shape) + 1, "stack")
+    grown = shape[:axis] + (1,) + shape[axis:]
+    return concat([p.reshape(grown) for p in parts], axis)
 
 
 def concat(parts, axis):
@@ -173,10 +271,17 @@ def masked_softmax(x, mask, scale=1.0):
     return Var(_core.masked_softmax(x._v, as_mask(mask, "masked_softmax mask"), float(scale)), x.tape)
 
 
-def softmax(x, scale=1.0):
-    """softmax(scale * x) over the last axis. Backward: d x = scale y (g - sum(g y))."""
+def softmax(x, scale=1.0, axis=-1):
+    """softmax(scale * x) along ``axis`` (the last by default; another axis is moved last and back by two
+    permutes). Backward: d x = scale y (g - sum(g y))."""
     _vars("softmax", x)
-    return x.softmax(scale)
+    return x.softmax(axis, scale)
+
+
+def log_softmax(x, axis=-1):
+    """log softmax along ``axis`` (the last by default). Backward: d x = g - softmax(x) sum(g)."""
+    _vars("log_softmax", x)
+    return x.log_softmax(axis)
 
 
 def cross_entropy(logits, targets):
@@ -198,14 +303,34 @@ def rms_norm(x, weight, eps=1e-5):
     return Var(_core.rms_norm(x._v, weight._v, float(eps)), x.tape)
 
 
-def rope(x, base=10000.0, position_offset=0):
-    """Rotary embedding of x (B, H, T, dh), dh even: the pair (2i, 2i+1) of row t is rotated by the angle
-    (position_offset + t) * base^(-2i/dh): (a, b) -> (a cos - b sin, a sin + b cos). Backward: the inverse
-    rotation of g."""
+def rope(x, base=10000.0, positions=None, position_offset=0):
+    """Rotary embedding of x (..., T, dh), dh even: the pair (2i, 2i+1) of row t is rotated by the angle
+    p_t * base^(-2i/dh): (a, b) -> (a cos - b sin, a sin + b cos), where p_t = position_offset + t, or
+    ``positions[t]`` (T integers >= 0, any order) when given. Backward: the inverse rotation of g.
+    On (B, H, T, dh) with consecutive positions it is one fused node; otherwise it is composed of
+    primitive ops (x cos + swap(x) sin, with the angles as constants)."""
     _vars("rope", x)
+    if x.ndim < 2 or x.shape[-1] % 2:
+        raise ValueError("rope: input must be (..., T, dh) with dh even, got shape %s" % (x.shape,))
+    t, dh = x.shape[-2], x.shape[-1]
     if position_offset < 0:
         raise ValueError("rope: position_offset must be >= 0, got %d" % position_offset)
-    return Var(_core.rope(x._v, float(base), int(position_offset)), x.tape)
+    if positions is None:
+        if x.ndim == 4:
+            return Var(_core.rope(x._v, float(base), int(position_offset)), x.tape)
+        positions = position_offset + np.arange(t)
+    positions = as_ids(positions, "rope positions")
+    if positions.shape != (t,) or (positions.size and positions.min() < 0):
+        raise ValueError("rope: positions must be %d integers >= 0 (one per row t), got shape %s"
+                         % (t, positions.shape))
+    if x.ndim == 4 and t and np.array_equal(positions, positions[0] + np.arange(t)):
+        return Var(_core.rope(x._v, float(base), int(positions[0])), x.tape)
+    angles = positions[:, None] * float(base) ** (-np.arange(0, dh, 2) / dh)   # (T, dh/2)
+    cos = np.repeat(np.cos(angles), 2, axis=-1)
+    sin = np.repeat(np.sin(angles), 2, axis=-1) * np.tile([-1.0, 1.0], dh // 2)  # (-b sin, a sin)
+    pairs = x.reshape(x.shape[:-1] + (dh // 2, 2))
+    swapped = concat([slice(pairs, -1, 1, 2), slice(pairs, -1, 0, 1)], -1).reshape(x.shape)  # (b, a)
+    return x * cos + swapped * sin
 
 
 def dropout(x, p, seed=0, training=True):
@@ -219,12 +344,28 @@ def dropout(x, p, seed=0, training=True):
 
 def attention(q, k, v, mask=None, causal=False):
     """Fused scaled dot-product attention softmax(Q K^T / sqrt(dh), mask) V, tile by tile with an online
-    softmax. q (B, H, Tq, dh); k, v (B, G, Tk, dh) with H % G == 0. ``mask``: bool, True = attend,
-    broadcast to (B, H, Tq, Tk), copied; ``causal`` is bottom-right aligned and ANDed with it. A row with
-    no visible key gives 0 and no gradient. Returns (B, H, Tq, dh)."""
+    softmax. q (B, H, Tq, dh); k, v (B, G, Tk, dh) with H % G == 0. Or, with any leading axes,
+    q (..., Tq, dh) and k, v (..., Tk, dh) with the same leading axes (folded into one batch axis).
+    ``mask``: bool, True = attend, broadcast to (..., Tq, Tk), copied; ``causal`` is bottom-right
+    aligned and ANDed with it. A row with no visible key gives 0 and no gradient. Returns q's shape."""
     _vars("attention", q, k, v)
     m = None if mask is None else as_mask(mask, "attention mask")
-    return Var(_core.attention(q._v, k._v, v._v, m, bool(causal)), q.tape)
+    if q.ndim == 4 and k.ndim == 4 and v.ndim == 4:
+        return Var(_core.attention(q._v, k._v, v._v, m, bool(causal)), q.tape)
+    if q.ndim < 2 or q.shape[:-2] != k.shape[:-2] or k.shape[:-2] != v.shape[:-2]:
+        raise ValueError("attention: q (..., Tq, dh), k and v (..., Tk, dh) need the same leading axes, got "
+                         "shapes %s, %s, %s" % (q.shape, k.shape, v.shape))
+    lead, tq, tk = q.shape[:-2], q.shape[-2], k.shape[-2]
+    n = int(np.prod(lead))
+    fold = lambda x: x.reshape((n, 1) + x.shape[-2:])  # noqa: E731
+    if m is not None:
+        try:
+            m = np.ascontiguousarray(np.broadcast_to(m, lead + (tq, tk)).reshape(n, 1, tq, tk))
+        except ValueError:
+            raise ValueError("attention: mask of shape %s does not broadcast to %s"
+                             % (m.shape, lead + (tq, tk))) from None
+    out = Var(_core.attention(fold(q)._v, fold(k)._v, fold(v)._v, m, bool(causal)), q.tape)
+    return out.reshape(q.shape[:-1] + (v.shape[-1],))
 
 
 def attention_token_major(q, k, v, heads, kv_heads, mask=None, causal=False):
@@ -257,7 +398,9 @@ def linear_gelu_exact(x, weight, bias):
 __all__ = [
     "add", "sub", "mul", "div", "scale", "add_scalar", "neg", "exp", "log", "sqrt", "rsqrt", "pow", "tanh",
     "relu", "sigmoid", "gelu", "sum", "mean", "max", "variance", "reshape", "permute", "transpose", "slice",
-    "concat", "embedding", "matmul", "masked_softmax", "softmax", "attention", "log_softmax", "cross_entropy",
+    "concat", "stack", "embedding", "abs", "sin", "cos", "maximum", "minimum", "where", "clip",
+    "take_along_axis", "take", "scatter_add", "matmul", "masked_softmax", "softmax", "attention", "log_softmax",
+    "cross_entropy",
     "layer_norm", "dropout", "erf", "silu", "gelu_exact", "swiglu", "rms_norm", "rope",
     "attention_token_major", "linear", "linear_gelu", "linear_gelu_exact",
 ]

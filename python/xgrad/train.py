@@ -12,21 +12,22 @@ The loop runs in C++ without the GIL; Ctrl-C stops it after the current step, wi
 import os
 
 from . import _core
+from .models.gpt import config_fields
 
 
 def run(data, out, steps=2000, layers=2, d_model=64, heads=4, kv_heads=None, block_size=64, batch=16,
         lr=3e-3, warmup=None, decay_steps=None, seed=1, threads=1, resume=False, progress=True,
         weight_decay=0.1, beta2=0.99, clip=1.0, eval_every=100, eval_windows=64, save_every=100,
-        sample_tokens=200, plots=False, detect_anomaly=False, dropout=0.0, norm="layernorm", position="learned",
-        rope_base=10000, mlp="gelu_tanh", mlp_hidden=None, bias="mlp", tied_head=True):
+        sample_tokens=200, plots=False, detect_anomaly=False, dropout=0.0, sharpness_every=0, sharpness_iters=20,
+        **variant):
     """Trains (or with ``resume`` continues) a GPT on the text file ``data``, writing ``out``/model.safetensors
-    and ``out``/log.csv. The flags mean what xgrad-train's do, the architecture variant's included (norm,
-    position, rope_base, mlp, mlp_hidden, bias, tied_head: as xgrad.GPT takes them) and dropout. Returns a
-    dict: first_step, last_step, interrupted, train_loss, val_loss, tokens_per_s, parameters, sample
-    (bytes), checkpoint (the path).
+    and ``out``/log.csv. The flags mean what xgrad-train's do; the architecture variant is given by keyword
+    as xgrad.GPT takes it (norm="rmsnorm", position="rope", ...); sharpness_every / sharpness_iters give
+    log.csv's sharpness column (the top Hessian eigenvalue on a fixed batch). Returns a dict: first_step,
+    last_step, interrupted, train_loss, val_loss, tokens_per_s, parameters, sample (bytes), checkpoint (the
+    path).
     Bad options: ValueError; unreadable data or a checkpoint that does not fit: RuntimeError."""
-    counts = dict(layers=layers, d_model=d_model, heads=heads, kv_heads=kv_heads or 0, block_size=block_size,
-                  batch=batch, seed=seed, eval_windows=eval_windows, sample_tokens=sample_tokens)
+    counts = dict(batch=batch, seed=seed, eval_windows=eval_windows, sample_tokens=sample_tokens)
     for name, value in counts.items():
         if int(value) < 0:
             raise ValueError("train.run: %s must be >= 0, got %d" % (name, value))
@@ -38,11 +39,12 @@ def run(data, out, steps=2000, layers=2, d_model=64, heads=4, kv_heads=None, blo
     o.weight_decay, o.beta2, o.clip = float(weight_decay), float(beta2), float(clip)
     o.eval_every, o.eval_windows, o.save_every = int(eval_every), int(eval_windows), int(save_every)
     o.sample_tokens, o.plots, o.detect_anomaly = int(sample_tokens), bool(plots), bool(detect_anomaly)
-    variant = {"norm": norm, "position": position, "rope_base": repr(float(rope_base)), "mlp": mlp,
-               "mlp_hidden": int(mlp_hidden or 4 * int(d_model)), "bias": bias,
-               "tied_head": "true" if tied_head else "false"}
-    o.set_model(int(block_size), int(layers), int(d_model), int(heads), int(kv_heads or 0),
-                {key: str(value) for key, value in variant.items()})
+    if int(sharpness_every) < 0 or int(sharpness_iters) < 1:
+        raise ValueError("train.run: sharpness_every must be >= 0 and sharpness_iters >= 1")
+    o.sharpness_every, o.sharpness_iters = int(sharpness_every), int(sharpness_iters)
+    model = dict(layers=layers, d_model=d_model, heads=heads, kv_heads=kv_heads or None, block_size=block_size,
+                 **variant)
+    o.set_model(config_fields("train.run", model))
     summary = _core.run_training(o, bool(progress))
     summary["checkpoint"] = os.path.join(o.out, "model.safetensors")
     return summary

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every tool on every hostile file of tests/hostile/ (made by make_hostile.py) and watches each
+# Runs every tool on every hostile file of tests/hostile/ (made by make_hostile.py): checkpoints, GPT and
+# MHA inputs, GPT-2 and llama2.c folders, experiment specs and xgrad-sample's flags; and watches each
 # process: its resident memory (VmRSS, polled from /proc) must stay under 1 GiB and it must end within a
 # few seconds, else it is killed and the case fails. A hostile case must then exit with status 2, one
 # line on stderr and no output files; a valid_* case must succeed (outcomes.txt lists the exceptions).
@@ -47,6 +48,8 @@ watch() {
         problem="exit status $status, expected $expected"
     elif [ "$expected" -ne 0 ] && [ "$lines" -ne 1 ]; then
         problem="$lines lines on stderr, expected 1"
+    elif tr -d '\n' <"$err" | LC_ALL=C grep -qa '[[:cntrl:]]'; then
+        problem="a control byte on stderr (a message must escape what it quotes)"
     elif [ "$(wc -c <"$err")" -gt 4096 ]; then
         problem="a message of $(wc -c <"$err") bytes (at most 4096)"
     elif [ "$expected" -ne 0 ] && [ -n "$out" ] && [ -n "$(ls -A "$out" 2>/dev/null)" ]; then
@@ -112,6 +115,92 @@ for dir in "$here"/mha_in/*/; do
     watch "mha-npy  in/$name" "$(expect_for "$name" mha-npy)" "$out" \
         "$bin/xgrad-mha-npy" --in "$dir" --out "$out" "${args[@]}"
 done
+
+# GPT-2's tokenizer files: beside a valid model of the valid files' size as a Hugging Face folder (made
+# here from checkpoints/valid_gpt_gpt2_vocab), and as xgrad-train --tokenizer gpt2:DIR. A huge, sparse
+# vocab.json is made here too (the repository keeps small files).
+hf_base="$work/hf_base"
+if ! "$bin/xgrad-convert" --from xgrad --to hf-gpt2 "$here/checkpoints/valid_gpt_gpt2_vocab.safetensors" \
+    "$hf_base" >/dev/null; then
+    echo "cannot make the Hugging Face folder for tokenizer_in/" >&2
+    failures=$((failures + 1))
+fi
+mkdir -p "$work/tokenizer_in" && cp -r "$here/tokenizer_in/." "$work/tokenizer_in/"
+mkdir -p "$work/tokenizer_in/vocab_huge_sparse"
+cp "$here/tokenizer_in/valid_gpt2/merges.txt" "$work/tokenizer_in/vocab_huge_sparse/"
+truncate -s 20G "$work/tokenizer_in/vocab_huge_sparse/vocab.json"
+for dir in "$work"/tokenizer_in/*/; do
+    name=$(basename "$dir")
+    selected "$name" || continue
+    folder="$work/hf"
+    rm -rf "$folder" && cp -r "$hf_base" "$folder" && cp "$dir"* "$folder/"
+    out="$work/out"
+    rm -rf "$out" && mkdir -p "$out"
+    watch "convert  tokenizer_in/$name" "$(expect_for "$name" convert)" "$out" \
+        "$bin/xgrad-convert" --from hf-gpt2 --to xgrad "$folder" "$out/model.safetensors"
+    run="$work/run"
+    rm -rf "$run"
+    watch "train    tokenizer_in/$name" "$(expect_for "$name" train)" "$run" \
+        "$bin/xgrad-train" --data "$here/text.txt" --out "$run" --tokenizer "gpt2:$dir" --steps 1 --layers 1 \
+        --d-model 4 --heads 2 --block 4 --batch 2 --eval-windows 4 --sample-tokens 0 --no-plots --quiet
+done
+
+# xgrad-convert on GPT-2 and llama2.c folders: a fixture of tests/data/convert_fixtures/ with the case's
+# files put over it (config.json, model.safetensors with a tokenizer model, tokenizer.model).
+fixtures="$here/../data/convert_fixtures"
+for dir in "$here"/convert/*/; do
+    name=$(basename "$dir")
+    selected "$name" || continue
+    folder="$work/convert_in"
+    rm -rf "$folder" "$work/converted" && cp -r "$fixtures/$(cat "$dir/base")" "$folder"
+    for entry in "$dir"*; do
+        case "$(basename "$entry")" in base | format) continue ;; esac
+        rm -rf "${folder:?}/$(basename "$entry")" && cp -r "$entry" "$folder/"
+    done
+    watch "convert  $name" "$(expect_for "$name" convert)" "" \
+        "$bin/xgrad-convert" --from "$(cat "$dir/format")" --to xgrad "$folder" "$work/converted"
+    if [ -e "$work/converted" ] && [ "$(expect_for "$name" convert)" != 0 ]; then
+        failures=$((failures + 1))
+        echo "       convert $name left its output" >&2
+    fi
+done
+
+# xgrad-experiment on grid specs, planning only (--dry-run): nothing may be run or written outside --out.
+for file in "$here"/specs/*.json; do
+    name=$(basename "$file" .json)
+    selected "$name" || continue
+    out="$work/grid"
+    rm -rf "$out"
+    watch "grid     $name" "$(expect_for "$name" experiment)" "" \
+        "$bin/xgrad-experiment" --spec "$file" --data "$here/text.txt" --out "$out" --dry-run --quiet \
+        --xgrad-train "$bin/xgrad-train"
+    if [ -n "$(ls -A "$work" | grep -v -x -e grid -e stderr -e convert_in -e converted -e out -e run -e hf -e hf_base -e tokenizer_in)" ]; then
+        failures=$((failures + 1))
+        echo "       grid $name wrote outside --out: $(ls -A "$work" | tr '\n' ' ')" >&2
+    fi
+done
+
+# xgrad-sample's flags, on the valid checkpoint.
+while read -r name flags; do
+    case "$name" in '#'* | '') continue ;; esac
+    selected "$name" || continue
+    read -r -a extra <<<"$flags"
+    checkpoint=(--checkpoint "$here/checkpoints/valid_base.safetensors")
+    [[ "$flags" == *--checkpoint* ]] && checkpoint=()
+    watch "sample   flags/$name" "$(expect_for "$name" sample)" "" \
+        "$bin/xgrad-sample" "${checkpoint[@]}" --prompt ab "${extra[@]}"
+done <"$here/sample_flags.txt"
+
+# xgrad-train's flags, on a tiny run.
+while read -r name flags; do
+    case "$name" in '#'* | '') continue ;; esac
+    selected "$name" || continue
+    read -r -a extra <<<"$flags"
+    rm -rf "$work/train"
+    watch "train    flags/$name" "$(expect_for "$name" train)" "" \
+        "$bin/xgrad-train" --data "$here/text.txt" --out "$work/train" --steps 1 --layers 1 --d-model 4 \
+        --heads 2 --block 4 --batch 2 --eval-windows 4 --sample-tokens 0 --no-plots --quiet "${extra[@]}"
+done <"$here/train_flags.txt"
 
 echo "hostile files: $runs runs, $failures failed"
 [ "$failures" -eq 0 ]

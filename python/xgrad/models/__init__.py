@@ -34,15 +34,27 @@ def self_attention(x, W_Q, W_K, W_V, W_O, heads, kv_heads=None, mask=None, causa
 
 
 def split_heads(x, heads):
-    """(B, T, d) -> reshape (B, T, H, dh) -> permute (B, H, T, dh), on the tape."""
+    """(..., T, d) -> reshape (..., T, H, dh) -> swap the last two but one (..., H, T, dh), on the tape
+    (one node for (B, T, d))."""
     _vars("split_heads", x)
-    return Var(_core.split_heads(x._v, int(heads)), x.tape)
+    if x.ndim == 3:
+        return Var(_core.split_heads(x._v, int(heads)), x.tape)
+    if x.ndim < 2 or heads < 1 or x.shape[-1] % heads:
+        raise ValueError("split_heads: input must be (..., T, d) with d divisible by heads = %d, got shape %s"
+                         % (heads, x.shape))
+    return x.reshape(x.shape[:-1] + (heads, x.shape[-1] // heads)).transpose(-3, -2)
 
 
 def combine_heads(x):
-    """(B, H, T, dh) -> permute (B, T, H, dh) -> reshape (B, T, H dh), on the tape."""
+    """(..., H, T, dh) -> swap (..., T, H, dh) -> reshape (..., T, H dh), on the tape (one node for 4
+    axes)."""
     _vars("combine_heads", x)
-    return Var(_core.combine_heads(x._v), x.tape)
+    if x.ndim == 4:
+        return Var(_core.combine_heads(x._v), x.tape)
+    if x.ndim < 3:
+        raise ValueError("combine_heads: input must be (..., H, T, dh), got shape %s" % (x.shape,))
+    swapped = x.transpose(-3, -2)
+    return swapped.reshape(swapped.shape[:-2] + (swapped.shape[-2] * swapped.shape[-1],))
 
 
 def causal_mask(tq, tk):

@@ -37,9 +37,10 @@ class GPT:
     >>> loss.backward()                        # gradients accumulate in the parameters
     >>> m.grads()["blocks.0.attn.W_Q"]         # {name: array}; m.zero_grad() resets them
 
-    The architecture variant: ``norm`` ("layernorm", "rmsnorm"), ``position`` ("learned", "rope", "none"),
-    ``rope_base``, ``mlp`` ("gelu_tanh", "gelu", "swiglu"), ``mlp_hidden`` (default 4 d), ``bias`` ("mlp",
-    "all", "none"), ``tied_head``; an unknown value is a ValueError naming the key and the values allowed.
+    The architecture variant as keyword arguments named like the checkpoint's metadata keys (docs/spec.md,
+    "Architecture variants"): ``norm="rmsnorm"``, ``position="rope"``, ``rope_base=500000.0``,
+    ``mlp="swiglu"``, ``mlp_hidden=256``, ``bias="none"``, ``tied_head=False`` and the rest of that table;
+    an unknown key or value is a ValueError naming it and the values allowed.
     The hand-derived twin (manual_gradients) covers the model it covers in C++.
 
     ``dtype`` is "float64" (default) or "float32". Parameters are named as in docs/spec.md's checkpoint table
@@ -48,20 +49,13 @@ class GPT:
     """
 
     def __init__(self, vocab_size, block_size, layers, d_model, heads, kv_heads=None, seed=1, dtype="float64",
-                 norm="layernorm", position="learned", rope_base=10000, mlp="gelu_tanh", mlp_hidden=None,
-                 bias="mlp", tied_head=True):
+                 **variant):
         self.dtype = _dtype_of(dtype)
-        sizes = dict(vocab_size=vocab_size, block_size=block_size, layers=layers, d_model=d_model, heads=heads,
-                     kv_heads=kv_heads or 0, seed=seed)
-        for name, value in sizes.items():
-            if int(value) < 0:
-                raise ValueError("GPT: %s must be >= 0, got %d" % (name, value))
-        variant = {"norm": norm, "position": position, "rope_base": repr(float(rope_base)), "mlp": mlp,
-                   "mlp_hidden": str(int(mlp_hidden or 4 * d_model)), "bias": bias,
-                   "tied_head": "true" if tied_head else "false"}
-        variant = {key: str(value) for key, value in variant.items()}
-        self._m = _core_class("GPT", self.dtype)(int(vocab_size), int(block_size), int(layers), int(d_model),
-                                                 int(heads), int(kv_heads or 0), variant, int(seed))
+        if int(seed) < 0:
+            raise ValueError("GPT: seed must be >= 0, got %d" % seed)
+        fields = dict(vocab_size=vocab_size, block_size=block_size, layers=layers, d_model=d_model, heads=heads,
+                      kv_heads=kv_heads or None, **variant)
+        self._m = _core_class("GPT", self.dtype)(config_fields("GPT", fields), int(seed))
 
     @classmethod
     def load(cls, path, dtype="float64"):
@@ -80,13 +74,9 @@ class GPT:
     # ---- what it is ----
     @property
     def config(self):
-        """{"vocab_size", "block_size", "layers", "d_model", "heads", "kv_heads"} and the architecture variant:
-        "norm", "position", "rope_base" (float), "mlp", "mlp_hidden" (int), "bias", "tied_head" (bool)."""
-        c = self._m.config()
-        c["rope_base"] = float(c["rope_base"])
-        c["mlp_hidden"] = int(c["mlp_hidden"])
-        c["tied_head"] = c["tied_head"] == "true"
-        return c
+        """Every field of the config by its key: the sizes (int; kv_heads = H and mlp_hidden = 4 d unless
+        set) and the architecture variant (str, float or bool), as GPT(...) takes them."""
+        return self._m.config()
 
     @property
     def metadata(self):
@@ -176,12 +166,26 @@ class GPT:
         return None if vocab is None else _core.ByteVocabulary.from_json(vocab)
 
     def encode(self, text):
-        """Token ids of ``text`` (str, UTF-8, or bytes) under the model's byte vocabulary."""
+        """Token ids of ``text`` (str, UTF-8, or bytes) under the model's tokenizer: its byte vocabulary,
+        or the metadata's "tokenizer" (SentencePiece, GPT-2's; xgrad.Tokenizer)."""
+        if "tokenizer" in self.metadata:
+            return self._tokenizer().encode(text)
         return self._need_vocabulary().encode(text.encode() if isinstance(text, str) else bytes(text))
 
     def decode(self, ids):
-        """The bytes token ids stand for, as str (undecodable bytes replaced)."""
+        """The text token ids stand for, as str (undecodable bytes replaced)."""
+        if "tokenizer" in self.metadata:
+            return self._tokenizer().decode(ids)
         return self._need_vocabulary().decode([int(i) for i in ids]).decode("utf-8", "replace")
+
+    def _tokenizer(self):
+        from ..tokenizer import Tokenizer
+        metadata = self.metadata
+        keys = ("tokenizer", "tokenizer_model", "tokenizer_vocab", "tokenizer_merges")
+        key = tuple(metadata.get(k) for k in keys)
+        if getattr(self, "_tokenizer_key", None) != key:  # parsed once per metadata, not per call
+            self._tokenizer_cached, self._tokenizer_key = Tokenizer.from_metadata(metadata, "GPT"), key
+        return self._tokenizer_cached
 
     def sample(self, prompt, tokens=200, temperature=1.0, top_k=0, seed=1):
         """Continues ``prompt`` through a KV cache: ``tokens`` new ids drawn at ``temperature`` (0: the most
@@ -204,3 +208,23 @@ class GPT:
 def vocabulary_json(byte_values):
     """The "vocab" metadata for token ids standing for ``byte_values`` (ascending), e.g. "[10, 32, 33]"."""
     return json.dumps([int(b) for b in byte_values])
+
+
+def config_fields(caller, fields):
+    """The config's fields as the text the C++ side reads (models/gpt_config.hpp): None leaves a field at its
+    default; a negative size is a ValueError naming ``caller``."""
+    texts = {}
+    for key, value in fields.items():
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            texts[key] = "true" if value else "false"
+        elif isinstance(value, float):
+            texts[key] = repr(value)
+        elif isinstance(value, int):
+            if value < 0:
+                raise ValueError("%s: %s must be >= 0, got %d" % (caller, key, value))
+            texts[key] = str(value)
+        else:
+            texts[key] = str(value)
+    return texts

@@ -1,0 +1,18 @@
+# GPT-2's tokenizer through the tools (tests/gpt2_tokenizer_tools.py): a tiny random Hugging Face GPT-2
+# with the test vocabulary converts, samples words from a prompt and converts back byte-identical;
+# xgrad-train --tokenizer gpt2:DIR; bad folders refused.
+if(TARGET xgrad-convert AND TARGET xgrad-sample AND TARGET xgrad-train)
+  add_test(NAME gpt2_tokenizer_tools
+    COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/gpt2_tokenizer_tools.py
+            $<TARGET_FILE_DIR:xgrad-convert> ${CMAKE_CURRENT_BINARY_DIR}/gpt2_tokenizer_tools)
+  set_tests_properties(gpt2_tokenizer_tools PROPERTIES TIMEOUT 300)
+endif()
+# The speed of GPT-2's tokenizer beside SentencePiece's (bench/tokenizer_speed.cpp): a program to run by
+# hand (docs/tokenizers.md), not a test.
+if(TARGET xgrad)
+  find_package(CLI11 REQUIRED)
+  add_executable(tokenizer_speed ${PROJECT_SOURCE_DIR}/bench/tokenizer_speed.cpp)
+  target_link_libraries(tokenizer_speed PRIVATE xgrad CLI11::CLI11)
+  target_compile_options(tokenizer_speed PRIVATE -Wall -Wextra)
+  target_compile_definitions(tokenizer_speed PRIVATE XGRAD_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+endif()

@@ -1,0 +1,75 @@
+// The GPT's config as command-line flags (CLI11): one flag for each row of models::visit_config that has
+// one, with the row's help text, so that a new config field is a new flag of every tool without an edit
+// here. Header-only, for the tools and the examples alike.
+#pragma once
+
+#include <string>
+#include <type_traits>
+
+#include <CLI/CLI.hpp>
+
+#include "models/gpt_config.hpp"
+
+namespace xgrad::tools
+{
+// Adds the config's flags to `app`, bound to `config`'s fields (their current values are the defaults
+// shown). `with_sizes` false leaves out the sizes (a tool whose sizes come from elsewhere). An enum value
+// that is not allowed is a CLI11 ValidationError: "--norm 'x' is not one of layernorm, rmsnorm". A bool
+// field's flag sets the opposite of its default (--untied-head).
+inline void add_model_flags(CLI::App& app, models::gpt_config& config, bool with_sizes = true)
+{
+    models::visit_config(config, [&app, with_sizes](const models::config_field& f, auto& member) {
+        using value_type = std::decay_t<decltype(member)>;
+        if (*f.flag == '\0' || (f.is_size && !with_sizes))
+        {
+            return;
+        }
+        if constexpr (std::is_same_v<value_type, bool>)
+        {
+            const bool flipped = !member;
+            app.add_flag_callback(f.flag, [&member, flipped] { member = flipped; }, f.help);
+        }
+        else if constexpr (std::is_enum_v<value_type>)
+        {
+            const std::string flag = f.flag;
+            app.add_option_function<std::string>(
+                   flag,
+                   [&member, flag](const std::string& text) {
+                       try
+                       {
+                           models::read_field(flag, text, member);
+                       }
+                       catch (const models::variant_error& e)
+                       {
+                           std::string shown = e.value.substr(0, 40);
+                           for (char& ch : shown)
+                           {
+                               ch = ch >= 32 && ch < 127 ? ch : '?';  // one printable line whatever was typed
+                           }
+                           throw CLI::ValidationError(flag + " '" + shown + "' is not one of " + e.allowed);
+                       }
+                   },
+                   std::string(f.help) + ": " + models::allowed_text(member))
+                ->default_str(models::field_text(member));
+        }
+        else
+        {
+            app.add_option(f.flag, member, f.help)->capture_default_str();
+        }
+    });
+}
+
+// The flag of a config field's key (kv_heads -> --kv-heads), or "" when it has none.
+inline std::string flag_of_config_key(const std::string& key)
+{
+    std::string flag;
+    models::gpt_config c;
+    models::visit_config(c, [&](const models::config_field& f, const auto&) {
+        if (key == f.key)
+        {
+            flag = f.flag;
+        }
+    });
+    return flag;
+}
+}  // namespace xgrad::tools
