@@ -327,93 +327,53 @@ std::vector<std::string> gpt_parameter_names(const gpt_config& config)
     return names;
 }
 
+namespace
+{
+// The variant of `c` with its layers at the smallest sizes: the names and their order depend on nothing
+// else, so running the twin on it lists them as a model of `c` would.
+gpt_config smallest_like(const gpt_config& c)
+{
+    gpt_config s = c;
+    s.vocab_size = 2;
+    s.block_size = 1;
+    s.heads = 1;
+    s.kv_heads = 0;
+    s.d_model = 2;  // dh = 2: even, as RoPE needs
+    s.mlp_hidden = c.mlp_hidden ? 1 : 0;
+    return s;
+}
+
+// The twin's forward and backward on one token of the smallest model like `c`.
+gpt_gradients<double> smallest_run(const gpt_config& c, std::vector<std::string>* activations)
+{
+    const gpt_parameters<double> p = gpt_parameters<double>::init(smallest_like(c), 1);
+    const ids_t tokens = xt::zeros<std::int64_t>({std::size_t(1), std::size_t(1)});
+    const gpt_forward_result<double> f = gpt_forward(p, tokens, &tokens);
+    if (activations != nullptr)
+    {
+        for (const auto& entry : f.activations)
+        {
+            activations->push_back(entry.first);
+        }
+    }
+    return gpt_backward(f.cache);
+}
+}  // namespace
+
 std::vector<std::string> gpt_activation_names(const gpt_config& config)
 {
-    const std::vector<const char*> mlp = config.mlp == mlp_kind::swiglu
-                                             ? std::vector<const char*>{"mlp_gate", "mlp_up", "mlp_swiglu"}
-                                             : std::vector<const char*>{"mlp_hidden", "mlp_gelu"};
-    std::vector<std::string> names = {"embed"};
-    for (std::size_t i = 0; i < config.layers; ++i)
-    {
-        for (const char* rest : {"ln_1", "attn", "res_1", "ln_2"})
-        {
-            names.push_back(block_name(i, rest));
-        }
-        for (const char* rest : mlp)
-        {
-            names.push_back(block_name(i, rest));
-        }
-        names.push_back(block_name(i, "mlp"));
-        names.push_back(block_name(i, "res_2"));
-    }
-    names.push_back("ln_f");
-    names.push_back("logits");
+    std::vector<std::string> names;
+    smallest_run(config, &names);
     return names;
 }
 
 std::vector<std::string> gpt_backward_order(const gpt_config& config)
 {
-    const std::size_t last = config.layers - 1;
-    const bool norm_bias = config.norm_has_bias(), mlp_bias = config.mlp_has_bias();
-    const bool attn_bias = config.attention_has_bias();
-    std::vector<std::string> names = {"logits"};
-    const auto add = [&names](std::string name, bool present = true) {
-        if (present)
-        {
-            names.push_back(std::move(name));
-        }
-    };
-    add("lm_head", !config.tied_head);
-    add("ln_f");
-    add(block_name(last, "res_2"));
-    add("ln_f.weight");
-    add("ln_f.bias", norm_bias);
-    for (std::size_t i = config.layers; i-- > 0;)
+    std::vector<std::string> names;
+    for (const auto& entry : smallest_run(config, nullptr).in_backward_order)
     {
-        const auto in_block = [&](const std::string& rest, bool present = true) { add(block_name(i, rest), present); };
-        in_block("mlp");
-        if (config.mlp == mlp_kind::swiglu)
-        {
-            for (const char* rest : {"mlp_swiglu", "mlp.W_down"})
-            {
-                in_block(rest);
-            }
-            in_block("mlp.b_down", mlp_bias);
-            for (const char* rest : {"mlp_gate", "mlp_up", "ln_2", "mlp.W_gate"})
-            {
-                in_block(rest);
-            }
-            in_block("mlp.b_gate", mlp_bias);
-            in_block("mlp.W_up");
-            in_block("mlp.b_up", mlp_bias);
-        }
-        else
-        {
-            in_block("mlp_gelu");
-            in_block("mlp.W_proj");
-            in_block("mlp.b_proj", mlp_bias);
-            for (const char* rest : {"mlp_hidden", "ln_2", "mlp.W_fc"})
-            {
-                in_block(rest);
-            }
-            in_block("mlp.b_fc", mlp_bias);
-        }
-        in_block("res_1");
-        in_block("ln_2.weight");
-        in_block("ln_2.bias", norm_bias);
-        in_block("attn");
-        in_block("ln_1");
-        for (const char* m : {"Q", "K", "V", "O"})
-        {
-            in_block(std::string("attn.W_") + m);
-            in_block(std::string("attn.b_") + m, attn_bias);
-        }
-        add(i > 0 ? block_name(i - 1, "res_2") : "embed");
-        in_block("ln_1.weight");
-        in_block("ln_1.bias", norm_bias);
+        names.push_back(entry.first);
     }
-    add("wte");
-    add("wpe", config.position == position_kind::learned);
     return names;
 }
 
@@ -602,56 +562,87 @@ gpt_forward_result<T> gpt_forward(const gpt_parameters<T>& p, const ids_t& token
 
 namespace
 {
-// The MLP's backward from d mlp to d ln_2, listing its gradients as gpt_backward_order says.
-template <class T, class Done, class Rules>
-array<T> mlp_backward(const gpt_config& config, const gpt_block_parameters<T>& w, const block_cache<T>& c,
-                      const array<T>& d_mlp, std::size_t i, const Rules& rules, Done& done)
+// The gradients in the order the backward completes them, each under its name: an activation's as
+// models/gpt.hpp names it, a parameter's as the model's declaration does (gpt_parameters::declare), so a
+// parameter the variant does not declare (a bias of bias = none) is skipped.
+template <class T>
+struct gradient_list
 {
+    using block_member = parameter<T> gpt_block_parameters<T>::*;
+    using model_member = parameter<T> gpt_parameters<T>::*;
+
+    const gpt_config& config;
+    gpt_gradients<T>& out;
+
+    void activation(std::string name, const array<T>& grad) { out.in_backward_order.emplace_back(std::move(name), grad); }
+    void block_parameter(std::size_t i, block_member member, const array<T>& grad)
+    {
+        gpt_block_parameters<T>::declare(config, [&](const std::string& name, block_member m, const declaration&) {
+            if (m == member)
+            {
+                activation(block_prefix(i) + name, grad);
+            }
+        });
+    }
+    void model_parameter(model_member member, const array<T>& grad)
+    {
+        const auto add_if = [&](const std::string& name, model_member m, const declaration&) {
+            if (m == member)
+            {
+                activation(name, grad);
+            }
+        };
+        gpt_parameters<T>::declare_embedding(config, add_if);
+        gpt_parameters<T>::declare_head(config, add_if);
+    }
+};
+
+// The MLP's backward from d mlp to d ln_2 of block i, listing its gradients as they complete.
+template <class T, class Rules>
+array<T> mlp_backward(const gpt_config& config, const gpt_block_parameters<T>& w, const block_cache<T>& c,
+                      const array<T>& d_mlp, std::size_t i, const Rules& rules, gradient_list<T>& list)
+{
+    using B = gpt_block_parameters<T>;
     const bool b = config.mlp_has_bias();
-    const auto bias_done = [&](const char* name, const array<T>& grad) {
-        if (b)
-        {
-            done(block_name(i, name), grad);
-        }
+    const auto activation = [&](const char* name, const array<T>& grad) { list.activation(block_name(i, name), grad); };
+    const auto weights = [&](typename gradient_list<T>::block_member weight, typename gradient_list<T>::block_member bias,
+                             const linear_gradients<T>& grad) {
+        list.block_parameter(i, weight, grad.w);
+        list.block_parameter(i, bias, grad.b);
     };
     if (config.mlp == mlp_kind::swiglu)
     {
         // mlp = mlp_swiglu W_down + b_down
         linear_gradients<T> down = rules("mlp.out").linear(d_mlp, c.activated, w.W_down.value(), b);
-        done(block_name(i, "mlp_swiglu"), down.x);
-        done(block_name(i, "mlp.W_down"), down.w);
-        bias_done("mlp.b_down", down.b);
+        activation("mlp_swiglu", down.x);
+        weights(&B::W_down, &B::b_down, down);
         // mlp_swiglu = silu(mlp_gate) * mlp_up
         swiglu_gradients<T> act = rules("mlp_act").swiglu(down.x, c.hidden, c.up);
-        done(block_name(i, "mlp_gate"), act.gate);
-        done(block_name(i, "mlp_up"), act.up);
+        activation("mlp_gate", act.gate);
+        activation("mlp_up", act.up);
         // mlp_gate = ln_2 W_gate + b_gate, mlp_up = ln_2 W_up + b_up  ->  d ln_2 = the sum of both paths
         const backward_rules<T> in = rules("mlp.in");
         linear_gradients<T> gate = in.linear(act.gate, c.ln_2_out, w.W_gate.value(), b);
         linear_gradients<T> up = in.linear(act.up, c.ln_2_out, w.W_up.value(), b);
         array<T> d_ln_2 = gate.x + up.x;
-        done(block_name(i, "ln_2"), d_ln_2);
-        done(block_name(i, "mlp.W_gate"), gate.w);
-        bias_done("mlp.b_gate", gate.b);
-        done(block_name(i, "mlp.W_up"), up.w);
-        bias_done("mlp.b_up", up.b);
+        activation("ln_2", d_ln_2);
+        weights(&B::W_gate, &B::b_gate, gate);
+        weights(&B::W_up, &B::b_up, up);
         return d_ln_2;
     }
     // mlp = mlp_gelu W_proj + b_proj
     linear_gradients<T> proj = rules("mlp.out").linear(d_mlp, c.activated, w.W_proj.value(), b);
-    done(block_name(i, "mlp_gelu"), proj.x);
-    done(block_name(i, "mlp.W_proj"), proj.w);
-    bias_done("mlp.b_proj", proj.b);
+    activation("mlp_gelu", proj.x);
+    weights(&B::W_proj, &B::b_proj, proj);
     // mlp_gelu = GELU(mlp_hidden), tanh-approximated or exact
     const backward_rules<T> act = rules("mlp_act");
     const array<T> d_hidden = config.mlp == mlp_kind::gelu ? act.gelu_exact(proj.x, c.hidden)
                                                            : act.gelu_tanh(proj.x, c.hidden);
-    done(block_name(i, "mlp_hidden"), d_hidden);
+    activation("mlp_hidden", d_hidden);
     // mlp_hidden = ln_2 W_fc + b_fc
     linear_gradients<T> fc = rules("mlp.in").linear(d_hidden, c.ln_2_out, w.W_fc.value(), b);
-    done(block_name(i, "ln_2"), fc.x);
-    done(block_name(i, "mlp.W_fc"), fc.w);
-    bias_done("mlp.b_fc", fc.b);
+    activation("ln_2", fc.x);
+    weights(&B::W_fc, &B::b_fc, fc);
     return std::move(fc.x);
 }
 }  // namespace
@@ -666,10 +657,11 @@ gpt_gradients<T> gpt_backward(const gpt_cache<T>& cache, const fault_hook<T>& ho
     const gpt_parameters<T>& p = cache.params;
     const gpt_config& config = p.config;
     const std::size_t last = config.layers - 1;
-    const bool norm_bias = config.norm_has_bias();
+    using P = gpt_parameters<T>;
+    using B = gpt_block_parameters<T>;
     gpt_gradients<T> g;
     g.config = config;
-    auto done = [&g](std::string name, const array<T>& grad) { g.in_backward_order.emplace_back(std::move(name), grad); };
+    gradient_list<T> list{config, g};
     // The rules of one step: the correct table, as the hook (if any) leaves it for this site.
     const auto rules = [&hook](const std::string& site) {
         backward_rules<T> r;
@@ -683,7 +675,7 @@ gpt_gradients<T> gpt_backward(const gpt_cache<T>& cache, const fault_hook<T>& ho
 
     // loss = cross_entropy(logits, targets)
     const array<T> d_logits = rules("loss").cross_entropy(*cache.loss);
-    done("logits", d_logits);
+    list.activation("logits", d_logits);
     // logits = ln_f wte^T  (tied)  or  ln_f lm_head
     array<T> d_ln_f;
     if (config.tied_head)
@@ -693,19 +685,16 @@ gpt_gradients<T> gpt_backward(const gpt_cache<T>& cache, const fault_hook<T>& ho
     else
     {
         linear_gradients<T> head = rules("head").linear(d_logits, cache.ln_f_out, p.lm_head.value(), false);
-        done("lm_head", head.w);
+        list.model_parameter(&P::lm_head, head.w);
         d_ln_f = std::move(head.x);
     }
-    done("ln_f", d_ln_f);
+    list.activation("ln_f", d_ln_f);
     // ln_f = N(x; ln_f)
     layernorm_gradients<T> ln_f = norm_backward(config, rules("ln_f"), d_ln_f, cache.ln_f, p.ln_f_weight);
     array<T> d_x = std::move(ln_f.x);
-    done(block_name(last, "res_2"), d_x);
-    done("ln_f.weight", ln_f.weight);
-    if (norm_bias)
-    {
-        done("ln_f.bias", ln_f.bias);
-    }
+    list.activation(block_name(last, "res_2"), d_x);
+    list.model_parameter(&P::ln_f_weight, ln_f.weight);
+    list.model_parameter(&P::ln_f_bias, ln_f.bias);
 
     for (std::size_t i = config.layers; i-- > 0;)
     {
@@ -714,54 +703,41 @@ gpt_gradients<T> gpt_backward(const gpt_cache<T>& cache, const fault_hook<T>& ho
         const auto block_rules = [&](const char* site) { return rules(block_name(i, site)); };
         const array<T> d_res_2 = std::move(d_x);
         // res_2 = res_1 + mlp  ->  d mlp = d res_2
-        done(block_name(i, "mlp"), d_res_2);
-        const array<T> d_ln_2 = mlp_backward(config, w, c, d_res_2, i, block_rules, done);
+        list.activation(block_name(i, "mlp"), d_res_2);
+        const array<T> d_ln_2 = mlp_backward(config, w, c, d_res_2, i, block_rules, list);
         // ln_2 = N(res_1; ln_2), and res_2 = res_1 + mlp(ln_2)
         layernorm_gradients<T> ln_2 = norm_backward(config, block_rules("ln_2"), d_ln_2, c.ln_2, w.ln_2_weight);
         const array<T> d_res_1 = block_rules("res_2").residual(d_res_2, ln_2.x);
-        done(block_name(i, "res_1"), d_res_1);
-        done(block_name(i, "ln_2.weight"), ln_2.weight);
-        if (norm_bias)
-        {
-            done(block_name(i, "ln_2.bias"), ln_2.bias);
-        }
+        list.activation(block_name(i, "res_1"), d_res_1);
+        list.block_parameter(i, &B::ln_2_weight, ln_2.weight);
+        list.block_parameter(i, &B::ln_2_bias, ln_2.bias);
         // res_1 = x + attn  ->  d attn = d res_1
-        done(block_name(i, "attn"), d_res_1);
+        list.activation(block_name(i, "attn"), d_res_1);
         // attn = MHA(ln_1), with its rotary embedding and biases
         const backward_rules<T> attention = block_rules("attn");
         attention_gradients<T> attn =
             attention.attention(d_res_1, c.attn, attention_of(config, w), attention.attention_parts);
-        done(block_name(i, "ln_1"), attn.x);
-        const bool attn_bias = config.attention_has_bias();
+        list.activation(block_name(i, "ln_1"), attn.x);
         for (const auto& [weight, d_weight, bias, d_bias] :
-             {std::tuple{"attn.W_Q", &attn.w_q, "attn.b_Q", &attn.b_q}, {"attn.W_K", &attn.w_k, "attn.b_K", &attn.b_k},
-              {"attn.W_V", &attn.w_v, "attn.b_V", &attn.b_v}, {"attn.W_O", &attn.w_o, "attn.b_O", &attn.b_o}})
+             {std::tuple{&B::W_Q, &attn.w_q, &B::b_Q, &attn.b_q}, {&B::W_K, &attn.w_k, &B::b_K, &attn.b_k},
+              {&B::W_V, &attn.w_v, &B::b_V, &attn.b_v}, {&B::W_O, &attn.w_o, &B::b_O, &attn.b_o}})
         {
-            done(block_name(i, weight), *d_weight);
-            if (attn_bias)
-            {
-                done(block_name(i, bias), *d_bias);
-            }
+            list.block_parameter(i, weight, *d_weight);
+            list.block_parameter(i, bias, *d_bias);
         }
         // ln_1 = N(x; ln_1), and res_1 = x + attn(ln_1)
         layernorm_gradients<T> ln_1 = norm_backward(config, block_rules("ln_1"), attn.x, c.ln_1, w.ln_1_weight);
         d_x = block_rules("res_1").residual(d_res_1, ln_1.x);
-        done(i > 0 ? block_name(i - 1, "res_2") : "embed", d_x);
-        done(block_name(i, "ln_1.weight"), ln_1.weight);
-        if (norm_bias)
-        {
-            done(block_name(i, "ln_1.bias"), ln_1.bias);
-        }
+        list.activation(i > 0 ? block_name(i - 1, "res_2") : "embed", d_x);
+        list.block_parameter(i, &B::ln_1_weight, ln_1.weight);
+        list.block_parameter(i, &B::ln_1_bias, ln_1.bias);
     }
     // embed = wte[tokens] (+ wpe)
     const bool learned = config.position == position_kind::learned;
     array<T> d_wpe = learned ? zeros_like(p.wpe.value()) : array<T>();
     rules("embed").encoder(d_wte, learned ? &d_wpe : nullptr, d_x, cache.tokens);
-    done("wte", d_wte);
-    if (learned)
-    {
-        done("wpe", d_wpe);
-    }
+    list.model_parameter(&P::wte, d_wte);
+    list.model_parameter(&P::wpe, d_wpe);
     return g;
 }
 

@@ -177,9 +177,13 @@ gpt_gradients<T> gpt_backward(const gpt_cache<T>& cache, const fault_hook<T>& ho
 
 // The parameters' names in the checkpoint's order (the module layer's walk).
 std::vector<std::string> gpt_parameter_names(const gpt_config& config);
-// models/gpt.hpp's named activations in forward order: embed, blocks.0.ln_1, ..., ln_f, logits.
+// models/gpt.hpp's named activations in forward order: embed, blocks.0.ln_1, ..., ln_f, logits. Read from
+// the twin's forward on the smallest model of the config's variant and layers (the names depend on nothing
+// else), so the list is stated once, by the forward itself.
 std::vector<std::string> gpt_activation_names(const gpt_config& config);
-// Every activation and parameter in the order the backward pass completes its gradient:
+// Every activation and parameter in the order the backward pass completes its gradient, read likewise from
+// the twin's backward; parameters are named by the model's declaration (models/gpt.hpp). For the variants
+// so far (tests/test_gpt_manual.cpp pins it):
 //   logits, [lm_head], ln_f, blocks.{L-1}.res_2, ln_f.weight, [ln_f.bias],
 //   then per block i from L-1 down to 0:
 //     mlp, then gelu: mlp_gelu, mlp.W_proj, [mlp.b_proj], mlp_hidden, ln_2, mlp.W_fc, [mlp.b_fc]

@@ -186,50 +186,112 @@ linear_gradients<T> linear_weight_last_sequence(const array<T>& d_out, const arr
 }
 }  // namespace faults
 
-// ---- names and descriptions ---------------------------------------------------------------------------
+// ---- the table ----------------------------------------------------------------------------------------
 
 namespace
 {
-const std::vector<std::pair<broken_rule, const char*>>& rule_names()
+// One row per deliberate mistake: its name as --break spells it, the site of gpt_backward where it goes in
+// (models/gpt_manual.hpp, fault_hook; a part of the last block when `in_last_block`), the variant that
+// uses the rule it breaks, what goes wrong ("{last}" stands for the last block's "blocks.{L-1}."), and how
+// it replaces the correct rule in the table of rules.
+template <class T>
+struct fault_row
 {
-    static const std::vector<std::pair<broken_rule, const char*>> names = {
-        {broken_rule::none, "none"},
-        {broken_rule::encoder, "encoder"},
-        {broken_rule::layer_norm, "layer_norm"},
-        {broken_rule::attention, "attention"},
-        {broken_rule::residual, "residual"},
-        {broken_rule::matmul_bias, "matmul_bias"},
-        {broken_rule::gelu, "gelu"},
-        {broken_rule::cross_entropy, "cross_entropy"},
-        {broken_rule::rms_norm, "rms_norm"},
-        {broken_rule::rope, "rope"},
-        {broken_rule::gelu_exact, "gelu_exact"},
-        {broken_rule::swiglu, "swiglu"},
-        {broken_rule::attention_bias, "attention_bias"},
-        {broken_rule::untied_head, "untied_head"}};
-    return names;
+    broken_rule rule;
+    const char* name;
+    const char* site;
+    bool in_last_block;
+    bool (*used_by)(const gpt_config&);
+    const char* needs;  // the flag that makes the variant use it, for "needs ..." when it does not
+    const char* what;
+    void (*install)(backward_rules<T>&);
+};
+
+bool always(const gpt_config&) { return true; }
+
+template <class T>
+const std::vector<fault_row<T>>& fault_table()
+{
+    using c_t = const gpt_config&;
+    using r_t = backward_rules<T>&;
+    static const std::vector<fault_row<T>> rows = {
+        {broken_rule::encoder, "encoder", "embed", false, always, "",
+         "encoder_backward assigns d wte[token] = d out instead of adding (repeated tokens and the head's part of "
+         "d wte are lost)",
+         [](r_t r) { r.encoder = faults::encoder_assigns<T>; }},
+        {broken_rule::layer_norm, "layer_norm", "ln_2", true, [](c_t c) { return c.norm == norm_kind::layernorm; },
+         "--norm layernorm", "layernorm_backward of {last}ln_2 forgets the - x_hat * mean(d x_hat * x_hat) term",
+         [](r_t r) { r.layer_norm = faults::layernorm_without_variance_term<T>; }},
+        {broken_rule::attention, "attention", "attn", true, always, "",
+         "causal_self_attention_backward of {last}attn forgets the key path: d x = d Xq + d Xv",
+         [](r_t r) { r.attention = faults::attention_without_key_path<T>; }},
+        {broken_rule::residual, "residual", "res_1", true, always, "",
+         "residual_backward of {last}res_1 forgets the skip: d x = the branch's part only",
+         [](r_t r) { r.residual = faults::residual_without_skip<T>; }},
+        {broken_rule::matmul_bias, "matmul_bias", "mlp.in", true, always, "",
+         "linear_backward of {last}mlp.W_fc (or W_gate, W_up) sums d x over the first d outputs only",
+         [](r_t r) { r.linear = faults::linear_short_sum<T>; }},
+        {broken_rule::gelu, "gelu", "mlp_act", true, [](c_t c) { return c.mlp == mlp_kind::gelu_tanh; },
+         "--mlp gelu_tanh", "gelu_backward of {last}mlp_gelu differentiates c x^3 as c x^2",
+         [](r_t r) { r.gelu_tanh = faults::gelu_square_slope<T>; }},
+        {broken_rule::cross_entropy, "cross_entropy", "loss", false, always, "",
+         "softmax_cross_entropy_backward divides by every position, ignored ones too, not by the kept count",
+         [](r_t r) { r.cross_entropy = faults::cross_entropy_over_all_positions<T>; }},
+        {broken_rule::rms_norm, "rms_norm", "ln_2", true, [](c_t c) { return c.norm == norm_kind::rmsnorm; },
+         "--norm rmsnorm", "rmsnorm_backward of {last}ln_2 treats 1 / rms as a constant: d x = d x_hat / rms",
+         [](r_t r) { r.rms_norm = faults::rmsnorm_constant_scale<T>; }},
+        {broken_rule::rope, "rope", "attn", true, [](c_t c) { return c.position == position_kind::rope; },
+         "--position rope", "rope_backward in {last}attn rotates d Q and d K by the forward's angle +a, not by -a",
+         [](r_t r) { r.attention_parts.rope = faults::rope_same_angle<T>; }},
+        {broken_rule::gelu_exact, "gelu_exact", "mlp_act", true, [](c_t c) { return c.mlp == mlp_kind::gelu; },
+         "--mlp gelu", "gelu_exact_backward of {last}mlp_gelu forgets the x phi(x) term: d x = d y Phi(x)",
+         [](r_t r) { r.gelu_exact = faults::gelu_exact_cdf_only<T>; }},
+        {broken_rule::swiglu, "swiglu", "mlp_act", true, [](c_t c) { return c.mlp == mlp_kind::swiglu; },
+         "--mlp swiglu", "swiglu_backward of {last}mlp_swiglu takes silu'(gate) as sigmoid(gate)",
+         [](r_t r) { r.swiglu = faults::swiglu_sigmoid_slope<T>; }},
+        {broken_rule::attention_bias, "attention_bias", "attn", true, [](c_t c) { return c.attention_has_bias(); },
+         "--bias all", "bias_backward of {last}attn's b_Q, b_K, b_V, b_O sums over the first sequence only",
+         [](r_t r) { r.attention_parts.bias = faults::bias_first_sequence<T>; }},
+        {broken_rule::untied_head, "untied_head", "head", false, [](c_t c) { return !c.tied_head; },
+         "--untied-head", "the head's linear_backward keeps d lm_head of the last sequence only (= where += belongs)",
+         [](r_t r) { r.linear = faults::linear_weight_last_sequence<T>; }},
+    };
+    return rows;
 }
+
+// The names and descriptions do not depend on T: they are read from the double table.
+const fault_row<double>* find_row(broken_rule rule)
+{
+    for (const fault_row<double>& row : fault_table<double>())
+    {
+        if (row.rule == rule)
+        {
+            return &row;
+        }
+    }
+    return nullptr;  // broken_rule::none
+}
+
+std::string last_block(std::size_t layers) { return "blocks." + std::to_string(layers == 0 ? 0 : layers - 1) + "."; }
 }  // namespace
 
 const char* to_string(broken_rule rule)
 {
-    for (const auto& [r, name] : rule_names())
-    {
-        if (r == rule)
-        {
-            return name;
-        }
-    }
-    return "unknown";
+    const fault_row<double>* row = find_row(rule);
+    return row ? row->name : "none";
 }
 
 std::optional<broken_rule> broken_rule_from_string(const std::string& name)
 {
-    for (const auto& [r, n] : rule_names())
+    if (name == "none")
     {
-        if (name == n)
+        return broken_rule::none;
+    }
+    for (const fault_row<double>& row : fault_table<double>())
+    {
+        if (name == row.name)
         {
-            return r;
+            return row.rule;
         }
     }
     return std::nullopt;
@@ -239,12 +301,9 @@ const std::vector<broken_rule>& breakable_rules()
 {
     static const std::vector<broken_rule> rules = [] {
         std::vector<broken_rule> all;
-        for (const auto& [r, name] : rule_names())
+        for (const fault_row<double>& row : fault_table<double>())
         {
-            if (r != broken_rule::none)
-            {
-                all.push_back(r);
-            }
+            all.push_back(row.rule);
         }
         return all;
     }();
@@ -253,26 +312,12 @@ const std::vector<broken_rule>& breakable_rules()
 
 std::optional<std::string> not_used_by(broken_rule rule, const gpt_config& c)
 {
-    switch (rule)
+    const fault_row<double>* row = find_row(rule);
+    if (row == nullptr || row->used_by(c))
     {
-    case broken_rule::layer_norm:
-        return c.norm == norm_kind::layernorm ? std::nullopt : std::optional<std::string>("needs --norm layernorm");
-    case broken_rule::rms_norm:
-        return c.norm == norm_kind::rmsnorm ? std::nullopt : std::optional<std::string>("needs --norm rmsnorm");
-    case broken_rule::gelu:
-        return c.mlp == mlp_kind::gelu_tanh ? std::nullopt : std::optional<std::string>("needs --mlp gelu_tanh");
-    case broken_rule::gelu_exact:
-        return c.mlp == mlp_kind::gelu ? std::nullopt : std::optional<std::string>("needs --mlp gelu");
-    case broken_rule::swiglu:
-        return c.mlp == mlp_kind::swiglu ? std::nullopt : std::optional<std::string>("needs --mlp swiglu");
-    case broken_rule::rope:
-        return c.position == position_kind::rope ? std::nullopt : std::optional<std::string>("needs --position rope");
-    case broken_rule::attention_bias:
-        return c.attention_has_bias() ? std::nullopt : std::optional<std::string>("needs --bias all");
-    case broken_rule::untied_head:
-        return c.tied_head ? std::optional<std::string>("needs --untied-head") : std::nullopt;
-    default: return std::nullopt;
+        return std::nullopt;
     }
+    return "needs " + std::string(row->needs);
 }
 
 std::vector<broken_rule> breakable_rules(const gpt_config& config)
@@ -290,39 +335,18 @@ std::vector<broken_rule> breakable_rules(const gpt_config& config)
 
 std::string describe(broken_rule rule, std::size_t layers)
 {
-    const std::string last = "blocks." + std::to_string(layers == 0 ? 0 : layers - 1) + ".";
-    switch (rule)
+    const fault_row<double>* row = find_row(rule);
+    if (row == nullptr)
     {
-    case broken_rule::none: return "nothing broken";
-    case broken_rule::encoder:
-        return "encoder_backward assigns d wte[token] = d out instead of adding (repeated tokens and the head's "
-               "part of d wte are lost)";
-    case broken_rule::layer_norm:
-        return "layernorm_backward of " + last + "ln_2 forgets the - x_hat * mean(d x_hat * x_hat) term";
-    case broken_rule::attention:
-        return "causal_self_attention_backward of " + last + "attn forgets the key path: d x = d Xq + d Xv";
-    case broken_rule::residual:
-        return "residual_backward of " + last + "res_1 forgets the skip: d x = the branch's part only";
-    case broken_rule::matmul_bias:
-        return "linear_backward of " + last + "mlp.W_fc (or W_gate, W_up) sums d x over the first d outputs only";
-    case broken_rule::gelu:
-        return "gelu_backward of " + last + "mlp_gelu differentiates c x^3 as c x^2";
-    case broken_rule::cross_entropy:
-        return "softmax_cross_entropy_backward divides by every position, ignored ones too, not by the kept count";
-    case broken_rule::rms_norm:
-        return "rmsnorm_backward of " + last + "ln_2 treats 1 / rms as a constant: d x = d x_hat / rms";
-    case broken_rule::rope:
-        return "rope_backward in " + last + "attn rotates d Q and d K by the forward's angle +a, not by -a";
-    case broken_rule::gelu_exact:
-        return "gelu_exact_backward of " + last + "mlp_gelu forgets the x phi(x) term: d x = d y Phi(x)";
-    case broken_rule::swiglu:
-        return "swiglu_backward of " + last + "mlp_swiglu takes silu'(gate) as sigmoid(gate)";
-    case broken_rule::attention_bias:
-        return "bias_backward of " + last + "attn's b_Q, b_K, b_V, b_O sums over the first sequence only";
-    case broken_rule::untied_head:
-        return "the head's linear_backward keeps d lm_head of the last sequence only (= where += belongs)";
+        return "nothing broken";
     }
-    return "unknown";
+    std::string text = row->what;
+    const std::string placeholder = "{last}";
+    for (std::size_t at = text.find(placeholder); at != std::string::npos; at = text.find(placeholder, at))
+    {
+        text.replace(at, placeholder.size(), last_block(layers));
+    }
+    return text;
 }
 
 // ---- the hook -----------------------------------------------------------------------------------------
@@ -330,54 +354,21 @@ std::string describe(broken_rule rule, std::size_t layers)
 template <class T>
 fault_hook<T> break_rule(broken_rule rule, const gpt_config& config)
 {
-    if (rule == broken_rule::none)
+    for (const fault_row<T>& row : fault_table<T>())
     {
-        return {};
+        if (row.rule == rule)
+        {
+            const std::string site = (row.in_last_block ? last_block(config.layers) : "") + row.site;
+            const auto install = row.install;
+            return [site, install](const std::string& at, backward_rules<T>& r) {
+                if (at == site)
+                {
+                    install(r);
+                }
+            };
+        }
     }
-    const std::string last = "blocks." + std::to_string(config.layers - 1) + ".";
-    return [rule, last](const std::string& site, backward_rules<T>& r) {
-        switch (rule)
-        {
-        case broken_rule::none: break;
-        case broken_rule::encoder: r.encoder = site == "embed" ? faults::encoder_assigns<T> : r.encoder; break;
-        case broken_rule::cross_entropy:
-            r.cross_entropy = site == "loss" ? faults::cross_entropy_over_all_positions<T> : r.cross_entropy;
-            break;
-        case broken_rule::untied_head:
-            r.linear = site == "head" ? faults::linear_weight_last_sequence<T> : r.linear;
-            break;
-        default: break;
-        }
-        if (site.rfind(last, 0) != 0)
-        {
-            return;  // the other rules are broken in the last block only
-        }
-        const std::string part = site.substr(last.size());
-        switch (rule)
-        {
-        case broken_rule::layer_norm:
-            r.layer_norm = part == "ln_2" ? faults::layernorm_without_variance_term<T> : r.layer_norm;
-            break;
-        case broken_rule::rms_norm: r.rms_norm = part == "ln_2" ? faults::rmsnorm_constant_scale<T> : r.rms_norm; break;
-        case broken_rule::attention:
-            r.attention = part == "attn" ? faults::attention_without_key_path<T> : r.attention;
-            break;
-        case broken_rule::rope:
-            r.attention_parts.rope = part == "attn" ? faults::rope_same_angle<T> : r.attention_parts.rope;
-            break;
-        case broken_rule::attention_bias:
-            r.attention_parts.bias = part == "attn" ? faults::bias_first_sequence<T> : r.attention_parts.bias;
-            break;
-        case broken_rule::residual: r.residual = part == "res_1" ? faults::residual_without_skip<T> : r.residual; break;
-        case broken_rule::matmul_bias: r.linear = part == "mlp.in" ? faults::linear_short_sum<T> : r.linear; break;
-        case broken_rule::gelu: r.gelu_tanh = part == "mlp_act" ? faults::gelu_square_slope<T> : r.gelu_tanh; break;
-        case broken_rule::gelu_exact:
-            r.gelu_exact = part == "mlp_act" ? faults::gelu_exact_cdf_only<T> : r.gelu_exact;
-            break;
-        case broken_rule::swiglu: r.swiglu = part == "mlp_act" ? faults::swiglu_sigmoid_slope<T> : r.swiglu; break;
-        default: break;
-        }
-    };
+    return {};  // broken_rule::none
 }
 
 template <class T>

@@ -121,6 +121,44 @@ std::map<std::string, std::vector<std::string>> spec_variant_rows()
 }
 }  // namespace
 
+// The quoted names of the Python tuple `name = (...)` in tools/nanogpt_convert.py.
+std::vector<std::string> nanogpt_script_tuple(const std::string& name)
+{
+    std::ifstream in(std::string(XGRAD_SOURCE_DIR) + "/tools/nanogpt_convert.py");
+    std::string line;
+    while (std::getline(in, line))
+    {
+        if (line.rfind(name + " = (", 0) == 0)
+        {
+            std::vector<std::string> keys;
+            for (std::size_t at = line.find('"'); at != std::string::npos; at = line.find('"', line.find('"', at + 1) + 1))
+            {
+                keys.push_back(line.substr(at + 1, line.find('"', at + 1) - at - 1));
+            }
+            return keys;
+        }
+    }
+    return {};
+}
+
+TEST_CASE("tools/nanogpt_convert.py knows exactly the model's sizes and first variant keys; later ones via model_keys")
+{
+    std::vector<std::string> sizes, variants;
+    models::gpt_config c;
+    models::visit_config(c, [&](const models::config_field& f, auto&) {
+        if (f.is_size)
+        {
+            sizes.push_back(f.key);
+        }
+        else if (!f.listed)
+        {
+            variants.push_back(f.key);
+        }
+    });
+    CHECK(nanogpt_script_tuple("SIZE_KEYS") == sizes);
+    CHECK(nanogpt_script_tuple("VARIANT_KEYS") == variants);
+}
+
 TEST_CASE("docs/spec.md's variant tables say what the config says: every key, its values, its default")
 {
     const auto rows = spec_variant_rows();

@@ -21,6 +21,100 @@ using xgrad::test::weighted_sum;
 
 namespace
 {
+// The order docs/spec.md and models/gpt_manual.hpp (gpt_backward_order) state, written out here to pin the
+// one the twin's backward produces.
+std::string block_name(std::size_t i, const std::string& rest) { return block_prefix(i) + rest; }
+
+std::vector<std::string> expected_activation_names(const gpt_config& config)
+{
+    const std::vector<const char*> mlp = config.mlp == mlp_kind::swiglu
+                                             ? std::vector<const char*>{"mlp_gate", "mlp_up", "mlp_swiglu"}
+                                             : std::vector<const char*>{"mlp_hidden", "mlp_gelu"};
+    std::vector<std::string> names = {"embed"};
+    for (std::size_t i = 0; i < config.layers; ++i)
+    {
+        for (const char* rest : {"ln_1", "attn", "res_1", "ln_2"})
+        {
+            names.push_back(block_name(i, rest));
+        }
+        for (const char* rest : mlp)
+        {
+            names.push_back(block_name(i, rest));
+        }
+        names.push_back(block_name(i, "mlp"));
+        names.push_back(block_name(i, "res_2"));
+    }
+    names.push_back("ln_f");
+    names.push_back("logits");
+    return names;
+}
+
+std::vector<std::string> expected_backward_order(const gpt_config& config)
+{
+    const std::size_t last = config.layers - 1;
+    const bool norm_bias = config.norm_has_bias(), mlp_bias = config.mlp_has_bias();
+    const bool attn_bias = config.attention_has_bias();
+    std::vector<std::string> names = {"logits"};
+    const auto add = [&names](std::string name, bool present = true) {
+        if (present)
+        {
+            names.push_back(std::move(name));
+        }
+    };
+    add("lm_head", !config.tied_head);
+    add("ln_f");
+    add(block_name(last, "res_2"));
+    add("ln_f.weight");
+    add("ln_f.bias", norm_bias);
+    for (std::size_t i = config.layers; i-- > 0;)
+    {
+        const auto in_block = [&](const std::string& rest, bool present = true) { add(block_name(i, rest), present); };
+        in_block("mlp");
+        if (config.mlp == mlp_kind::swiglu)
+        {
+            for (const char* rest : {"mlp_swiglu", "mlp.W_down"})
+            {
+                in_block(rest);
+            }
+            in_block("mlp.b_down", mlp_bias);
+            for (const char* rest : {"mlp_gate", "mlp_up", "ln_2", "mlp.W_gate"})
+            {
+                in_block(rest);
+            }
+            in_block("mlp.b_gate", mlp_bias);
+            in_block("mlp.W_up");
+            in_block("mlp.b_up", mlp_bias);
+        }
+        else
+        {
+            in_block("mlp_gelu");
+            in_block("mlp.W_proj");
+            in_block("mlp.b_proj", mlp_bias);
+            for (const char* rest : {"mlp_hidden", "ln_2", "mlp.W_fc"})
+            {
+                in_block(rest);
+            }
+            in_block("mlp.b_fc", mlp_bias);
+        }
+        in_block("res_1");
+        in_block("ln_2.weight");
+        in_block("ln_2.bias", norm_bias);
+        in_block("attn");
+        in_block("ln_1");
+        for (const char* m : {"Q", "K", "V", "O"})
+        {
+            in_block(std::string("attn.W_") + m);
+            in_block(std::string("attn.b_") + m, attn_bias);
+        }
+        add(i > 0 ? block_name(i - 1, "res_2") : "embed");
+        in_block("ln_1.weight");
+        in_block("ln_1.bias", norm_bias);
+    }
+    add("wte");
+    add("wpe", config.position == position_kind::learned);
+    return names;
+}
+
 // ---- a seeded model with every entry random ------------------------------------------------------
 // Biases and LayerNorm parameters random too (not GPT-2's zeros and ones), so that no term of a rule
 // hides behind a zero.
@@ -343,6 +437,8 @@ TEST_CASE("gpt_manual: gradients come in backward order, under every parameter a
         names.push_back(entry.first);
     }
     CHECK(names == manual::gpt_backward_order(c));
+    CHECK(names == expected_backward_order(c));
+    CHECK(manual::gpt_activation_names(c) == expected_activation_names(c));
 
     // Every activation and every parameter exactly once, with the shape of its value.
     const auto activations = manual::gpt_activation_names(c);
@@ -854,12 +950,14 @@ TEST_CASE("gpt_manual: every variant's gradients list exactly its parameters and
             names.push_back(entry.first);
         }
         CHECK(names == manual::gpt_backward_order(c));
+        CHECK(names == expected_backward_order(c));
         std::vector<std::string> activations;
         for (const auto& entry : f.activations)
         {
             activations.push_back(entry.first);
         }
         CHECK(activations == manual::gpt_activation_names(c));
+        CHECK(activations == expected_activation_names(c));
         std::vector<std::string> parameter_names;
         for (const auto& entry : g.parameters())
         {

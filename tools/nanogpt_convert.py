@@ -25,6 +25,10 @@ import numpy as np
 import torch
 
 SIZE_KEYS = ("vocab_size", "block_size", "layers", "d_model", "heads", "kv_heads")
+# The variant keys of docs/spec.md's first table, each checked below against what nanoGPT can express
+# (rope_base has no effect with learned positions); a later key is named in "model_keys" and refused.
+# tests/test_gpt_config.cpp pins these two lists to the model's description.
+VARIANT_KEYS = ("norm", "position", "rope_base", "mlp", "mlp_hidden", "bias", "tied_head")
 
 
 class ConvertError(Exception):
