@@ -8,7 +8,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release -DXGRAD_BUILD_BENCH=ON \
+# The benchmark needs xgrad::core alone: no train/, tools, examples, Python module or tests are built.
+cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release -DXGRAD_BUILD_BENCH=ON -DXGRAD_BUILD_TRAIN=OFF \
     -DXGRAD_BUILD_TESTS=OFF -DXGRAD_BUILD_EXAMPLES=OFF -DXGRAD_BUILD_TOOLS=OFF >/dev/null
 cmake --build build-bench -j "$(nproc)"
 if [ ! -x build-bench/bench/xgrad_bench ]; then
