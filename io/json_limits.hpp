@@ -15,7 +15,7 @@ constexpr int max_json_nesting = 64;
 
 // `text` parsed as JSON (nlohmann::json or nlohmann::ordered_json). Throws std::invalid_argument starting
 // with `source`: not valid JSON (nlohmann-json's own words without its "[json.exception...]" tag, which
-// say where), or nested more than max_json_nesting levels deep.
+// say where; at most 300 bytes of them), or nested more than max_json_nesting levels deep.
 template<class Json>
 Json parse_json_bounded(const std::string& text, const std::string& source)
 {
@@ -39,6 +39,18 @@ Json parse_json_bounded(const std::string& text, const std::string& source)
         if (what.rfind("[json.exception.", 0) == 0 && tag_end != std::string::npos)
         {
             what = what.substr(tag_end + 2);
+        }
+        // Its "last read: '...'" quotes the token it stopped in, which may be the whole input: keep a message
+        // short, cut before a UTF-8 continuation byte.
+        constexpr std::size_t longest = 300;
+        if (what.size() > longest)
+        {
+            std::size_t cut = longest;
+            while (cut > 0 && (static_cast<unsigned char>(what[cut]) & 0xC0) == 0x80)
+            {
+                --cut;
+            }
+            what = what.substr(0, cut) + "...";
         }
         throw std::invalid_argument(source + ": not valid JSON (" + what + ")");
     }
