@@ -216,11 +216,13 @@ private:
 };
 }  // namespace
 
-gpt_problem make_gpt_problem(const gpt_spec& spec, unsigned seed)
+namespace
 {
-    gpt_problem p;
-    p.spec = spec;
-    const auto params = xgrad::models::gpt_parameters<float>::init(gpt_config_of(spec), seed);
+// The model's initial parameters of `seed`, named and shaped as the checkpoint has them, for both sides.
+std::vector<gpt_tensor> initial_tensors(const xgrad::models::gpt_config& c, unsigned seed)
+{
+    std::vector<gpt_tensor> tensors;
+    const auto params = xgrad::models::gpt_parameters<float>::init(c, seed);
     for (const auto& param : params.named_parameters())
     {
         gpt_tensor t;
@@ -230,8 +232,17 @@ gpt_problem make_gpt_problem(const gpt_spec& spec, unsigned seed)
             t.shape.push_back(static_cast<std::int64_t>(n));
         }
         t.values.assign(param.value().begin(), param.value().end());
-        p.params.push_back(std::move(t));
+        tensors.push_back(std::move(t));
     }
+    return tensors;
+}
+}  // namespace
+
+gpt_problem make_gpt_problem(const gpt_spec& spec, unsigned seed)
+{
+    gpt_problem p;
+    p.spec = spec;
+    p.params = initial_tensors(gpt_config_of(spec), seed);
     std::mt19937 rng(seed + 1);
     std::uniform_int_distribution<std::int64_t> id(0, static_cast<std::int64_t>(spec.V) - 1);
     for (std::size_t i = 0; i < spec.B * spec.T; ++i)
@@ -283,18 +294,7 @@ private:
 decode_weights make_decode_weights(const decode_spec& spec, unsigned seed)
 {
     decode_weights w{spec, {}};
-    const auto params = xgrad::models::gpt_parameters<float>::init(decode_config_of(spec), seed);
-    for (const auto& param : params.named_parameters())
-    {
-        gpt_tensor t;
-        t.name = param.name();
-        for (auto n : param.value().shape())
-        {
-            t.shape.push_back(static_cast<std::int64_t>(n));
-        }
-        t.values.assign(param.value().begin(), param.value().end());
-        w.params.push_back(std::move(t));
-    }
+    w.params = initial_tensors(decode_config_of(spec), seed);
     return w;
 }
 
