@@ -16,6 +16,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "tests/source_dir.hpp"
 #include "train/gpt2_tokenizer.hpp"
 #include "train/tokenizer.hpp"
 
@@ -89,7 +90,7 @@ void measure(const char* name, const tokenizer& tok, const std::string& text, in
 
 int main(int argc, char** argv)
 {
-    std::string gpt2_dir = std::string(XGRAD_SOURCE_DIR) + "/tests/fixtures/gpt2", text_file;
+    std::string gpt2_dir = xgrad::test::source_dir() + "/tests/fixtures/gpt2", text_file;
     std::size_t bytes = 1u << 20;
     int repeat = 5;
     CLI::App app{ "GPT-2's tokenizer against SentencePiece on the same text, one core", "tokenizer_speed" };

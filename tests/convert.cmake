@@ -1,10 +1,9 @@
 # The xgrad-convert command-line checks (tests/convert_tool_test.cpp): a doctest program that runs the tool.
 if(TARGET xgrad-convert)
   add_executable(convert_tool_test ${CMAKE_CURRENT_LIST_DIR}/convert_tool_test.cpp)
-  target_link_libraries(convert_tool_test PRIVATE xgrad xgrad_test_main doctest::doctest)
+  target_link_libraries(convert_tool_test PRIVATE xgrad xgrad_test_main xgrad_test_source_dir doctest::doctest)
   target_compile_options(convert_tool_test PRIVATE -Wall -Wextra)
-  target_compile_definitions(convert_tool_test PRIVATE XGRAD_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
-    XGRAD_CONVERT_TOOL="$<TARGET_FILE:xgrad-convert>")
+  target_compile_definitions(convert_tool_test PRIVATE XGRAD_CONVERT_TOOL="$<TARGET_FILE:xgrad-convert>")
   add_dependencies(convert_tool_test xgrad-convert)
   add_test(NAME convert_tool COMMAND convert_tool_test)
 endif()

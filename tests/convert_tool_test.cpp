@@ -10,6 +10,7 @@
 #include <set>
 
 #include "io/safetensors.hpp"
+#include "source_dir.hpp"
 #include "test_util.hpp"
 #include "train/tokenizer.hpp"
 
@@ -25,7 +26,7 @@ namespace fs = std::filesystem;
 namespace
 {
 const std::string tool = XGRAD_CONVERT_TOOL;
-const std::string fixtures = std::string(XGRAD_SOURCE_DIR) + "/tests/data/convert_fixtures/";
+const std::string fixtures = xgrad::test::source_dir() + "/tests/data/convert_fixtures/";
 
 // Exit 2, exactly one line on stderr holding `expected`, and the folder as it was.
 void refused(const temp_dir& scratch, const std::string& args, const std::string& expected)

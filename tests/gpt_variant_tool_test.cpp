@@ -13,6 +13,7 @@
 
 #include "io/npy.hpp"
 #include "io/safetensors.hpp"
+#include "source_dir.hpp"
 #include "test_util.hpp"
 
 using namespace xgrad;
@@ -21,7 +22,7 @@ namespace fs = std::filesystem;
 namespace
 {
 const std::string tool = XGRAD_GPT_TOOL;
-const fs::path fixtures_dir = fs::path(XGRAD_SOURCE_DIR) / "tests" / "data" / "gpt_variant_fixtures";
+const fs::path fixtures_dir = fs::path(xgrad::test::source_dir()) / "tests" / "data" / "gpt_variant_fixtures";
 
 // max |actual - expected| / max |expected| over one tensor; the denominator is at least `floor` (for a
 // gradient that is 0 but for rounding, such as b_K's without rope: softmax ignores a shift of a row).

@@ -15,6 +15,7 @@
 #include "io/model_layout.hpp"
 #include "io/npy.hpp"
 #include "models/gpt.hpp"
+#include "source_dir.hpp"
 #include "test_util.hpp"
 #include "train/llama2c_tokenizer.hpp"
 #include "train/tokenizer.hpp"
@@ -27,7 +28,7 @@ namespace fs = std::filesystem;
 
 namespace
 {
-const std::string fixtures = std::string(XGRAD_SOURCE_DIR) + "/tests/data/convert_fixtures/";
+const std::string fixtures = xgrad::test::source_dir() + "/tests/data/convert_fixtures/";
 
 array<double> columns_of(const array<double>& m, std::size_t first, std::size_t count)
 {

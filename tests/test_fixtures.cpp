@@ -16,6 +16,7 @@
 
 #include "models/mha_manual.hpp"
 #include "io/npy.hpp"
+#include "source_dir.hpp"
 
 using namespace xgrad;
 using namespace xgrad::models;
@@ -23,7 +24,7 @@ namespace fs = std::filesystem;
 
 namespace
 {
-const fs::path fixtures_dir = fs::path(XGRAD_SOURCE_DIR) / "tests" / "data" / "fixtures";
+const fs::path fixtures_dir = fs::path(xgrad::test::source_dir()) / "tests" / "data" / "fixtures";
 
 // The relative tolerance: max |xgrad - torch| over a tensor, divided by max |torch| over it.
 constexpr double tolerance = 1e-12;

@@ -11,6 +11,7 @@
 #include <random>
 #include <sstream>
 
+#include "source_dir.hpp"
 #include "test_util.hpp"
 #include "train/gpt2_tokenizer.hpp"
 #include "train/option_error.hpp"
@@ -25,7 +26,7 @@ namespace fs = std::filesystem;
 
 namespace
 {
-const std::string fixtures = std::string(XGRAD_SOURCE_DIR) + "/tests/fixtures/gpt2/";
+const std::string fixtures = xgrad::test::source_dir() + "/tests/fixtures/gpt2/";
 
 std::shared_ptr<const gpt2_tokenizer> test_vocabulary()
 {

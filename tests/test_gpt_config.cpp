@@ -10,6 +10,7 @@
 #include "io/checkpoint_limits.hpp"
 #include "io/model_layout.hpp"
 #include "models/gpt.hpp"
+#include "source_dir.hpp"
 #include "test_util.hpp"
 #include "train/memory_estimate.hpp"
 
@@ -88,7 +89,7 @@ std::vector<gpt_config> every_variant(const gpt_config& base)
 // docs/spec.md's rows "| `key` | values | default | what changes |" of its variant tables.
 std::map<std::string, std::vector<std::string>> spec_variant_rows()
 {
-    std::ifstream in(std::string(XGRAD_SOURCE_DIR) + "/docs/spec.md");
+    std::ifstream in(xgrad::test::source_dir() + "/docs/spec.md");
     std::map<std::string, std::vector<std::string>> rows;
     std::string line;
     bool in_table = false;
@@ -124,7 +125,7 @@ std::map<std::string, std::vector<std::string>> spec_variant_rows()
 // The quoted names of the Python tuple `name = (...)` in tools/nanogpt_convert.py.
 std::vector<std::string> nanogpt_script_tuple(const std::string& name)
 {
-    std::ifstream in(std::string(XGRAD_SOURCE_DIR) + "/tools/nanogpt_convert.py");
+    std::ifstream in(xgrad::test::source_dir() + "/tools/nanogpt_convert.py");
     std::string line;
     while (std::getline(in, line))
     {

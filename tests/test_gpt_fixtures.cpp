@@ -20,6 +20,7 @@
 #include "models/gpt.hpp"
 #include "models/gpt_manual.hpp"
 #include "models/manual_faults.hpp"
+#include "source_dir.hpp"
 
 using namespace xgrad;
 using namespace xgrad::models;
@@ -27,7 +28,7 @@ namespace fs = std::filesystem;
 
 namespace
 {
-const fs::path fixtures_dir = fs::path(XGRAD_SOURCE_DIR) / "tests" / "data" / "gpt_fixtures";
+const fs::path fixtures_dir = fs::path(xgrad::test::source_dir()) / "tests" / "data" / "gpt_fixtures";
 
 // The relative tolerance: max |xgrad - torch| over a tensor, divided by max |torch| over it (or the plain
 // difference when the tensor is all zeros).

@@ -15,6 +15,7 @@
 #include "io/npy.hpp"
 #include "io/safetensors.hpp"
 #include "models/gpt_manual.hpp"
+#include "source_dir.hpp"
 #include "test_util.hpp"
 
 using namespace xgrad;
@@ -23,7 +24,7 @@ namespace fs = std::filesystem;
 
 namespace
 {
-const fs::path fixtures_dir = fs::path(XGRAD_SOURCE_DIR) / "tests" / "data" / "gpt_variant_fixtures";
+const fs::path fixtures_dir = fs::path(xgrad::test::source_dir()) / "tests" / "data" / "gpt_variant_fixtures";
 
 struct fixture
 {

@@ -14,6 +14,7 @@
 #include "io/checkpoint.hpp"
 #include "io/npy.hpp"
 #include "models/gpt_decode.hpp"
+#include "source_dir.hpp"
 #include "test_util.hpp"
 
 using namespace xgrad;
@@ -616,7 +617,7 @@ TEST_CASE("the tape counts the multiply-adds gpt_forward_multiply_adds says, for
 TEST_CASE("the tape equals PyTorch on every variant fixture: logits, loss and every gradient (float64)")
 {
     namespace fs = std::filesystem;
-    const fs::path root = fs::path(XGRAD_SOURCE_DIR) / "tests" / "data" / "gpt_variant_fixtures";
+    const fs::path root = fs::path(xgrad::test::source_dir()) / "tests" / "data" / "gpt_variant_fixtures";
     std::size_t cases = 0;
     for (const auto& entry : fs::directory_iterator(root))
     {

@@ -12,6 +12,7 @@
 #include "models/divergence.hpp"
 #include "models/gpt.hpp"
 #include "models/mha.hpp"
+#include "source_dir.hpp"
 #include "test_util.hpp"
 
 using namespace xgrad;
@@ -20,7 +21,7 @@ namespace fs = std::filesystem;
 
 namespace
 {
-const fs::path fixtures = fs::path(XGRAD_SOURCE_DIR) / "tests" / "data";
+const fs::path fixtures = fs::path(xgrad::test::source_dir()) / "tests" / "data";
 
 std::string first_line(const std::string& text)
 {

@@ -8,6 +8,7 @@
 
 #include "autodiff/grad.hpp"
 #include "ops/composed.hpp"
+#include "source_dir.hpp"
 #include "test_util.hpp"
 
 using namespace xgrad;
@@ -337,7 +338,7 @@ std::set<std::string> declared_ops()
     std::set<std::string> names;
     const std::regex declaration(R"(template\s*<class T>\s*var<T>\s+(\w+)\s*\()");
     for (const auto& entry :
-         std::filesystem::directory_iterator(std::filesystem::path(XGRAD_SOURCE_DIR) / "ops"))
+         std::filesystem::directory_iterator(std::filesystem::path(xgrad::test::source_dir()) / "ops"))
     {
         if (entry.path().extension() != ".hpp" || entry.path().filename() == "composed.hpp")
         {

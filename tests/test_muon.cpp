@@ -19,6 +19,7 @@
 #include "io/npy.hpp"
 #include "kernels/precision.hpp"
 #include "optim/muon.hpp"
+#include "source_dir.hpp"
 #include "test_util.hpp"
 
 using namespace xgrad;
@@ -28,7 +29,7 @@ namespace fs = std::filesystem;
 
 namespace
 {
-const fs::path data_dir = fs::path(XGRAD_SOURCE_DIR) / "tests" / "data" / "muon_fixtures";
+const fs::path data_dir = fs::path(xgrad::test::source_dir()) / "tests" / "data" / "muon_fixtures";
 const std::vector<std::string> parameter_names = {"wide.W", "tall.W", "square.W"};
 constexpr std::size_t steps = 3;
 

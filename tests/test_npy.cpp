@@ -11,6 +11,7 @@
 #include <random>
 #include <string>
 
+#include "source_dir.hpp"
 #include "test_util.hpp"
 #include "io/npy.hpp"
 
@@ -22,7 +23,7 @@ namespace fs = std::filesystem;
 
 namespace
 {
-const std::string data_dir = std::string(XGRAD_SOURCE_DIR) + "/tests/data/npy/";
+const std::string data_dir = xgrad::test::source_dir() + "/tests/data/npy/";
 
 // A .npy file with any header text and data, laid out as NumPy lays it out (unless the caller breaks it).
 std::string npy_file(const std::string& dict, const std::string& data, int major = 1)

@@ -15,6 +15,7 @@
 #include "io/npy.hpp"
 #include "kernels/parallel.hpp"
 #include "ops/composed.hpp"
+#include "source_dir.hpp"
 #include "test_util.hpp"
 
 using namespace xgrad;
@@ -499,7 +500,7 @@ TEST_CASE("the variants' ops refuse bad arguments, naming the op and the shapes 
 
 namespace
 {
-const fs::path op_fixtures = fs::path(XGRAD_SOURCE_DIR) / "tests" / "data" / "op_fixtures";
+const fs::path op_fixtures = fs::path(xgrad::test::source_dir()) / "tests" / "data" / "op_fixtures";
 
 struct op_fixture
 {

@@ -18,6 +18,7 @@
 
 #include "io/npy.hpp"
 #include "optim/optim.hpp"
+#include "source_dir.hpp"
 
 using namespace xgrad;
 using namespace xgrad::optim;
@@ -25,7 +26,7 @@ namespace fs = std::filesystem;
 
 namespace
 {
-const fs::path data_dir = fs::path(XGRAD_SOURCE_DIR) / "tests" / "data" / "optim_fixtures";
+const fs::path data_dir = fs::path(xgrad::test::source_dir()) / "tests" / "data" / "optim_fixtures";
 
 // The fixture's parameters, in this order: (3, 4) and (2, 3, 2) are decayed, the (4,) vector is not.
 const std::vector<std::string> parameter_names = {"linear.weight", "linear.bias", "conv.weight"};

@@ -1,10 +1,9 @@
 # The xgrad-mha-npy command-line checks (tests/tool_cli_test.cpp): a doctest program that runs the tool.
 if(TARGET xgrad-mha-npy)
   add_executable(tool_cli_test ${CMAKE_CURRENT_LIST_DIR}/tool_cli_test.cpp)
-  target_link_libraries(tool_cli_test PRIVATE xgrad::core xgrad_test_main doctest::doctest)
+  target_link_libraries(tool_cli_test PRIVATE xgrad::core xgrad_test_main xgrad_test_source_dir doctest::doctest)
   target_compile_options(tool_cli_test PRIVATE -Wall -Wextra)
-  target_compile_definitions(tool_cli_test PRIVATE XGRAD_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
-    XGRAD_TOOL="$<TARGET_FILE:xgrad-mha-npy>")
+  target_compile_definitions(tool_cli_test PRIVATE XGRAD_TOOL="$<TARGET_FILE:xgrad-mha-npy>")
   add_dependencies(tool_cli_test xgrad-mha-npy)
   add_test(NAME tool_cli COMMAND tool_cli_test)
 endif()

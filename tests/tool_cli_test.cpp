@@ -4,6 +4,7 @@
 // one line on stderr and no output file. Inputs are written here with npy::save from seeded values.
 #include <doctest/doctest.h>
 
+#include "source_dir.hpp"
 #include "test_util.hpp"
 
 #include <stdlib.h>
@@ -36,7 +37,7 @@ namespace fs = std::filesystem;
 namespace
 {
 const std::string tool = XGRAD_TOOL;
-const std::string reference_case = std::string(XGRAD_SOURCE_DIR) + "/tests/data/npy/mha_cross";
+const std::string reference_case = xgrad::test::source_dir() + "/tests/data/npy/mha_cross";
 
 // Writes X.npy (B, Tq, d) for self-attention, or Xq, Xk, Xv.npy, and the four weights.
 void write_case(const fs::path& dir, bool self, std::size_t batch, std::size_t tq, std::size_t tk,
