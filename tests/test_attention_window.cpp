@@ -256,10 +256,13 @@ TEST_CASE("windowed attention works on the window's tiles only: O(T w) multiply-
     auto multiply_adds = [&](std::size_t window) {
         return kernels::attention_forward(q, k, k, nullptr, true, window).multiply_adds;
     };
-    // 64-row query tiles from i0 visit keys (i0 - w, i0 + 64): 64 keys for the first tile, 64 + w - 1 for
-    // the others. Full causal: 64, 128, 192, 256.
-    CHECK(multiply_adds(32) == 2ull * B * H * 64 * (64 + 3 * (64 + 31)) * dh);
-    CHECK(multiply_adds(0) == 2ull * B * H * 64 * (64 + 128 + 192 + 256) * dh);
+    // w = 32 is narrower than a 64-row tile: no key is seen by all its rows, so each 16-row strip from
+    // row i0 + r0 visits keys (i0 + r0 - 32, i0 + r0 + 16), 47 of them; the first tile's first two strips
+    // start at key 0 (16 and 32 keys). Full causal: the keys below the diagonal in products of all 64
+    // rows (0, 64, 128, 192 keys), the diagonal tile in 16-row strips of 16, 32, 48, 64 keys.
+    const std::size_t diagonal = 16 * (16 + 32 + 48 + 64);
+    CHECK(multiply_adds(32) == 2ull * B * H * (16 * (16 + 32 + 47 + 47) + 3 * 16 * 4 * 47) * dh);
+    CHECK(multiply_adds(0) == 2ull * B * H * (64 * (0 + 64 + 128 + 192) + 4 * diagonal) * dh);
     CHECK(multiply_adds(1000) == multiply_adds(0));
     CHECK(3 * multiply_adds(16) < 2 * multiply_adds(0));
 }
