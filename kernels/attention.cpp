@@ -13,11 +13,14 @@
 //             dV_u += P^T dO_t,  dP = dO_t V_u^T,  dS = scale P (dP - D)
 //             dQ_t += dS K_u,    dK_u += dS^T Q_t
 //
-// Only the key tiles between a query tile's first row's first visible key and its last row's last one are
-// touched, forward or backward: with a causal mask about half the work when Tq = Tk; with a sliding window
-// w, about Tq (w + tile_q) key visits instead of Tq Tk / 2. A row with no visible key never enters the sums:
-// output 0, lse -inf, and no gradient. The forward splits (batch, head, query tile) across threads; the
-// backward splits (batch, key/value head), so each thread owns the dK and dV it accumulates into.
+// Only the keys between a query tile's first row's first visible key and its last row's last one are
+// touched, forward or backward, and the band's edges (the triangles on the causal diagonal, and on the
+// window's far side) in row strips with their own key ranges (visibility::for_each_block): with a causal
+// mask about half the work when Tq = Tk; with a sliding window w, about Tq (w + strip_rows) key visits
+// instead of Tq Tk / 2. A row with no visible key never enters the sums: output 0, lse -inf, and no
+// gradient. The forward splits (batch, head) across threads; the backward splits (batch, key/value
+// head), so each thread owns the dK and dV it accumulates into. Each work item transposes its key/value
+// head once (K^T for S = Q K^T, V^T for dP = dO V^T), so that every product reads plain operands.
 //
 // At bf16 matmul precision (kernels/precision.hpp) every tile product takes bfloat16 operands: Q, K, V
 // and dO are rounded once per call, each P and dS tile once where it is made, and the tile products then
@@ -42,8 +45,8 @@ namespace xgrad::kernels
 namespace
 {
 constexpr std::size_t tile_q = 64, tile_k = 64;
-// The rows of the strips that cover a causal band's edges, and the narrowest chunk of keys worth a product of
-// a whole tile's rows (for_each_block).
+// The rows of the strips that cover a causal band's edges, and the narrowest chunk of keys worth a product
+// of a whole tile's rows (for_each_block). Strips of 8 rows visit fewer keys but ran slower (w = 128).
 constexpr std::size_t strip_rows = 16, min_chunk = 16;
 // Below this many multiply-adds, waking threads costs more than it saves.
 constexpr std::uint64_t parallel_threshold = 1 << 21;
@@ -265,14 +268,15 @@ struct transposed_head
     }
 };
 
-// One query head's operands: its batch b and head h, its key/value head's rows of V (and K) and K^T (and
-// V^T, in the backward), the transposes' row length.
+// One query head's operands: its batch b and head h, its key/value head's rows of K and V, and K^T (and
+// V^T, in the backward) with their row length.
 template <class T>
 struct head_operands
 {
     std::size_t b, h;
-    const T *k, *v, *k_t, *v_t;
-    std::size_t t_ld;
+    const T *k, *v;
+    const T *k_t = nullptr, *v_t = nullptr;
+    std::size_t t_ld = 0;
 };
 
 // One query row's online softmax over the scores s[0, cols) of keys j0 .. j0 + cols (see the top of the
@@ -302,8 +306,8 @@ bool online_softmax_row(const visibility& vis, T* s, std::size_t cols, std::size
 }
 
 template <class T>
-void forward_tile(const visibility& vis, const product_operands<T>& in, const head_operands<T>& x, std::size_t i0,
-                  T* out, T* lse)
+void forward_tile(const visibility& vis, const product_operands<T>& in, const head_operands<T>& x,
+                  std::size_t i0, T* out, T* lse)
 {
     const std::size_t dh = vis.dh, rows = std::min(tile_q, vis.Tq - i0);
     const std::size_t qs = vis.q_stride(), ks = vis.kv_stride();
@@ -327,7 +331,9 @@ void forward_tile(const visibility& vis, const product_operands<T>& in, const he
 
     vis.for_each_block(i0, rows, [&](std::size_t r0, std::size_t n, key_range keys) {
         const std::size_t j0 = keys.begin, cols = keys.size();
-        gemm(false, false, n, cols, dh, q_tile + r0 * qs, qs, x.k_t + j0, x.t_ld, T(0), s, tile_k);  // S = Q K^T
+        const T* q_rows = q_tile + r0 * qs;
+        T* o_rows = o_tile + r0 * qs;
+        gemm(false, false, n, cols, dh, q_rows, qs, x.k_t + j0, x.t_ld, T(0), s, tile_k);  // S = Q K^T
         for (std::size_t r = r0; r < r0 + n; ++r)
         {
             const std::size_t i = i0 + r;
@@ -338,7 +344,7 @@ void forward_tile(const visibility& vis, const product_operands<T>& in, const he
             }
         }
         in.round_tile(s, n, cols);
-        gemm(false, false, n, dh, cols, s, tile_k, x.v + j0 * ks, ks, T(1), o_tile + r0 * qs, qs);  // O += P V
+        gemm(false, false, n, dh, cols, s, tile_k, x.v + j0 * ks, ks, T(1), o_rows, qs);  // O += P V
     });
     for (std::size_t r = 0; r < rows; ++r)
     {
@@ -360,7 +366,7 @@ void forward_head(const visibility& vis, const product_operands<T>& in, T* out, 
 {
     const std::size_t b = item / vis.H, h = item % vis.H, g = h / (vis.H / vis.G);
     thread_local transposed_head<T> k_t;
-    head_operands<T> x{b, h, in.k + vis.kv_offset(b, g, 0), in.v + vis.kv_offset(b, g, 0), nullptr, nullptr, 0};
+    head_operands<T> x{b, h, in.k + vis.kv_offset(b, g, 0), in.v + vis.kv_offset(b, g, 0)};
     x.k_t = k_t.of(x.k, vis.kv_stride(), vis.Tk, vis.dh);
     x.t_ld = k_t.ld;
     for (std::size_t i0 = 0; i0 < vis.Tq; i0 += tile_q)
@@ -379,7 +385,7 @@ void zero_rows(T* first, std::size_t rows, std::size_t stride, std::size_t dh)
     }
 }
 
-// Row r of a block's P and dS from its S (in p) and dP (in ds): P = exp(scale S - lse) on the visible
+// One row of a block's P and dS from its S (in p) and dP (in ds): P = exp(scale S - lse) on the visible
 // columns, dS = scale P (dP - D) there; both 0 elsewhere. The softmax backward: dS_ij = P_ij (dP_ij - D_i)
 // with D_i = sum_j P_ij dP_ij = dO_i . O_i, times the scale that S entered the softmax with.
 template <class T>
@@ -402,9 +408,12 @@ void probabilities_and_score_gradients(const visibility& vis, T* p, T* ds, std::
     }
 }
 
+// The backward rules of the top of the file for one query tile, block by block: adds its rows' dQ and
+// its keys' dK and dV (the rows of x's key/value head) to what the other tiles gave.
 template <class T>
-void backward_tile(const visibility& vis, const product_operands<T>& in, const head_operands<T>& x, std::size_t i0,
-                   const T* out, const T* lse, const T* grad_out, T* dq, T* dk_head, T* dv_head)
+void backward_tile(const visibility& vis, const product_operands<T>& in, const head_operands<T>& x,
+                   std::size_t i0, const T* out, const T* lse, const T* grad_out, T* dq, T* dk_head,
+                   T* dv_head)
 {
     const std::size_t dh = vis.dh, rows = std::min(tile_q, vis.Tq - i0), bh = x.b * vis.H + x.h;
     const std::size_t qs = vis.q_stride(), ks = vis.kv_stride(), offset = vis.q_offset(x.b, x.h, i0);
@@ -435,9 +444,10 @@ void backward_tile(const visibility& vis, const product_operands<T>& in, const h
         }
         in.round_tile(p, n, cols);
         in.round_tile(dp, n, cols);
-        gemm(true, false, cols, dh, n, p, tile_k, do_rows, qs, T(1), dv_head + j0 * ks, ks);        // dV += P^T dO
-        gemm(false, false, n, dh, cols, dp, tile_k, x.k + j0 * ks, ks, T(1), dq_tile + r0 * qs, qs);  // dQ += dS K
-        gemm(true, false, cols, dh, n, dp, tile_k, q_rows, qs, T(1), dk_head + j0 * ks, ks);        // dK += dS^T Q
+        T *dq_rows = dq_tile + r0 * qs, *dk_rows = dk_head + j0 * ks, *dv_rows = dv_head + j0 * ks;
+        gemm(true, false, cols, dh, n, p, tile_k, do_rows, qs, T(1), dv_rows, ks);        // dV += P^T dO
+        gemm(false, false, n, dh, cols, dp, tile_k, x.k + j0 * ks, ks, T(1), dq_rows, qs);  // dQ += dS K
+        gemm(true, false, cols, dh, n, dp, tile_k, q_rows, qs, T(1), dk_rows, ks);        // dK += dS^T Q
     });
 }
 
@@ -449,7 +459,7 @@ void backward_group(const visibility& vis, const product_operands<T>& in, const 
 {
     const std::size_t b = item / vis.G, g = item % vis.G, per_group = vis.H / vis.G;
     thread_local transposed_head<T> k_t, v_t;
-    head_operands<T> x{b, 0, in.k + vis.kv_offset(b, g, 0), in.v + vis.kv_offset(b, g, 0), nullptr, nullptr, 0};
+    head_operands<T> x{b, 0, in.k + vis.kv_offset(b, g, 0), in.v + vis.kv_offset(b, g, 0)};
     x.k_t = k_t.of(x.k, vis.kv_stride(), vis.Tk, vis.dh);
     x.v_t = v_t.of(x.v, vis.kv_stride(), vis.Tk, vis.dh);
     x.t_ld = k_t.ld;
@@ -471,8 +481,9 @@ std::uint64_t visited_multiply_adds(const visibility& vis)
     std::uint64_t pairs = 0;  // (query, key) pairs in the blocks of all query tiles of one head
     for (std::size_t i0 = 0; i0 < vis.Tq; i0 += tile_q)
     {
-        vis.for_each_block(i0, std::min(tile_q, vis.Tq - i0), [&](std::size_t, std::size_t rows, key_range keys) {
-            pairs += static_cast<std::uint64_t>(rows) * keys.size();
+        const std::size_t rows = std::min(tile_q, vis.Tq - i0);
+        vis.for_each_block(i0, rows, [&](std::size_t, std::size_t n, key_range keys) {
+            pairs += static_cast<std::uint64_t>(n) * keys.size();
         });
     }
     return 2 * pairs * vis.dh * vis.B * vis.H;  // S = Q K^T and P V
