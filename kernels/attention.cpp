@@ -128,6 +128,12 @@ struct visibility
     std::size_t q_stride() const { return token_major ? H * dh : dh; }
     std::size_t kv_stride() const { return token_major ? G * dh : dh; }
 
+    // The keys any query of a head may see: from the first query's first to the last one's last.
+    key_range head_keys() const
+    {
+        return Tq == 0 ? key_range{0, 0} : key_range{keys(0).begin, keys(Tq - 1).end};
+    }
+
     // The blocks of one query tile (`rows` rows from i0): each a product of some of its rows against a
     // range of at most tile_k keys, passed to visit(first row, rows, keys); together they hold every
     // visible (row, key) pair once. The keys that every row of the tile sees (the core; all of them
@@ -239,28 +245,29 @@ struct product_operands
 
 // X^T of one key/value head (its keys or its values), made once per work item in the thread's buffer, so
 // that S = Q K^T and dP = dO V^T read plain operands instead of the GEMM transposing each key tile again for
-// every query tile that visits it. X^T(c, j) at c ld + j; ld is padded off a multiple of 4 KiB, so that a
-// product's dh rows do not all fall into the same cache sets.
+// every query tile that visits it. Only the keys the head's queries may see are transposed (a window's w
+// when decoding over a long cache): X^T(c, j) at c ld + j - keys.begin; ld is padded off a multiple of
+// 4 KiB, so that a product's dh rows do not all fall into the same cache sets.
 template <class T>
 struct transposed_head
 {
     std::vector<T> buffer;
     std::size_t ld = 0;
 
-    // x: the head's Tk rows of dh entries, row stride `stride`.
-    const T* of(const T* x, std::size_t stride, std::size_t tk, std::size_t dh)
+    // x: the head's rows of dh entries, row stride `stride`; the rows `keys` are transposed.
+    const T* of(const T* x, std::size_t stride, key_range keys, std::size_t dh)
     {
         constexpr std::size_t block = 8;  // keys at a time: their rows stay in L1 while read column-wise
-        ld = (tk + 15) / 16 * 16 + 16;
+        ld = (keys.size() + 15) / 16 * 16 + 16;
         T* out = grown(buffer, dh * ld);
-        for (std::size_t j0 = 0; j0 < tk; j0 += block)
+        for (std::size_t j0 = keys.begin; j0 < keys.end; j0 += block)
         {
-            const std::size_t j1 = std::min(tk, j0 + block);
+            const std::size_t j1 = std::min(keys.end, j0 + block);
             for (std::size_t c = 0; c < dh; ++c)
             {
                 for (std::size_t j = j0; j < j1; ++j)
                 {
-                    out[c * ld + j] = x[j * stride + c];
+                    out[c * ld + j - keys.begin] = x[j * stride + c];
                 }
             }
         }
@@ -269,14 +276,17 @@ struct transposed_head
 };
 
 // One query head's operands: its batch b and head h, its key/value head's rows of K and V, and K^T (and
-// V^T, in the backward) with their row length.
+// V^T, in the backward) from key t_first on, with their row length.
 template <class T>
 struct head_operands
 {
     std::size_t b, h;
     const T *k, *v;
     const T *k_t = nullptr, *v_t = nullptr;
-    std::size_t t_ld = 0;
+    std::size_t t_first = 0, t_ld = 0;
+
+    const T* k_t_from(std::size_t j) const { return k_t + (j - t_first); }  // K^T's column of key j
+    const T* v_t_from(std::size_t j) const { return v_t + (j - t_first); }
 };
 
 // One query row's online softmax over the scores s[0, cols) of keys j0 .. j0 + cols (see the top of the
@@ -333,7 +343,7 @@ void forward_tile(const visibility& vis, const product_operands<T>& in, const he
         const std::size_t j0 = keys.begin, cols = keys.size();
         const T* q_rows = q_tile + r0 * qs;
         T* o_rows = o_tile + r0 * qs;
-        gemm(false, false, n, cols, dh, q_rows, qs, x.k_t + j0, x.t_ld, T(0), s, tile_k);  // S = Q K^T
+        gemm(false, false, n, cols, dh, q_rows, qs, x.k_t_from(j0), x.t_ld, T(0), s, tile_k);  // S = Q K^T
         for (std::size_t r = r0; r < r0 + n; ++r)
         {
             const std::size_t i = i0 + r;
@@ -367,7 +377,8 @@ void forward_head(const visibility& vis, const product_operands<T>& in, T* out, 
     const std::size_t b = item / vis.H, h = item % vis.H, g = h / (vis.H / vis.G);
     thread_local transposed_head<T> k_t;
     head_operands<T> x{b, h, in.k + vis.kv_offset(b, g, 0), in.v + vis.kv_offset(b, g, 0)};
-    x.k_t = k_t.of(x.k, vis.kv_stride(), vis.Tk, vis.dh);
+    x.t_first = vis.head_keys().begin;
+    x.k_t = k_t.of(x.k, vis.kv_stride(), vis.head_keys(), vis.dh);
     x.t_ld = k_t.ld;
     for (std::size_t i0 = 0; i0 < vis.Tq; i0 += tile_q)
     {
@@ -434,8 +445,9 @@ void backward_tile(const visibility& vis, const product_operands<T>& in, const h
     vis.for_each_block(i0, rows, [&](std::size_t r0, std::size_t n, key_range keys) {
         const std::size_t j0 = keys.begin, cols = keys.size();
         const T *q_rows = q_tile + r0 * qs, *do_rows = do_tile + r0 * qs;
-        gemm(false, false, n, cols, dh, q_rows, qs, x.k_t + j0, x.t_ld, T(0), p, tile_k);   // S = Q K^T
-        gemm(false, false, n, cols, dh, do_rows, qs, x.v_t + j0, x.t_ld, T(0), dp, tile_k);  // dP = dO V^T
+        const T *k_t = x.k_t_from(j0), *v_t = x.v_t_from(j0);
+        gemm(false, false, n, cols, dh, q_rows, qs, k_t, x.t_ld, T(0), p, tile_k);    // S = Q K^T
+        gemm(false, false, n, cols, dh, do_rows, qs, v_t, x.t_ld, T(0), dp, tile_k);  // dP = dO V^T
         for (std::size_t r = r0; r < r0 + n; ++r)
         {
             const std::size_t i = i0 + r;
@@ -460,8 +472,9 @@ void backward_group(const visibility& vis, const product_operands<T>& in, const 
     const std::size_t b = item / vis.G, g = item % vis.G, per_group = vis.H / vis.G;
     thread_local transposed_head<T> k_t, v_t;
     head_operands<T> x{b, 0, in.k + vis.kv_offset(b, g, 0), in.v + vis.kv_offset(b, g, 0)};
-    x.k_t = k_t.of(x.k, vis.kv_stride(), vis.Tk, vis.dh);
-    x.v_t = v_t.of(x.v, vis.kv_stride(), vis.Tk, vis.dh);
+    x.t_first = vis.head_keys().begin;
+    x.k_t = k_t.of(x.k, vis.kv_stride(), vis.head_keys(), vis.dh);
+    x.v_t = v_t.of(x.v, vis.kv_stride(), vis.head_keys(), vis.dh);
     x.t_ld = k_t.ld;
     T* dk_head = dk + vis.kv_offset(b, g, 0);
     T* dv_head = dv + vis.kv_offset(b, g, 0);
