@@ -13,11 +13,14 @@
 //             dV_u += P^T dO_t,  dP = dO_t V_u^T,  dS = scale P (dP - D)
 //             dQ_t += dS K_u,    dK_u += dS^T Q_t
 //
-// Only the key tiles between a query tile's first row's first visible key and its last row's last one are
-// touched, forward or backward: with a causal mask about half the work when Tq = Tk; with a sliding window
-// w, about Tq (w + tile_q) key visits instead of Tq Tk / 2. A row with no visible key never enters the sums:
-// output 0, lse -inf, and no gradient. The forward splits (batch, head, query tile) across threads; the
-// backward splits (batch, key/value head), so each thread owns the dK and dV it accumulates into.
+// Only the keys between a query tile's first row's first visible key and its last row's last one are
+// touched, forward or backward, and the band's edges (the triangles on the causal diagonal, and on the
+// window's far side) in row strips with their own key ranges (visibility::for_each_block): with a causal
+// mask about half the work when Tq = Tk; with a sliding window w, about Tq (w + strip_rows) key visits
+// instead of Tq Tk / 2. A row with no visible key never enters the sums: output 0, lse -inf, and no
+// gradient. The forward splits (batch, head) across threads; the backward splits (batch, key/value
+// head), so each thread owns the dK and dV it accumulates into. Each work item transposes its key/value
+// head once (K^T for S = Q K^T, V^T for dP = dO V^T), so that every product reads plain operands.
 //
 // At bf16 matmul precision (kernels/precision.hpp) every tile product takes bfloat16 operands: Q, K, V
 // and dO are rounded once per call, each P and dS tile once where it is made, and the tile products then
@@ -42,6 +45,9 @@ namespace xgrad::kernels
 namespace
 {
 constexpr std::size_t tile_q = 64, tile_k = 64;
+// The rows of the strips that cover a causal band's edges, and the narrowest chunk of keys worth a product
+// of a whole tile's rows (for_each_block). Strips of 8 rows visit fewer keys but ran slower (w = 128).
+constexpr std::size_t strip_rows = 16, min_chunk = 16;
 // Below this many multiply-adds, waking threads costs more than it saves.
 constexpr std::uint64_t parallel_threshold = 1 << 21;
 
@@ -122,12 +128,59 @@ struct visibility
     std::size_t q_stride() const { return token_major ? H * dh : dh; }
     std::size_t kv_stride() const { return token_major ? G * dh : dh; }
 
-    std::size_t query_tiles() const { return (Tq + tile_q - 1) / tile_q; }
-    // The keys a query tile of `rows` rows from i0 visits: from its first row's first visible key to its
-    // last row's last (both ends grow with i). Key tiles outside are never touched.
-    key_range tile_keys(std::size_t i0, std::size_t rows) const
+    // The keys any query of a head may see: from the first query's first to the last one's last.
+    key_range head_keys() const
     {
-        return {keys(i0).begin, keys(i0 + rows - 1).end};
+        return Tq == 0 ? key_range{0, 0} : key_range{keys(0).begin, keys(Tq - 1).end};
+    }
+
+    // The blocks of one query tile (`rows` rows from i0): each a product of some of its rows against a
+    // range of at most tile_k keys, passed to visit(first row, rows, keys); together they hold every
+    // visible (row, key) pair once. The keys that every row of the tile sees (the core; all of them
+    // without a causal band) go in products of all its rows. The edges on either side, the band's
+    // triangles, go in strips of strip_rows rows, each with its own key range, from its first row's first
+    // visible key or to its last row's last: a row visits about as many keys as it sees, not w + 63.
+    // A core's last chunk narrower than min_chunk joins the right edge's strips.
+    template <class F>
+    void for_each_block(std::size_t i0, std::size_t rows, F&& visit) const
+    {
+        const std::size_t last = i0 + rows - 1;
+        const key_range core{keys(last).begin, keys(i0).end};
+        if (core.empty())  // no key seen by every row (a band narrower than the tile): strips only
+        {
+            for_each_strip(rows, [&](std::size_t r0, std::size_t n) {
+                chunked(r0, n, {keys(i0 + r0).begin, keys(i0 + r0 + n - 1).end}, visit);
+            });
+            return;
+        }
+        const bool right_edge = keys(last).end > core.end;
+        const std::size_t cut = right_edge && core.size() % tile_k < min_chunk
+                                    ? core.begin + core.size() / tile_k * tile_k
+                                    : core.end;
+        chunked(0, rows, {core.begin, cut}, visit);
+        for_each_strip(rows, [&](std::size_t r0, std::size_t n) {
+            chunked(r0, n, {keys(i0 + r0).begin, core.begin}, visit);
+            chunked(r0, n, {cut, keys(i0 + r0 + n - 1).end}, visit);
+        });
+    }
+
+    template <class F>
+    static void for_each_strip(std::size_t rows, F&& strip)
+    {
+        for (std::size_t r0 = 0; r0 < rows; r0 += strip_rows)
+        {
+            strip(r0, std::min(strip_rows, rows - r0));
+        }
+    }
+
+    // visit(r0, rows, chunk) for the chunks of at most tile_k keys that `keys` splits into.
+    template <class F>
+    static void chunked(std::size_t r0, std::size_t rows, key_range keys, F&& visit)
+    {
+        for (std::size_t j0 = keys.begin; j0 < keys.end; j0 += tile_k)
+        {
+            visit(r0, rows, key_range{j0, std::min(keys.end, j0 + tile_k)});
+        }
     }
 };
 
@@ -190,19 +243,87 @@ struct product_operands
     }
 };
 
+// X^T of one key/value head (its keys or its values), made once per work item in the thread's buffer, so
+// that S = Q K^T and dP = dO V^T read plain operands instead of the GEMM transposing each key tile again for
+// every query tile that visits it. Only the keys the head's queries may see are transposed (a window's w
+// when decoding over a long cache): X^T(c, j) at c ld + j - keys.begin; ld is padded off a multiple of
+// 4 KiB, so that a product's dh rows do not all fall into the same cache sets.
 template <class T>
-void forward_tile(const visibility& vis, const product_operands<T>& in, T* out, T* lse, std::size_t item)
+struct transposed_head
 {
-    const std::size_t tiles = vis.query_tiles();
-    const std::size_t bh = item / tiles, i0 = (item % tiles) * tile_q;
-    const std::size_t b = bh / vis.H, h = bh % vis.H, g = h / (vis.H / vis.G), dh = vis.dh;
-    const std::size_t rows = std::min(tile_q, vis.Tq - i0);
-    const T scale = T(1) / std::sqrt(static_cast<T>(dh));
+    std::vector<T> buffer;
+    std::size_t ld = 0;
+
+    // x: the head's rows of dh entries, row stride `stride`; the rows `keys` are transposed.
+    const T* of(const T* x, std::size_t stride, key_range keys, std::size_t dh)
+    {
+        constexpr std::size_t block = 8;  // keys at a time: their rows stay in L1 while read column-wise
+        ld = (keys.size() + 15) / 16 * 16 + 16;
+        T* out = grown(buffer, dh * ld);
+        for (std::size_t j0 = keys.begin; j0 < keys.end; j0 += block)
+        {
+            const std::size_t j1 = std::min(keys.end, j0 + block);
+            for (std::size_t c = 0; c < dh; ++c)
+            {
+                for (std::size_t j = j0; j < j1; ++j)
+                {
+                    out[c * ld + j - keys.begin] = x[j * stride + c];
+                }
+            }
+        }
+        return out;
+    }
+};
+
+// One query head's operands: its batch b and head h, its key/value head's rows of K and V, and K^T (and
+// V^T, in the backward) from key t_first on, with their row length.
+template <class T>
+struct head_operands
+{
+    std::size_t b, h;
+    const T *k, *v;
+    const T *k_t = nullptr, *v_t = nullptr;
+    std::size_t t_first = 0, t_ld = 0;
+
+    const T* k_t_from(std::size_t j) const { return k_t + (j - t_first); }  // K^T's column of key j
+    const T* v_t_from(std::size_t j) const { return v_t + (j - t_first); }
+};
+
+// One query row's online softmax over the scores s[0, cols) of keys j0 .. j0 + cols (see the top of the
+// file): m and l are its running maximum (scaled) and sum, o its output row, accumulated unnormalised.
+// Leaves P in s (0 outside the visible columns). Returns whether the row saw a visible key here.
+template <class T>
+bool online_softmax_row(const visibility& vis, T* s, std::size_t cols, std::size_t j0, std::size_t i,
+                        const bool* mask_row, T scale, T& m, T& l, T* o)
+{
+    const key_range visible = vis.visible_columns(s, cols, j0, i, mask_row);
+    if (visible.empty())
+    {
+        std::fill(s, s + cols, T(0));  // nothing visible here: P = 0, the row's state unchanged
+        return false;
+    }
+    T* p_visible = s + visible.begin;
+    const T new_max = std::max(m, scale * simd::max_of(p_visible, visible.size()));
+    const T shrink = std::exp(m - new_max);  // 0 on the row's first visible chunk
+    const T sum = simd::exp_sum(p_visible, visible.size(), scale, new_max);
+    l = l * shrink + sum;
+    m = new_max;
+    if (shrink != T(1))
+    {
+        simd::scale_in_place(o, vis.dh, shrink);
+    }
+    return true;
+}
+
+template <class T>
+void forward_tile(const visibility& vis, const product_operands<T>& in, const head_operands<T>& x,
+                  std::size_t i0, T* out, T* lse)
+{
+    const std::size_t dh = vis.dh, rows = std::min(tile_q, vis.Tq - i0);
     const std::size_t qs = vis.q_stride(), ks = vis.kv_stride();
-    const T* q_tile = in.q + vis.q_offset(b, h, i0);
-    const T* k_head = in.k + vis.kv_offset(b, g, 0);
-    const T* v_head = in.v + vis.kv_offset(b, g, 0);
-    T* o_tile = out + vis.q_offset(b, h, i0);
+    const T scale = T(1) / std::sqrt(static_cast<T>(dh));
+    const T* q_tile = in.q + vis.q_offset(x.b, x.h, i0);
+    T* o_tile = out + vis.q_offset(x.b, x.h, i0);
 
     thread_local std::vector<T> s_buffer, stats;
     thread_local std::vector<char> seen_buffer;
@@ -218,39 +339,26 @@ void forward_tile(const visibility& vis, const product_operands<T>& in, T* out, 
         std::fill(o_tile + r * qs, o_tile + r * qs + dh, T(0));
     }
 
-    const key_range keys = vis.tile_keys(i0, rows);
-    for (std::size_t j0 = keys.begin; j0 < keys.end; j0 += tile_k)
-    {
-        const std::size_t cols = std::min(tile_k, keys.end - j0);
-        gemm(false, true, rows, cols, dh, q_tile, qs, k_head + j0 * ks, ks, T(0), s, tile_k);  // S = Q K^T
-        for (std::size_t r = 0; r < rows; ++r)
+    vis.for_each_block(i0, rows, [&](std::size_t r0, std::size_t n, key_range keys) {
+        const std::size_t j0 = keys.begin, cols = keys.size();
+        const T* q_rows = q_tile + r0 * qs;
+        T* o_rows = o_tile + r0 * qs;
+        gemm(false, false, n, cols, dh, q_rows, qs, x.k_t_from(j0), x.t_ld, T(0), s, tile_k);  // S = Q K^T
+        for (std::size_t r = r0; r < r0 + n; ++r)
         {
-            T* row = s + r * tile_k;
             const std::size_t i = i0 + r;
-            const key_range visible = vis.visible_columns(row, cols, j0, i, vis.mask_row(b, h, i));
-            if (visible.empty())
+            if (online_softmax_row(vis, s + (r - r0) * tile_k, cols, j0, i, vis.mask_row(x.b, x.h, i), scale,
+                                   m[r], l[r], o_tile + r * qs))
             {
-                std::fill(row, row + cols, T(0));  // nothing visible here: P = 0, the row's state unchanged
-                continue;
-            }
-            seen[r] = 1;
-            T* p_visible = row + visible.begin;
-            const T new_max = std::max(m[r], scale * simd::max_of(p_visible, visible.size()));
-            const T shrink = std::exp(m[r] - new_max);  // 0 on the row's first visible tile
-            const T sum = simd::exp_sum(p_visible, visible.size(), scale, new_max);
-            l[r] = l[r] * shrink + sum;
-            m[r] = new_max;
-            if (shrink != T(1))
-            {
-                simd::scale_in_place(o_tile + r * qs, dh, shrink);
+                seen[r] = 1;
             }
         }
-        in.round_tile(s, rows, cols);
-        gemm(false, false, rows, dh, cols, s, tile_k, v_head + j0 * ks, ks, T(1), o_tile, qs);  // O += P V
-    }
+        in.round_tile(s, n, cols);
+        gemm(false, false, n, dh, cols, s, tile_k, x.v + j0 * ks, ks, T(1), o_rows, qs);  // O += P V
+    });
     for (std::size_t r = 0; r < rows; ++r)
     {
-        T& row_lse = lse[bh * vis.Tq + i0 + r];
+        T& row_lse = lse[(x.b * vis.H + x.h) * vis.Tq + i0 + r];
         if (!seen[r])
         {
             std::fill(o_tile + r * qs, o_tile + r * qs + dh, T(0));
@@ -262,83 +370,136 @@ void forward_tile(const visibility& vis, const product_operands<T>& in, T* out, 
     }
 }
 
-// The backward of every query head of one (batch, key/value head) pair.
+// Every query tile of one (batch, query head), item = b H + h.
 template <class T>
-void backward_group(const visibility& vis, const product_operands<T>& in, const T* out, const T* lse,
-                    const T* grad_out, T* dq, T* dk, T* dv, std::size_t item)
+void forward_head(const visibility& vis, const product_operands<T>& in, T* out, T* lse, std::size_t item)
 {
-    const std::size_t b = item / vis.G, g = item % vis.G, dh = vis.dh, per_group = vis.H / vis.G;
+    const std::size_t b = item / vis.H, h = item % vis.H, g = h / (vis.H / vis.G);
+    thread_local transposed_head<T> k_t;
+    head_operands<T> x{b, h, in.k + vis.kv_offset(b, g, 0), in.v + vis.kv_offset(b, g, 0)};
+    x.t_first = vis.head_keys().begin;
+    x.k_t = k_t.of(x.k, vis.kv_stride(), vis.head_keys(), vis.dh);
+    x.t_ld = k_t.ld;
+    for (std::size_t i0 = 0; i0 < vis.Tq; i0 += tile_q)
+    {
+        forward_tile(vis, in, x, i0, out, lse);
+    }
+}
+
+// Sets `rows` rows of dh entries, `stride` apart, to 0.
+template <class T>
+void zero_rows(T* first, std::size_t rows, std::size_t stride, std::size_t dh)
+{
+    for (std::size_t r = 0; r < rows; ++r)
+    {
+        std::fill(first + r * stride, first + r * stride + dh, T(0));
+    }
+}
+
+// One row of a block's P and dS from its S (in p) and dP (in ds): P = exp(scale S - lse) on the visible
+// columns, dS = scale P (dP - D) there; both 0 elsewhere. The softmax backward: dS_ij = P_ij (dP_ij - D_i)
+// with D_i = sum_j P_ij dP_ij = dO_i . O_i, times the scale that S entered the softmax with.
+template <class T>
+void probabilities_and_score_gradients(const visibility& vis, T* p, T* ds, std::size_t cols, std::size_t j0,
+                                       std::size_t i, const bool* mask_row, T scale, T row_lse, T d)
+{
+    const key_range visible = vis.visible_columns(p, cols, j0, i, mask_row);
+    if (visible.empty())
+    {
+        std::fill(p, p + cols, T(0));  // P = 0 and dS = 0 on the whole row
+        std::fill(ds, ds + cols, T(0));
+        return;
+    }
+    std::fill(ds, ds + visible.begin, T(0));
+    std::fill(ds + visible.end, ds + cols, T(0));
+    simd::exp_sum(p + visible.begin, visible.size(), scale, row_lse);  // P = exp(scale S - lse)
+    for (std::size_t c = visible.begin; c < visible.end; ++c)
+    {
+        ds[c] = scale * p[c] * (ds[c] - d);  // dS = scale P (dP - D)
+    }
+}
+
+// The backward rules of the top of the file for one query tile, block by block: adds its rows' dQ and
+// its keys' dK and dV (the rows of x's key/value head) to what the other tiles gave.
+template <class T>
+void backward_tile(const visibility& vis, const product_operands<T>& in, const head_operands<T>& x,
+                   std::size_t i0, const T* out, const T* lse, const T* grad_out, T* dq, T* dk_head,
+                   T* dv_head)
+{
+    const std::size_t dh = vis.dh, rows = std::min(tile_q, vis.Tq - i0), bh = x.b * vis.H + x.h;
+    const std::size_t qs = vis.q_stride(), ks = vis.kv_stride(), offset = vis.q_offset(x.b, x.h, i0);
     const T scale = T(1) / std::sqrt(static_cast<T>(dh));
-    const std::size_t qs = vis.q_stride(), ks = vis.kv_stride();
-    const T* k_head = in.k + vis.kv_offset(b, g, 0);
-    const T* v_head = in.v + vis.kv_offset(b, g, 0);
-    T* dk_head = dk + vis.kv_offset(b, g, 0);
-    T* dv_head = dv + vis.kv_offset(b, g, 0);
+    const T* q_tile = in.q + offset;
+    const T* do_tile = in.grad_out + offset;  // dO as the products read it
+    T* dq_tile = dq + offset;
 
     thread_local std::vector<T> p_buffer, dp_buffer, d_buffer;
     T* p = grown(p_buffer, tile_q * tile_k);
     T* dp = grown(dp_buffer, tile_q * tile_k);
     T* d = grown(d_buffer, tile_q);
-    for (std::size_t h = g * per_group; h < (g + 1) * per_group; ++h)
+    zero_rows(dq_tile, rows, qs, dh);  // the tile's dQ, just before the blocks add to it
+    for (std::size_t r = 0; r < rows; ++r)
     {
-        const std::size_t bh = b * vis.H + h;
+        d[r] = simd::dot(grad_out + offset + r * qs, out + offset + r * qs, dh);  // D_i = dO_i . O_i
+    }
+    vis.for_each_block(i0, rows, [&](std::size_t r0, std::size_t n, key_range keys) {
+        const std::size_t j0 = keys.begin, cols = keys.size();
+        const T *q_rows = q_tile + r0 * qs, *do_rows = do_tile + r0 * qs;
+        const T *k_t = x.k_t_from(j0), *v_t = x.v_t_from(j0);
+        gemm(false, false, n, cols, dh, q_rows, qs, k_t, x.t_ld, T(0), p, tile_k);    // S = Q K^T
+        gemm(false, false, n, cols, dh, do_rows, qs, v_t, x.t_ld, T(0), dp, tile_k);  // dP = dO V^T
+        for (std::size_t r = r0; r < r0 + n; ++r)
+        {
+            const std::size_t i = i0 + r;
+            probabilities_and_score_gradients(vis, p + (r - r0) * tile_k, dp + (r - r0) * tile_k, cols, j0, i,
+                                              vis.mask_row(x.b, x.h, i), scale, lse[bh * vis.Tq + i], d[r]);
+        }
+        in.round_tile(p, n, cols);
+        in.round_tile(dp, n, cols);
+        T *dq_rows = dq_tile + r0 * qs, *dk_rows = dk_head + j0 * ks, *dv_rows = dv_head + j0 * ks;
+        gemm(true, false, cols, dh, n, p, tile_k, do_rows, qs, T(1), dv_rows, ks);        // dV += P^T dO
+        gemm(false, false, n, dh, cols, dp, tile_k, x.k + j0 * ks, ks, T(1), dq_rows, qs);  // dQ += dS K
+        gemm(true, false, cols, dh, n, dp, tile_k, q_rows, qs, T(1), dk_rows, ks);        // dK += dS^T Q
+    });
+}
+
+// The backward of every query head of one (batch, key/value head) pair, item = b G + g: the thread owns
+// the dK and dV rows of that head.
+template <class T>
+void backward_group(const visibility& vis, const product_operands<T>& in, const T* out, const T* lse,
+                    const T* grad_out, T* dq, T* dk, T* dv, std::size_t item)
+{
+    const std::size_t b = item / vis.G, g = item % vis.G, per_group = vis.H / vis.G;
+    thread_local transposed_head<T> k_t, v_t;
+    head_operands<T> x{b, 0, in.k + vis.kv_offset(b, g, 0), in.v + vis.kv_offset(b, g, 0)};
+    x.t_first = vis.head_keys().begin;
+    x.k_t = k_t.of(x.k, vis.kv_stride(), vis.head_keys(), vis.dh);
+    x.v_t = v_t.of(x.v, vis.kv_stride(), vis.head_keys(), vis.dh);
+    x.t_ld = k_t.ld;
+    T* dk_head = dk + vis.kv_offset(b, g, 0);
+    T* dv_head = dv + vis.kv_offset(b, g, 0);
+    zero_rows(dk_head, vis.Tk, vis.kv_stride(), vis.dh);
+    zero_rows(dv_head, vis.Tk, vis.kv_stride(), vis.dh);
+    for (x.h = g * per_group; x.h < (g + 1) * per_group; ++x.h)
+    {
         for (std::size_t i0 = 0; i0 < vis.Tq; i0 += tile_q)
         {
-            const std::size_t rows = std::min(tile_q, vis.Tq - i0);
-            const std::size_t offset = vis.q_offset(b, h, i0);
-            const T* q_tile = in.q + offset;
-            const T* do_tile = in.grad_out + offset;  // dO as the products read it
-            T* dq_tile = dq + offset;
-            for (std::size_t r = 0; r < rows; ++r)
-            {
-                d[r] = simd::dot(grad_out + offset + r * qs, out + offset + r * qs, dh);  // D_i = dO_i . O_i
-            }
-            const key_range keys = vis.tile_keys(i0, rows);
-            for (std::size_t j0 = keys.begin; j0 < keys.end; j0 += tile_k)
-            {
-                const std::size_t cols = std::min(tile_k, keys.end - j0);
-                gemm(false, true, rows, cols, dh, q_tile, qs, k_head + j0 * ks, ks, T(0), p, tile_k);  // S = Q K^T
-                gemm(false, true, rows, cols, dh, do_tile, qs, v_head + j0 * ks, ks, T(0), dp, tile_k);  // dP = dO V^T
-                for (std::size_t r = 0; r < rows; ++r)
-                {
-                    T* p_row = p + r * tile_k;
-                    T* ds_row = dp + r * tile_k;
-                    const std::size_t i = i0 + r;
-                    const key_range visible = vis.visible_columns(p_row, cols, j0, i, vis.mask_row(b, h, i));
-                    if (visible.empty())
-                    {
-                        std::fill(p_row, p_row + cols, T(0));  // P = 0 and dS = 0 on the whole row
-                        std::fill(ds_row, ds_row + cols, T(0));
-                        continue;
-                    }
-                    std::fill(ds_row, ds_row + visible.begin, T(0));
-                    std::fill(ds_row + visible.end, ds_row + cols, T(0));
-                    // P = exp(scale S - lse)
-                    simd::exp_sum(p_row + visible.begin, visible.size(), scale, lse[bh * vis.Tq + i]);
-                    for (std::size_t c = visible.begin; c < visible.end; ++c)
-                    {
-                        ds_row[c] = scale * p_row[c] * (ds_row[c] - d[r]);  // dS = scale P (dP - D)
-                    }
-                }
-                in.round_tile(p, rows, cols);
-                in.round_tile(dp, rows, cols);
-                gemm(true, false, cols, dh, rows, p, tile_k, do_tile, qs, T(1), dv_head + j0 * ks, ks);  // dV += P^T dO
-                gemm(false, false, rows, dh, cols, dp, tile_k, k_head + j0 * ks, ks, T(1), dq_tile, qs);  // dQ += dS K
-                gemm(true, false, cols, dh, rows, dp, tile_k, q_tile, qs, T(1), dk_head + j0 * ks, ks);  // dK += dS^T Q
-            }
+            backward_tile(vis, in, x, i0, out, lse, grad_out, dq, dk_head, dv_head);
         }
     }
 }
 
 std::uint64_t visited_multiply_adds(const visibility& vis)
 {
-    std::uint64_t keys = 0;  // sum over query tiles of rows x visited keys
+    std::uint64_t pairs = 0;  // (query, key) pairs in the blocks of all query tiles of one head
     for (std::size_t i0 = 0; i0 < vis.Tq; i0 += tile_q)
     {
         const std::size_t rows = std::min(tile_q, vis.Tq - i0);
-        keys += static_cast<std::uint64_t>(rows) * vis.tile_keys(i0, rows).size();
+        vis.for_each_block(i0, rows, [&](std::size_t, std::size_t n, key_range keys) {
+            pairs += static_cast<std::uint64_t>(n) * keys.size();
+        });
     }
-    return 2 * keys * vis.dh * vis.B * vis.H;  // S = Q K^T and P V
+    return 2 * pairs * vis.dh * vis.B * vis.H;  // S = Q K^T and P V
 }
 
 void run_items(std::size_t count, std::uint64_t work, const std::function<void(std::size_t)>& body)
@@ -378,8 +539,8 @@ attention_forward_result<T> forward_with(const visibility& vis, const array<T>& 
     T* lse = result.log_sum_exp.data();
     const product_operands<T> in(q, k, v, nullptr);
     const precision_scope tiles(matmul_precision::fp32);  // the operands are rounded already, if at all
-    run_items(vis.B * vis.H * vis.query_tiles(), result.multiply_adds, [&](std::size_t item) {
-        forward_tile(vis, in, out, lse, item);
+    run_items(vis.B * vis.H, result.multiply_adds, [&](std::size_t item) {
+        forward_head(vis, in, out, lse, item);
     });
     return result;
 }
@@ -390,9 +551,9 @@ attention_gradients<T> backward_with(const visibility& vis, const array<T>& q, c
                                      const array<T>& grad_output)
 {
     attention_gradients<T> grads;
-    grads.q = xt::zeros<T>(to_shape(q.shape()));
-    grads.k = xt::zeros<T>(to_shape(k.shape()));
-    grads.v = xt::zeros<T>(to_shape(k.shape()));
+    grads.q = array<T>::from_shape(to_shape(q.shape()));  // zeroed by backward_group, head by head
+    grads.k = array<T>::from_shape(to_shape(k.shape()));
+    grads.v = array<T>::from_shape(to_shape(k.shape()));
     const product_operands<T> in(q, k, v, &grad_output);
     const precision_scope tiles(matmul_precision::fp32);  // the operands are rounded already, if at all
     run_items(vis.B * vis.G, 2 * visited_multiply_adds(vis), [&](std::size_t item) {

@@ -116,6 +116,33 @@ void check_window_op(const window_case& c, unsigned seed)
     }
 }
 
+// The fused op in float32 = the composed graph given causal_mask(Tq, Tk, w) in float64 (values and the
+// gradients of q, k, v): the float32 kernel's own tile schedule against an independent one.
+void check_window_float32(const window_case& c, unsigned seed)
+{
+    CAPTURE(c.Tq);
+    CAPTURE(c.Tk);
+    CAPTURE(c.window);
+    const std::vector<f64> in{normal_array<double>({c.B, c.H, c.Tq, c.dh}, seed),
+                              normal_array<double>({c.B, c.G, c.Tk, c.dh}, seed + 1),
+                              normal_array<double>({c.B, c.G, c.Tk, c.dh}, seed + 2)};
+    const mask_t band = models::causal_mask(c.Tq, c.Tk, c.window);
+    auto fused = [&](const auto& x) { return ops::attention(x[0], x[1], x[2], nullptr, true, c.window); };
+    auto masked = [&](const auto& x) { return ops::composed::attention(x[0], x[1], x[2], &band, false); };
+    const auto lo = evaluate_in<float>(fused, in, seed + 3);
+    const auto hi = evaluate_in<double>(masked, in, seed + 3);
+    CHECK(closeness(lo.value, hi.value, 1e-4, 1e-5) <= 1.0);
+    for (std::size_t i = 0; i < 3; ++i)
+    {
+        CAPTURE(i);
+        CHECK(closeness(lo.grads[i], hi.grads[i], 1e-4, 1e-5) <= 1.0);
+    }
+}
+
+// Widths around the kernel's tile (64 rows, 64 keys), its edge strips (16 rows) and T = 200 (a last tile of
+// 8 rows); 0 is plain causal, whose diagonal tiles are strips too.
+const std::size_t band_widths[] = {0, 1, 2, 15, 16, 17, 63, 64, 65, 127, 128, 129, 199, 200, 260};
+
 // The token-major op with the window = the heads-major op on split heads = the composed graph with the mask.
 void check_window_token_major(const window_case& c, unsigned seed)
 {
@@ -200,6 +227,62 @@ TEST_CASE("windowed attention over several tiles: windows shorter, equal and lon
     check_window_op({1, 2, 2, 150, 90, 4, 70}, 22);  // Tq > Tk across tiles
 }
 
+TEST_CASE("windowed attention, the band's edges in row strips: widths around a tile, a strip and T, float64")
+{
+    for (std::size_t w : band_widths)
+    {
+        check_window_op({1, 2, 1, 200, 200, 4, w}, 90);
+    }
+    for (std::size_t w : {1u, 16u, 63u, 64u, 65u, 128u, 129u, 130u})
+    {
+        check_window_op({1, 2, 2, 130, 200, 4, w}, 91);  // Tq < Tk: 70 cached keys before the first query
+        check_window_op({1, 2, 2, 200, 130, 4, w}, 92);  // Tq > Tk: the first 70 rows see nothing
+    }
+    check_window_op({1, 2, 2, 1, 1, 4, 1}, 93);  // T = 1
+    check_window_op({1, 2, 2, 1, 1, 4, 5}, 94);
+}
+
+TEST_CASE("windowed attention, the band's edges in row strips: the same widths in float32")
+{
+    for (std::size_t w : band_widths)
+    {
+        check_window_float32({1, 2, 1, 200, 200, 4, w}, 95);
+    }
+    for (std::size_t w : {1u, 64u, 65u, 129u})
+    {
+        check_window_float32({1, 2, 2, 130, 200, 4, w}, 96);
+        check_window_float32({1, 2, 2, 200, 130, 4, w}, 97);
+    }
+    check_window_float32({1, 2, 2, 1, 1, 4, 1}, 98);
+}
+
+TEST_CASE("windowed attention with a mask across the strips' key ranges = the composed graph, AND-ed mask")
+{
+    const std::size_t T = 200, w = 65;
+    mask_t sparse = mask_t::from_shape({1, 1, T, T});  // about one key in five hidden, no pattern along rows
+    for (std::size_t i = 0; i < T; ++i)
+    {
+        for (std::size_t j = 0; j < T; ++j)
+        {
+            sparse(0, 0, i, j) = (i * 7 + j * 3) % 5 != 0;
+        }
+    }
+    const mask_t both = mask_t(sparse && models::causal_mask(T, T, w));
+    const std::vector<f64> in{normal_array<double>({1, 2, T, 4}, 100),
+                              normal_array<double>({1, 2, T, 4}, 101),
+                              normal_array<double>({1, 2, T, 4}, 102)};
+    auto fused = [&](const auto& x) { return ops::attention(x[0], x[1], x[2], &sparse, true, w); };
+    auto masked = [&](const auto& x) { return ops::composed::attention(x[0], x[1], x[2], &both, false); };
+    const auto f = evaluate_in<double>(fused, in, 103);
+    const auto r = evaluate_in<double>(masked, in, 103);
+    CHECK(max_relative_difference(f.value, r.value) < 1e-12);
+    for (std::size_t i = 0; i < 3; ++i)
+    {
+        CAPTURE(i);
+        check_close(f.grads[i], r.grads[i]);
+    }
+}
+
 TEST_CASE("windowed attention with a padding mask: rows whose window holds only padding give 0, no NaN")
 {
     // Keys 0 and 1 are real, the rest padding; w = 2: queries 3.. see only padding.
@@ -256,10 +339,13 @@ TEST_CASE("windowed attention works on the window's tiles only: O(T w) multiply-
     auto multiply_adds = [&](std::size_t window) {
         return kernels::attention_forward(q, k, k, nullptr, true, window).multiply_adds;
     };
-    // 64-row query tiles from i0 visit keys (i0 - w, i0 + 64): 64 keys for the first tile, 64 + w - 1 for
-    // the others. Full causal: 64, 128, 192, 256.
-    CHECK(multiply_adds(32) == 2ull * B * H * 64 * (64 + 3 * (64 + 31)) * dh);
-    CHECK(multiply_adds(0) == 2ull * B * H * 64 * (64 + 128 + 192 + 256) * dh);
+    // w = 32 is narrower than a 64-row tile: no key is seen by all its rows, so each 16-row strip from
+    // row i0 + r0 visits keys (i0 + r0 - 32, i0 + r0 + 16), 47 of them; the first tile's first two strips
+    // start at key 0 (16 and 32 keys). Full causal: the keys below the diagonal in products of all 64
+    // rows (0, 64, 128, 192 keys), the diagonal tile in 16-row strips of 16, 32, 48, 64 keys.
+    const std::size_t diagonal = 16 * (16 + 32 + 48 + 64);
+    CHECK(multiply_adds(32) == 2ull * B * H * (16 * (16 + 32 + 47 + 47) + 3 * 16 * 4 * 47) * dh);
+    CHECK(multiply_adds(0) == 2ull * B * H * (64 * (0 + 64 + 128 + 192) + 4 * diagonal) * dh);
     CHECK(multiply_adds(1000) == multiply_adds(0));
     CHECK(3 * multiply_adds(16) < 2 * multiply_adds(0));
 }

@@ -455,11 +455,12 @@ TEST_CASE("tape multiply-adds equal gpt_forward_multiply_adds, term by term")
         CHECK(counted["head"] == 1320);
     }
 
-    // Other shapes: the formula's total against the tape.
+    // Other shapes: the formula's total against the tape, up to 16 positions: beyond, the fused attention
+    // counts the work it does, which skips most masked entries (its 16-row strips of the causal diagonal).
     for (const gpt_config& c : {tiny_config(), tiny_mqa_config(), gpt_config{65, 64, 2, 64, 4, 0}})
     {
         const auto p = gpt_parameters<float>::init(c, 44);
-        for (std::size_t T : {std::size_t(1), std::size_t(3), c.block_size})
+        for (std::size_t T : {std::size_t(1), std::size_t(3), std::min<std::size_t>(c.block_size, 16)})
         {
             tape<float> t;
             gpt_forward(t, p, random_ids(3, T, c.vocab_size, 45), nullptr);
