@@ -6,6 +6,8 @@
 // differences; the work counted on the tiles the window leaves; errors.
 #include <doctest/doctest.h>
 
+#include <ostream>
+
 #include "test_util.hpp"
 
 #include "kernels/attention.hpp"
@@ -80,6 +82,12 @@ struct window_case
     std::size_t B, H, G, Tq, Tk, dh, window;
 };
 
+// What a failing check prints of its case (CAPTURE).
+std::ostream& operator<<(std::ostream& out, const window_case& c)
+{
+    return out << "Tq " << c.Tq << ", Tk " << c.Tk << ", window " << c.window;
+}
+
 // Gradients within 1e-12 of their own size (absolute where they vanish up to rounding).
 void check_close(const f64& fused, const f64& reference)
 {
@@ -89,21 +97,34 @@ void check_close(const f64& fused, const f64& reference)
     CHECK(d.within(1e-14, 1e-12));
 }
 
+// q (B,H,Tq,dh), k and v (B,G,Tk,dh) of a case, drawn from seed, seed + 1 and seed + 2.
+std::vector<f64> window_inputs(const window_case& c, unsigned seed)
+{
+    return {normal_array<double>({c.B, c.H, c.Tq, c.dh}, seed),
+            normal_array<double>({c.B, c.G, c.Tk, c.dh}, seed + 1),
+            normal_array<double>({c.B, c.G, c.Tk, c.dh}, seed + 2)};
+}
+
+// The fused op with the case's window, and the composed graph given causal_mask(Tq, Tk, w) and no causal
+// flag: two independent ways to the same attention.
+auto fused_window_op(const window_case& c)
+{
+    return [&c](const auto& x) { return ops::attention(x[0], x[1], x[2], nullptr, true, c.window); };
+}
+auto composed_window_op(const window_case& c)
+{
+    return [band = models::causal_mask(c.Tq, c.Tk, c.window)](const auto& x)
+    { return ops::composed::attention(x[0], x[1], x[2], &band, false); };
+}
+
 // The fused op with the window = the loop-written reference (values) = the composed graph given
 // causal_mask(Tq, Tk, w) and no causal flag (values and the gradients of q, k, v).
 void check_window_op(const window_case& c, unsigned seed)
 {
-    CAPTURE(c.Tq);
-    CAPTURE(c.Tk);
-    CAPTURE(c.window);
-    const std::vector<f64> in{normal_array<double>({c.B, c.H, c.Tq, c.dh}, seed),
-                              normal_array<double>({c.B, c.G, c.Tk, c.dh}, seed + 1),
-                              normal_array<double>({c.B, c.G, c.Tk, c.dh}, seed + 2)};
-    const mask_t band = models::causal_mask(c.Tq, c.Tk, c.window);
-    auto fused = [&](const auto& x) { return ops::attention(x[0], x[1], x[2], nullptr, true, c.window); };
-    auto masked = [&](const auto& x) { return ops::composed::attention(x[0], x[1], x[2], &band, false); };
-    const auto f = evaluate_in<double>(fused, in, seed + 3);
-    const auto r = evaluate_in<double>(masked, in, seed + 3);
+    CAPTURE(c);
+    const std::vector<f64> in = window_inputs(c, seed);
+    const auto f = evaluate_in<double>(fused_window_op(c), in, seed + 3);
+    const auto r = evaluate_in<double>(composed_window_op(c), in, seed + 3);
     CHECK(all_finite(f.value));
     const mask_t spec = spec_window_mask(c.Tq, c.Tk, c.window);
     CHECK(max_relative_difference(f.value, reference_output(in[0], in[1], in[2], spec)) < 1e-12);
@@ -120,17 +141,10 @@ void check_window_op(const window_case& c, unsigned seed)
 // gradients of q, k, v): the float32 kernel's own tile schedule against an independent one.
 void check_window_float32(const window_case& c, unsigned seed)
 {
-    CAPTURE(c.Tq);
-    CAPTURE(c.Tk);
-    CAPTURE(c.window);
-    const std::vector<f64> in{normal_array<double>({c.B, c.H, c.Tq, c.dh}, seed),
-                              normal_array<double>({c.B, c.G, c.Tk, c.dh}, seed + 1),
-                              normal_array<double>({c.B, c.G, c.Tk, c.dh}, seed + 2)};
-    const mask_t band = models::causal_mask(c.Tq, c.Tk, c.window);
-    auto fused = [&](const auto& x) { return ops::attention(x[0], x[1], x[2], nullptr, true, c.window); };
-    auto masked = [&](const auto& x) { return ops::composed::attention(x[0], x[1], x[2], &band, false); };
-    const auto lo = evaluate_in<float>(fused, in, seed + 3);
-    const auto hi = evaluate_in<double>(masked, in, seed + 3);
+    CAPTURE(c);
+    const std::vector<f64> in = window_inputs(c, seed);
+    const auto lo = evaluate_in<float>(fused_window_op(c), in, seed + 3);
+    const auto hi = evaluate_in<double>(composed_window_op(c), in, seed + 3);
     CHECK(closeness(lo.value, hi.value, 1e-4, 1e-5) <= 1.0);
     for (std::size_t i = 0; i < 3; ++i)
     {
