@@ -29,6 +29,15 @@ gpt_config sizes(std::size_t kv_heads = 0)
     return {11, 6, 2, 8, 2, kv_heads};
 }
 
+// The Llama block (docs/spec.md, "Architecture variants"): RMSNorm, rotary positions, SwiGLU, no biases.
+void use_llama_block(gpt_config& c)
+{
+    c.norm = norm_kind::rmsnorm;
+    c.position = position_kind::rope;
+    c.mlp = mlp_kind::swiglu;
+    c.bias = bias_kind::none;
+}
+
 struct named_variant
 {
     std::string name;
@@ -56,10 +65,7 @@ std::vector<named_variant> variants()
     add("bias none", [](gpt_config& c) { c.bias = bias_kind::none; });
     add("untied head", [](gpt_config& c) { c.tied_head = false; });
     add("llama", [](gpt_config& c) {
-        c.norm = norm_kind::rmsnorm;
-        c.position = position_kind::rope;
-        c.mlp = mlp_kind::swiglu;
-        c.bias = bias_kind::none;
+        use_llama_block(c);
         c.mlp_hidden = 20;
     }, 1);
     add("nanoGPT, untied", [](gpt_config& c) {
@@ -71,19 +77,13 @@ std::vector<named_variant> variants()
     add("relu2", [](gpt_config& c) { c.mlp = mlp_kind::relu2; });
     add("logit_softcap 2", [](gpt_config& c) { c.logit_softcap = 2.0; });
     add("llama + qk_norm + softcap", [](gpt_config& c) {
-        c.norm = norm_kind::rmsnorm;
-        c.position = position_kind::rope;
-        c.mlp = mlp_kind::swiglu;
-        c.bias = bias_kind::none;
+        use_llama_block(c);
         c.qk_norm = qk_norm_kind::rms;
         c.logit_softcap = 1.5;
     }, 1);
     add("attention_window 2", [](gpt_config& c) { c.attention_window = 2; });
     add("llama + qk_norm + window 3", [](gpt_config& c) {
-        c.norm = norm_kind::rmsnorm;
-        c.position = position_kind::rope;
-        c.mlp = mlp_kind::swiglu;
-        c.bias = bias_kind::none;
+        use_llama_block(c);
         c.qk_norm = qk_norm_kind::rms;
         c.attention_window = 3;
     }, 1);
