@@ -207,18 +207,36 @@ void save_checkpoint(const std::string& path, const models::gpt_parameters<T>& p
     write_safetensors(path, file);
 }
 
+namespace
+{
+// The model a checked file's header declares.
+models::gpt_config checked_config(const safetensors_reader& file)
+{
+    check_checkpoint_limits(file);
+    const models::gpt_config c = config_from_metadata(file.path(), file.metadata());
+    check_tensors(file.path(), file.tensors(), c, spec_tensors(c));
+    return c;
+}
+}  // namespace
+
+checkpoint_reader::checkpoint_reader(const std::string& path) : file_(path), config_(checked_config(file_))
+{
+}
+
+template <class T>
+void checkpoint_reader::read(const std::string& name, T* out) const
+{
+    file_.read(name, out);
+}
+
 template <class T>
 checkpoint<T> load_checkpoint(const std::string& path, optimiser_state optimiser)
 {
-    const safetensors_reader file(path);
-    check_checkpoint_limits(file);
-    const models::gpt_config c = config_from_metadata(path, file.metadata());
-    const std::vector<expected_tensor> expected = spec_tensors(c);
-    check_tensors(path, file.tensors(), c, expected);
-
-    checkpoint<T> out{models::gpt_parameters<T>::declare(c), file.metadata(), {}};
+    const checkpoint_reader reader(path);
+    const safetensors_reader& file = reader.file();
+    checkpoint<T> out{models::gpt_parameters<T>::declare(reader.config()), reader.metadata(), {}};
     out.params.visit([&file](const std::string& name, parameter<T>& p, const models::declaration&) {
-        p = parameter<T>(file.read<T>(name), name);  // check_tensors found it
+        p = parameter<T>(file.read<T>(name), name);  // checked_config found it
     });
     for (const auto& [name, t] : file.tensors())
     {
@@ -341,6 +359,8 @@ template void save_checkpoint<float>(const std::string&, const models::gpt_param
                                      const checkpoint_extras&);
 template void save_checkpoint<double>(const std::string&, const models::gpt_parameters<double>&,
                                       const checkpoint_extras&);
+template void checkpoint_reader::read(const std::string&, float*) const;
+template void checkpoint_reader::read(const std::string&, double*) const;
 template checkpoint<float> load_checkpoint<float>(const std::string&, optimiser_state);
 template checkpoint<double> load_checkpoint<double>(const std::string&, optimiser_state);
 }  // namespace xgrad::io

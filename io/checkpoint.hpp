@@ -47,11 +47,30 @@ enum class optimiser_state
     skip,
 };
 
-// Reads a checkpoint strictly: every size key present and a decimal integer, sizes that make a valid
-// model (gpt_config::validate), every parameter present with exactly docs/spec.md's shape, no other tensor
-// except "optim.*" ones (returned as stored unless skipped). All of it is checked on the header before a
-// tensor is read; each parameter is then read straight into its array, F32 and F64 converted to T once.
-// Throws format_error naming the file, the tensor and the shapes.
+// A checkpoint open for reading and checked strictly on its header, before any tensor is read: every size
+// key present and a decimal integer, sizes that make a valid model (gpt_config::validate), every parameter
+// present with exactly docs/spec.md's shape, no other tensor except "optim.*" ones. Throws format_error
+// naming the file, the tensor and the shapes. A caller that keeps the parameters in buffers of its own
+// (the decoder, xgrad-sample) reads each one straight into them; load_checkpoint reads them all.
+class checkpoint_reader
+{
+public:
+    explicit checkpoint_reader(const std::string& path);
+    const models::gpt_config& config() const { return config_; }
+    const std::map<std::string, std::string>& metadata() const { return file_.metadata(); }
+    // Tensor `name` (a parameter by docs/spec.md's name) into `out`, which holds its count of values; F32
+    // and F64 converted to T once. Throws std::out_of_range for a name the file does not hold.
+    template <class T>
+    void read(const std::string& name, T* out) const;
+    const safetensors_reader& file() const { return file_; }
+
+private:
+    safetensors_reader file_;
+    models::gpt_config config_;
+};
+
+// The checkpoint_reader's file with every parameter read, each straight into its array, and the optimiser's
+// "optim.*" tensors as stored unless skipped. Throws as checkpoint_reader does.
 template <class T>
 checkpoint<T> load_checkpoint(const std::string& path, optimiser_state optimiser = optimiser_state::load);
 

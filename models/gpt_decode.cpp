@@ -320,6 +320,110 @@ void swiglu_in_place(T* a, const T* b, std::size_t n)
     }
 }
 
+// The positions of one tile of the key cache: two batches.
+template <class T>
+constexpr std::size_t key_tile = 2 * batch<T>::size;
+
+// s[t] = q . k_t for the key_tile positions t of one tile of keys stored transposed: row i (stride
+// key_tile) holds entry i of every key. Four accumulators (two batches, even and odd i) hide the
+// multiply-add's latency.
+template <class T>
+void tile_scores(const T* q, const T* keys, std::size_t dh, T* s)
+{
+    constexpr std::size_t width = batch<T>::size, tile = key_tile<T>;
+    batch<T> even0(T(0)), even1(T(0)), odd0(T(0)), odd1(T(0));
+    std::size_t i = 0;
+    for (; i + 2 <= dh; i += 2)
+    {
+        const T* row = keys + i * tile;
+        even0 = xsimd::fma(batch<T>(q[i]), batch<T>::load_unaligned(row), even0);
+        even1 = xsimd::fma(batch<T>(q[i]), batch<T>::load_unaligned(row + width), even1);
+        odd0 = xsimd::fma(batch<T>(q[i + 1]), batch<T>::load_unaligned(row + tile), odd0);
+        odd1 = xsimd::fma(batch<T>(q[i + 1]), batch<T>::load_unaligned(row + tile + width), odd1);
+    }
+    if (i < dh)
+    {
+        even0 = xsimd::fma(batch<T>(q[i]), batch<T>::load_unaligned(keys + i * tile), even0);
+        even1 = xsimd::fma(batch<T>(q[i]), batch<T>::load_unaligned(keys + i * tile + width), even1);
+    }
+    (even0 + odd0).store_unaligned(s);
+    (even1 + odd1).store_unaligned(s + width);
+}
+
+// s := exp(s - max(s)) over n entries; returns their sum.
+template <class T>
+T exp_shifted(T* s, std::size_t n)
+{
+    constexpr std::size_t width = batch<T>::size;
+    const T largest = *std::max_element(s, s + n);
+    T total = 0;
+    std::size_t t = 0;
+    for (; t + width <= n; t += width)
+    {
+        const batch<T> e = xsimd::exp(batch<T>::load_unaligned(s + t) - batch<T>(largest));
+        e.store_unaligned(s + t);
+        total += xsimd::hadd(e);
+    }
+    for (; t < n; ++t)
+    {
+        s[t] = std::exp(s[t] - largest);
+        total += s[t];
+    }
+    return total;
+}
+
+// y[j] = sum_t a[t] rows[t stride + j] for j in [0, Nb width): N batches of y held in registers over
+// every t.
+template <std::size_t N, class T>
+void weighted_batches(const T* a, const T* rows, std::size_t stride, std::size_t count, T* y)
+{
+    constexpr std::size_t width = batch<T>::size;
+    batch<T> acc[N];
+    for (batch<T>& b : acc)
+    {
+        b = batch<T>(T(0));
+    }
+    for (std::size_t t = 0; t < count; ++t)
+    {
+        const batch<T> at(a[t]);
+        for (std::size_t b = 0; b < N; ++b)
+        {
+            acc[b] = xsimd::fma(at, batch<T>::load_unaligned(rows + t * stride + b * width), acc[b]);
+        }
+    }
+    for (std::size_t b = 0; b < N; ++b)
+    {
+        acc[b].store_unaligned(y + b * width);
+    }
+}
+
+// y[j] = sum_t a[t] rows[t stride + j] for j < n: the attention-weighted sum of `count` value rows.
+template <class T>
+void weighted_sum(const T* a, const T* rows, std::size_t stride, std::size_t count, std::size_t n, T* y)
+{
+    constexpr std::size_t width = batch<T>::size;
+    std::size_t j = 0;
+    for (; j + 4 * width <= n; j += 4 * width)
+    {
+        weighted_batches<4>(a, rows + j, stride, count, y + j);
+    }
+    switch ((n - j) / width)
+    {
+    case 3: weighted_batches<3>(a, rows + j, stride, count, y + j); break;
+    case 2: weighted_batches<2>(a, rows + j, stride, count, y + j); break;
+    case 1: weighted_batches<1>(a, rows + j, stride, count, y + j); break;
+    default: break;
+    }
+    for (j += (n - j) / width * width; j < n; ++j)
+    {
+        y[j] = 0;
+        for (std::size_t t = 0; t < count; ++t)
+        {
+            y[j] += a[t] * rows[t * stride + j];
+        }
+    }
+}
+
 // A parameter's values, or null for the empty handle of a tensor the variant lacks.
 template <class T>
 const T* data_or_null(const parameter<T>& p)
@@ -330,20 +434,23 @@ const T* data_or_null(const parameter<T>& p)
 
 namespace
 {
-// The number of values of the model's matrices (those the decoder keeps transposed).
-template <class T>
-std::size_t matrix_values(const gpt_parameters<T>& params)
+// Whether the decoder keeps a parameter transposed, (out, in): the blocks' matrices and the head.
+bool kept_transposed(const declaration& d)
 {
-    std::size_t n = params.config.tied_head ? 0 : params.lm_head.value().size();
-    for (const gpt_block_parameters<T>& b : params.blocks)
-    {
-        for (const parameter<T>* m :
-             {&b.W_Q, &b.W_K, &b.W_V, &b.W_O, &b.W_fc, &b.W_proj, &b.W_gate, &b.W_up, &b.W_down})
-        {
-            n += m->value().dimension() == 2 ? m->value().size() : 0;
-        }
-    }
-    return n;
+    return d.role == parameter_role::matrix || d.role == parameter_role::head;
+}
+
+// The number of values of the matrices the decoder keeps transposed, and of the largest of them.
+template <class T>
+std::pair<std::size_t, std::size_t> matrix_values(gpt_parameters<T>& params)
+{
+    std::size_t all = 0, largest = 0;
+    params.visit([&](const std::string&, const parameter<T>&, const declaration& d) {
+        const std::size_t n = kept_transposed(d) ? element_count(d.shape) : 0;
+        all += n;
+        largest = std::max(largest, n);
+    });
+    return {all, largest};
 }
 
 constexpr std::size_t huge_page = std::size_t(2) << 20;
@@ -372,57 +479,62 @@ void decoder<T>::free_memory::operator()(T* p) const
     std::free(p);
 }
 
-// The matrix (in, out) copied into transposed_ as (out, in); this decoder's handle to it let go.
+// The matrix (rows, columns) copied into transposed_ as (columns, rows).
 template <class T>
-const T* decoder<T>::take_transposed(parameter<T>& matrix)
+const T* decoder<T>::keep_transposed(const T* matrix, std::size_t rows, std::size_t columns)
 {
-    if (matrix.value().dimension() != 2)
-    {
-        return nullptr;  // a matrix the variant lacks
-    }
-    const std::size_t rows = matrix.value().shape()[0], columns = matrix.value().shape()[1];
     T* out = transposed_.get() + filled_;
-    transpose(matrix.value().data(), rows, columns, out);
+    transpose(matrix, rows, columns, out);
     filled_ += rows * columns;
-    matrix = parameter<T>();
-    release_cached_buffers();  // the original's memory back to the system, not kept by the pool
     return out;
 }
 
 template <class T>
-decoder<T>::decoder(gpt_parameters<T> params)
+decoder<T>::decoder(gpt_parameters<T> params) : decoder(std::move(params), nullptr)
+{
+}
+
+template <class T>
+decoder<T>::decoder(const gpt_config& config, const parameter_source<T>& read)
+    : decoder(gpt_parameters<T>::declare(config), &read)
+{
+}
+
+// With `read`, `params` is declared only (empty handles) and each parameter comes from `read`; without,
+// each matrix comes from its handle, which is let go once copied.
+template <class T>
+decoder<T>::decoder(gpt_parameters<T> params, const parameter_source<T>* read)
     : params_(std::move(params)), c_(params_.config), d_(c_.d_model), dh_(c_.d_model / c_.heads),
       kv_dim_(c_.kv_head_count() * dh_), hidden_(c_.hidden_width()),
-      transposed_(huge_page_buffer<T>(matrix_values(params_))), zeros_(std::max(d_, hidden_), T(0)),
-      x_(d_), xn_(d_), q_(d_), heads_(d_), out_(d_), hidden_a_(hidden_), hidden_b_(hidden_),
-      scores_(c_.heads * c_.block_size), logits_(c_.vocab_size),
-      keys_(new T[c_.layers * c_.block_size * kv_dim_]), values_(new T[c_.layers * c_.block_size * kv_dim_])
+      transposed_(huge_page_buffer<T>(matrix_values(params_).first)), zeros_(std::max(d_, hidden_), T(0)),
+      x_(d_), xn_(d_), q_(d_), k_(kv_dim_), heads_(d_), out_(d_), hidden_a_(hidden_), hidden_b_(hidden_),
+      scores_(c_.heads * (c_.block_size + key_tile<T>)), logits_(c_.vocab_size),
+      key_tiles_((c_.block_size + key_tile<T> - 1) / key_tile<T>),
+      keys_(new T[c_.layers * key_tiles_ * kv_dim_ * key_tile<T>]),
+      values_(new T[c_.layers * c_.block_size * kv_dim_])
 {
-    const bool swiglu = c_.mlp == mlp_kind::swiglu;
-    for (gpt_block_parameters<T>& b : params_.blocks)
-    {
-        layer_weights w{};
-        w.ln_1_weight = data_or_null(b.ln_1_weight);
-        w.ln_1_bias = data_or_null(b.ln_1_bias);
-        w.ln_2_weight = data_or_null(b.ln_2_weight);
-        w.ln_2_bias = data_or_null(b.ln_2_bias);
-        w.W_Q = take_transposed(b.W_Q);
-        w.W_K = take_transposed(b.W_K);
-        w.W_V = take_transposed(b.W_V);
-        w.W_O = take_transposed(b.W_O);
-        w.b_Q = data_or_null(b.b_Q);
-        w.b_K = data_or_null(b.b_K);
-        w.b_V = data_or_null(b.b_V);
-        w.b_O = data_or_null(b.b_O);
-        w.W_in = take_transposed(swiglu ? b.W_up : b.W_fc);
-        w.b_in = data_or_null(swiglu ? b.b_up : b.b_fc);
-        w.W_gate = swiglu ? take_transposed(b.W_gate) : nullptr;
-        w.b_gate = swiglu ? data_or_null(b.b_gate) : nullptr;
-        w.W_out = take_transposed(swiglu ? b.W_down : b.W_proj);
-        w.b_out = data_or_null(swiglu ? b.b_down : b.b_proj);
-        layers_.push_back(w);
-    }
-    head_ = c_.tied_head ? params_.wte.value().data() : take_transposed(params_.lm_head);
+    std::vector<T> scratch(read ? matrix_values(params_).second : 0);
+    std::map<const parameter<T>*, const T*> transposed;
+    params_.visit([&](const std::string& name, parameter<T>& p, const declaration& d) {
+        if (!kept_transposed(d))
+        {
+            if (read)
+            {
+                array<T> values = array<T>::from_shape(d.shape);
+                (*read)(name, values.data());
+                p = parameter<T>(std::move(values), name);
+            }
+            return;
+        }
+        if (read)
+        {
+            (*read)(name, scratch.data());
+        }
+        transposed[&p] = keep_transposed(read ? scratch.data() : p.value().data(), d.shape[0], d.shape[1]);
+        p = parameter<T>();
+        release_cached_buffers();  // the original's memory back to the system, not kept by the pool
+    });
+    bind_layers(transposed);
     if (c_.position == position_kind::rope)  // angle[t][i] = t base^(-2i/dh), as ops::rope computes it
     {
         const std::size_t pairs = dh_ / 2;
@@ -442,44 +554,90 @@ decoder<T>::decoder(gpt_parameters<T> params)
     }
 }
 
+// Each block's raw rows: the norms and biases from params_, the matrices from `transposed` (by handle).
+template <class T>
+void decoder<T>::bind_layers(const std::map<const parameter<T>*, const T*>& transposed)
+{
+    const auto matrix = [&](const parameter<T>& m) {
+        const auto found = transposed.find(&m);
+        return found == transposed.end() ? nullptr : found->second;  // null: a matrix the variant lacks
+    };
+    const bool swiglu = c_.mlp == mlp_kind::swiglu;
+    for (gpt_block_parameters<T>& b : params_.blocks)
+    {
+        layer_weights w{};
+        w.ln_1_weight = data_or_null(b.ln_1_weight);
+        w.ln_1_bias = data_or_null(b.ln_1_bias);
+        w.ln_2_weight = data_or_null(b.ln_2_weight);
+        w.ln_2_bias = data_or_null(b.ln_2_bias);
+        w.W_Q = matrix(b.W_Q);
+        w.W_K = matrix(b.W_K);
+        w.W_V = matrix(b.W_V);
+        w.W_O = matrix(b.W_O);
+        w.b_Q = data_or_null(b.b_Q);
+        w.b_K = data_or_null(b.b_K);
+        w.b_V = data_or_null(b.b_V);
+        w.b_O = data_or_null(b.b_O);
+        w.W_in = matrix(swiglu ? b.W_up : b.W_fc);
+        w.b_in = data_or_null(swiglu ? b.b_up : b.b_fc);
+        w.W_gate = swiglu ? matrix(b.W_gate) : nullptr;
+        w.b_gate = swiglu ? data_or_null(b.b_gate) : nullptr;
+        w.W_out = matrix(swiglu ? b.W_down : b.W_proj);
+        w.b_out = data_or_null(swiglu ? b.b_down : b.b_proj);
+        layers_.push_back(w);
+    }
+    head_ = c_.tied_head ? params_.wte.value().data() : matrix(params_.lm_head);
+}
+
+// k_ written into the key cache at position `pos` of `layer`: entry r of the key goes to row r of the
+// position's tile, zeroed first when the position is the tile's first (the scores read whole tiles).
+template <class T>
+void decoder<T>::append_key(std::size_t layer, std::size_t pos)
+{
+    constexpr std::size_t tile = key_tile<T>;
+    T* keys = keys_.get() + (layer * key_tiles_ + pos / tile) * kv_dim_ * tile;
+    if (pos % tile == 0)
+    {
+        std::fill(keys, keys + kv_dim_ * tile, T(0));
+    }
+    for (std::size_t r = 0; r < kv_dim_; ++r)
+    {
+        keys[r * tile + pos % tile] = k_[r];
+    }
+}
+
 // Causal attention of the new position's queries (q_) over the cached positions 0 .. length_ (with an
 // attention window w, only the last w of them: the keys that left the window are not read), into
 // heads_: for head h (key/value head g = h / (H / G)), s_t = q . k_t / sqrt(dh), a = softmax(s),
-// y = sum_t a_t v_t.
+// y = sum_t a_t v_t. The scores are computed for whole tiles of keys, those outside the positions
+// dropped.
 template <class T>
 void decoder<T>::attend(std::size_t layer)
 {
+    constexpr std::size_t tile = key_tile<T>;
     const std::size_t window = c_.attention_window, group = c_.heads / c_.kv_head_count();
     const std::size_t first = window && length_ + 1 > window ? length_ + 1 - window : 0;
     const std::size_t positions = length_ + 1 - first;
-    const T* keys = keys_.get() + (layer * c_.block_size + first) * kv_dim_;
+    const std::size_t first_tile = first / tile, last_tile = length_ / tile;
+    const T* key_tiles = keys_.get() + layer * key_tiles_ * kv_dim_ * tile;
     const T* values = values_.get() + (layer * c_.block_size + first) * kv_dim_;
     const T scale = T(1) / std::sqrt(static_cast<T>(dh_));
     const auto heads = [&](std::size_t begin, std::size_t end)
     {
         for (std::size_t h = begin; h < end; ++h)
         {
-            const T* q = q_.data() + h * dh_;
             const std::size_t g = (h / group) * dh_;
-            T* s = scores_.data() + h * c_.block_size;
-            T largest = -std::numeric_limits<T>::infinity();
-            for (std::size_t t = 0; t < positions; ++t)
+            T* tiles = scores_.data() + h * (c_.block_size + tile);
+            for (std::size_t k = first_tile; k <= last_tile; ++k)
             {
-                s[t] = dot(q, keys + t * kv_dim_ + g, dh_) * scale;
-                largest = std::max(largest, s[t]);
+                tile_scores(q_.data() + h * dh_, key_tiles + (k * kv_dim_ + g) * tile, dh_,
+                            tiles + (k - first_tile) * tile);
             }
-            T total = 0;
-            for (std::size_t t = 0; t < positions; ++t)
-            {
-                s[t] = std::exp(s[t] - largest);
-                total += s[t];
-            }
-            T* y = heads_.data() + h * dh_;
-            std::fill(y, y + dh_, T(0));
-            for (std::size_t t = 0; t < positions; ++t)
-            {
-                add_scaled(y, s[t] / total, values + t * kv_dim_ + g, dh_);
-            }
+            T* s = tiles + first % tile;  // s[t]: position first + t
+            std::transform(s, s + positions, s, [scale](T v) { return v * scale; });
+            const T total = exp_shifted(s, positions);
+            std::transform(s, s + positions, s, [total](T v) { return v / total; });
+            weighted_sum(s, values + g, kv_dim_, positions, dh_, heads_.data() + h * dh_);
         }
     };
     const std::size_t threads = std::min<std::size_t>(static_cast<std::size_t>(num_threads()), c_.heads);
@@ -552,7 +710,7 @@ const T* decoder<T>::step(std::int32_t token)
         const layer_weights& w = layers_[l];
         // x = x + attention(q, K, V) W_O + b_O, with q, k, v from N(x; ln_1); k and v appended to the cache
         norm_row(x_.data(), w.ln_1_weight, w.ln_1_bias ? w.ln_1_bias : no_bias, xn_.data(), d_, c_.norm);
-        T* k = keys_.get() + (l * c_.block_size + pos) * kv_dim_;
+        T* k = k_.data();
         T* v = values_.get() + (l * c_.block_size + pos) * kv_dim_;
         matvec(xn_.data(), w.W_Q, w.b_Q, q_.data(), d_, d_);
         matvec(xn_.data(), w.W_K, w.b_K, k, kv_dim_, d_);
@@ -569,6 +727,7 @@ const T* decoder<T>::step(std::int32_t token)
             rotate_heads(q_.data(), c_.heads, dh_, cos, sin);
             rotate_heads(k, c_.kv_head_count(), dh_, cos, sin);
         }
+        append_key(l, pos);
         attend(l);
         matvec(heads_.data(), w.W_O, w.b_O, out_.data(), d_, d_);
         add_scaled(x_.data(), T(1), out_.data(), d_);

@@ -7,8 +7,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "models/gpt.hpp"
@@ -52,6 +55,11 @@ struct sampling_options
 // misses (each measured at 1.7x the memory bandwidth of the (in, out) row updates and of 4 KiB pages,
 // on an AMD EPYC VM, docs/performance.md); the outputs are split across num_threads() threads. The
 // cache's memory is taken as positions fill it.
+// Fills `out` with the values of the parameter named `name` (docs/spec.md's name), as a checkpoint stores
+// them: of its declared shape, matrices (in, out).
+template <class T>
+using parameter_source = std::function<void(const std::string& name, T* out)>;
+
 template <class T>
 class decoder
 {
@@ -60,6 +68,11 @@ public:
     // the buffer pool of autodiff/memory.hpp each time (release_cached_buffers): a caller that moves its
     // only handles in (std::move) holds the model's memory once, plus one matrix; another one twice.
     explicit decoder(gpt_parameters<T> params);
+    // The model of `config`, each parameter read once from `read`: a matrix into one scratch buffer (the
+    // largest matrix's size) and from there transposed into place, the others into arrays of their own.
+    // Loading a checkpoint so (io::checkpoint_reader, xgrad-sample) holds its parameters once, plus one
+    // matrix, and never builds the model's arrays of them.
+    decoder(const gpt_config& config, const parameter_source<T>& read);
 
     // Runs `token` at position length(), appends its keys and values to the cache, and returns the
     // logits of the next token (vocab_size values, valid until the next step or clear). Throws
@@ -80,7 +93,10 @@ private:
         const T *W_in, *b_in, *W_gate, *b_gate, *W_out,
             *b_out;  // W_in: W_fc or W_up; W_out: W_proj or W_down
     };
-    const T* take_transposed(parameter<T>& matrix);
+    decoder(gpt_parameters<T> params, const parameter_source<T>* read);
+    const T* keep_transposed(const T* matrix, std::size_t rows, std::size_t columns);
+    void bind_layers(const std::map<const parameter<T>*, const T*>& transposed);
+    void append_key(std::size_t layer, std::size_t pos);
     void attend(std::size_t layer);
     void feed_forward(const layer_weights& w);
 
@@ -96,9 +112,13 @@ private:
     std::vector<layer_weights> layers_;
     const T* head_ = nullptr;  // (V, d): wte, or lm_head transposed
     std::vector<T> zeros_;     // a missing bias
-    std::vector<T> x_, xn_, q_, heads_, out_, hidden_a_, hidden_b_, scores_, logits_;
+    std::vector<T> x_, xn_, q_, k_, heads_, out_, hidden_a_, hidden_b_, scores_, logits_;
     std::vector<T> rope_cos_, rope_sin_;  // (block_size, dh / 2) when position = rope
-    std::unique_ptr<T[]> keys_, values_;  // (L, block_size, G dh), untouched until written
+    // The cache, untouched until written. Values (L, block_size, G dh); keys transposed in tiles of
+    // key_tile positions, (L, block_size / key_tile, G dh, key_tile), so that one head's scores over a
+    // tile are dh multiply-adds of whole batches; each tile is zeroed when its first position is written.
+    std::size_t key_tiles_;
+    std::unique_ptr<T[]> keys_, values_;
 };
 
 // Draws token ids from logits as draw_token does, with its scratch buffers sized once for `vocab` ids.

@@ -231,6 +231,29 @@ TEST_CASE("loading a checkpoint of N bytes of parameters peaks below 2N + 4 MB, 
     CHECK((sanitized || everything.peak_added < 2 * n + 2 * 3 * n + 4 * MB));
 }
 
+TEST_CASE("a decoder read straight from a checkpoint holds its parameters once, plus one matrix")
+{
+    temp_dir dir;
+    const std::string path = dir / "model.safetensors";
+    const models::gpt_config c = load_test_config();
+    const long long n = static_cast<long long>(models::gpt_parameter_count(c) * sizeof(float));
+    in_child([&] { io::save_checkpoint(path, models::gpt_parameters<float>::init(c, 1)); });
+    const long long largest_matrix = static_cast<long long>(c.d_model * c.hidden_width() * sizeof(float));
+
+    const child_report r = peak_of(
+        [&]
+        {
+            const io::checkpoint_reader file(path);
+            models::decoder<float> d(file.config(), [&](const std::string& name, float* out) { file.read(name, out); });
+            d.step(1);
+        });
+    CHECK_FALSE(r.threw);
+    MESSAGE("N = " << n / MB << " MB; the decoder's peak added " << r.peak_added / MB << " MB");
+    // N, one matrix of scratch, the buffer's rounding to 2 MiB pages, a few positions of the cache.
+    CHECK((sanitized || r.peak_added < n + largest_matrix + 2 * MB + 4 * MB));
+    CHECK(r.peak_added > n / 2);
+}
+
 TEST_CASE("a corrupt or truncated file is refused before anything is allocated from its claims")
 {
     temp_dir dir;

@@ -219,6 +219,46 @@ TEST_CASE("the decoder's logits equal gpt_decode's at every position, for every 
     check_decoder_against_gpt_decode(one_head_group, 9, 10.0);
 }
 
+TEST_CASE("the decoder's logits equal gpt_decode's across many tiles of its key cache")
+{
+    // 70 positions span several tiles of keys (two batches each); windows that begin inside a tile; heads
+    // of an odd width, of fewer entries than a batch, and of several batches and a remainder.
+    const gpt_config odd_heads = variant({11, 70, 1, 10, 2, 0}, {{"attention_window", "20"}});
+    const gpt_config wide_heads =
+        variant({11, 70, 1, 96, 2, 1}, {{"attention_window", "33"}, {"position", "rope"}});
+    const gpt_config full_causal = variant({11, 70, 2, 44, 2, 0}, {});
+    for (const gpt_config& c : {odd_heads, wide_heads, full_causal})
+    {
+        CAPTURE(describe(c));
+        check_decoder_against_gpt_decode(c, 70, 3.0);
+    }
+}
+
+TEST_CASE("a decoder given its parameters one by one, as from a file, equals one given the model")
+{
+    const gpt_config c = variant({13, 40, 2, 24, 4, 2}, {{"tied_head", "false"}, {"mlp", "swiglu"}});
+    const auto p = gpt_parameters<double>::init(c, 5);
+    std::map<std::string, array<double>> stored;
+    auto copy = p;
+    for (const auto& param : copy.named_parameters())
+    {
+        stored.emplace(param.name(), param.value());
+    }
+    std::vector<std::string> asked;
+    decoder<double> from_source(c, [&](const std::string& name, double* out) {
+        asked.push_back(name);
+        std::copy(stored.at(name).begin(), stored.at(name).end(), out);
+    });
+    CHECK(asked.size() == stored.size());  // each parameter read once
+    decoder<double> from_model(p);
+    for (const std::int32_t token : {3, 1, 4, 1, 5, 9, 2, 6})
+    {
+        const double* a = from_source.step(token);
+        const double* b = from_model.step(token);
+        CHECK(std::equal(a, a + c.vocab_size, b));
+    }
+}
+
 TEST_CASE("the decoder's logits equal gpt_decode's on two threads, its products and heads split")
 {
     // d^2 and the attention's positions x d are past the sizes below which the decoder stays on one thread.

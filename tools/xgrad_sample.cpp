@@ -25,15 +25,15 @@ const char* const program = "xgrad-sample";
 const tools::error_rules errors{program, tools::wording::first_line,
                                 {/*bad_value*/ 2, /*bad_file*/ 2, /*anomaly*/ 1, /*failure*/ 1}};
 
-std::shared_ptr<const train::tokenizer> tokenizer_of(const io::checkpoint<float>& ck, const std::string& path)
+std::shared_ptr<const train::tokenizer> tokenizer_of(const io::checkpoint_reader& ck, const std::string& path)
 {
     // A tokenizer that does not parse, or that disagrees with the model, is a malformed checkpoint: bad
     // input (invalid_argument, exit 2).
-    const std::shared_ptr<const train::tokenizer> t = train::tokenizer_from_metadata(ck.metadata, path);
-    if (t->size() != ck.params.config.vocab_size)
+    const std::shared_ptr<const train::tokenizer> t = train::tokenizer_from_metadata(ck.metadata(), path);
+    if (t->size() != ck.config().vocab_size)
     {
         throw std::invalid_argument(path + ": the tokenizer has " + std::to_string(t->size()) +
-                                 " tokens but vocab_size is " + std::to_string(ck.params.config.vocab_size));
+                                    " tokens but vocab_size is " + std::to_string(ck.config().vocab_size));
     }
     return t;
 }
@@ -90,8 +90,9 @@ void run(const tools::train_cli::sample_command& command)
         std::fputs(command.help_text.c_str(), stdout);
         return;
     }
-    // Sampling needs the parameters alone: the optimiser's state stays on disk.
-    auto ck = io::load_checkpoint<float>(command.checkpoint, io::optimiser_state::skip);
+    // Sampling needs the parameters alone: the optimiser's state stays on disk, and each parameter is read
+    // straight into the decoder's buffers.
+    const io::checkpoint_reader ck(command.checkpoint);
     const auto vocab = tokenizer_of(ck, command.checkpoint);
     const std::string& prompt = command.prompt;
     if (prompt.empty())
@@ -107,7 +108,7 @@ void run(const tools::train_cli::sample_command& command)
     {
         throw std::invalid_argument("--prompt: " + std::string(e.what()));
     }
-    models::decoder<float> model(std::move(ck.params));  // the only copy: the model's memory is held once
+    models::decoder<float> model(ck.config(), [&ck](const std::string& name, float* out) { ck.read(name, out); });
     const std::string text = vocab->decode(models::sample(model, ids, command.run));
     std::printf("%s%s\n", prompt.c_str(), text.c_str());
 }
