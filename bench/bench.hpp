@@ -159,8 +159,8 @@ public:
     virtual std::int32_t step(std::int32_t token) = 0;  // runs token, returns the most likely next id
 };
 decode_weights make_decode_weights(const decode_spec& spec, unsigned seed);  // xgrad_side.cpp
-// xgrad: a parameter-only checkpoint (io::save_checkpoint), and a decoder loaded from it as xgrad-sample
-// loads one (io::load_checkpoint skipping optim.*, models::decoder taking the only copy).
+// xgrad: a parameter-only checkpoint (io::save_checkpoint), and a decoder reading it as xgrad-sample does
+// (io::checkpoint_reader, each parameter straight into the decoder's buffers).
 void xgrad_save_decode(const decode_weights& w, const std::string& path);
 std::unique_ptr<decode_case> xgrad_load_decode(const std::string& path);
 // LibTorch: the tensors saved with torch::save, loaded with torch::load, and the same loop under

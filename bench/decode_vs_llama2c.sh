@@ -14,12 +14,15 @@ sample=$1 checkpoint=$2 run=$3 folder=$4 runs=${5:-7}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-# One timed run: appends "seconds peak_kB" to $out/$1.
+# One timed run: appends "milliseconds peak_kB" to $out/$1 (the wall time from date's nanoseconds: GNU
+# time's own is in hundredths of a second).
 timed() {
     name=$1
     shift
-    /usr/bin/time -f "%e %M" -o "$out/last" taskset -c 0 "$@" > /dev/null 2>&1
-    cat "$out/last" >> "$out/$name"
+    start=$(date +%s%N)
+    /usr/bin/time -f "%M" -o "$out/last" taskset -c 0 "$@" > /dev/null 2>&1
+    end=$(date +%s%N)
+    echo "$(((end - start) / 1000)) $(cat "$out/last")" | awk '{ printf "%.3f %s\n", $1 / 1000, $2 }' >> "$out/$name"
 }
 
 i=0
@@ -37,8 +40,8 @@ report() {
     t1=$(column_median "${1}_1" 1) m1=$(column_median "${1}_1" 2)
     t256=$(column_median "${1}_256" 1) m256=$(column_median "${1}_256" 2)
     awk -v n="$2" -v t1="$t1" -v m1="$m1" -v t256="$t256" -v m256="$m256" 'BEGIN {
-        rate = (t256 > t1) ? 255 / (t256 - t1) : 0
-        printf "| %s | %.2f s, %.0f MB | %.2f s, %.0f MB | %.0f |\n", n, t1, m1 / 1024, t256, m256 / 1024, rate }'
+        rate = (t256 > t1) ? 255000 / (t256 - t1) : 0
+        printf "| %s | %.1f ms, %.0f MB | %.1f ms, %.0f MB | %.0f |\n", n, t1, m1 / 1024, t256, m256 / 1024, rate }'
 }
 echo "medians of $runs runs, taskset -c 0, greedy"
 echo "| program | 1 token: wall, peak RSS | 256 tokens: wall, peak RSS | decode tokens/s |"

@@ -1044,7 +1044,7 @@ void print_decode_table(std::ostream& out, const std::vector<decode_row>& rows)
         return;
     }
     out << "\n=== float32 — decoding one sequence through a KV cache, one token at a time, same weights ===\n"
-        << "load: a fresh process reads the file (xgrad: io::load_checkpoint + models::decoder, as xgrad-sample;\n"
+        << "load: a fresh process reads the file (xgrad: io::checkpoint_reader into models::decoder, as xgrad-sample;\n"
         << "LibTorch: torch::load of the same tensors) and runs one token; peak: VmHWM minus VmRSS before the\n"
         << "load. tokens/s: block_size tokens fed one at a time from an empty cache (LibTorch: the same loop\n"
         << "under torch::NoGradGuard), median of the rounds; agree: the steps whose most likely token both give.\n";

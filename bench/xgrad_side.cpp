@@ -277,7 +277,11 @@ xgrad::models::gpt_config decode_config_of(const decode_spec& s)
 class xgrad_decode final : public decode_case
 {
 public:
-    explicit xgrad_decode(xgrad::models::gpt_parameters<float> params) : decoder_(std::move(params)) {}
+    // The checkpoint's parameters read straight into the decoder, as xgrad-sample reads them.
+    explicit xgrad_decode(const xgrad::io::checkpoint_reader& file)
+        : decoder_(file.config(), [&file](const std::string& name, float* out) { file.read(name, out); })
+    {
+    }
     void clear() override { decoder_.clear(); }
     std::int32_t step(std::int32_t token) override
     {
@@ -313,8 +317,7 @@ void xgrad_save_decode(const decode_weights& w, const std::string& path)
 
 std::unique_ptr<decode_case> xgrad_load_decode(const std::string& path)
 {
-    auto ck = xgrad::io::load_checkpoint<float>(path, xgrad::io::optimiser_state::skip);
-    return std::make_unique<xgrad_decode>(std::move(ck.params));
+    return std::make_unique<xgrad_decode>(xgrad::io::checkpoint_reader(path));
 }
 
 std::unique_ptr<gpt_case> make_xgrad_gpt(const gpt_problem& p, bool bf16)
