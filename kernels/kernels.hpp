@@ -12,6 +12,11 @@ namespace kernels
 template <class T>
 array<T> permute(const array<T>& x, const std::vector<std::size_t>& axes);
 
+// out = a^T for a (rows, columns) row-major, into out (columns, rows): OpenBLAS's transposing copy
+// (omatcopy), which every build links. Requires rows and columns below 2^31.
+void transpose(const float* a, std::size_t rows, std::size_t columns, float* out);
+void transpose(const double* a, std::size_t rows, std::size_t columns, double* out);
+
 // C = op(A) op(B) over the last two axes, batch axes broadcast (op = transpose when the flag is set).
 // When C's batch shape is smaller than the broadcast batch, products are summed into it.
 // Requires: rank >= 2, inner dimensions agree (checked by the caller, which knows the op's name).

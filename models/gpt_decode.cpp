@@ -12,6 +12,7 @@
 #include "autodiff/instantiate.hpp"
 #include "autodiff/memory.hpp"
 #include "kernels/gelu.hpp"
+#include "kernels/kernels.hpp"
 #include "kernels/norm.hpp"
 #include "kernels/parallel.hpp"
 
@@ -222,27 +223,6 @@ void matvec(const T* x, const T* w, const T* b, T* y, std::size_t rows, std::siz
                         y[r] = dot(x, w + r * k, k) + (b ? b[r] : T(0));
                     }
                 });
-}
-
-// out = w^T for w (rows, columns) row-major, in tiles that stay in cache.
-template <class T>
-void transpose(const T* w, std::size_t rows, std::size_t columns, T* out)
-{
-    constexpr std::size_t tile = 16;  // rows of out written contiguously (1.6x the 32 x 32 tiles of w's rows)
-    for (std::size_t i0 = 0; i0 < rows; i0 += tile)
-    {
-        for (std::size_t j0 = 0; j0 < columns; j0 += tile)
-        {
-            const std::size_t i1 = std::min(rows, i0 + tile), j1 = std::min(columns, j0 + tile);
-            for (std::size_t j = j0; j < j1; ++j)
-            {
-                for (std::size_t i = i0; i < i1; ++i)
-                {
-                    out[j * rows + i] = w[i * columns + j];
-                }
-            }
-        }
-    }
 }
 
 // The norm of one row of n entries: LayerNorm (weight, bias) or RMSNorm (weight), eps 1e-5 as layers.hpp.
@@ -484,7 +464,7 @@ template <class T>
 const T* decoder<T>::keep_transposed(const T* matrix, std::size_t rows, std::size_t columns)
 {
     T* out = transposed_.get() + filled_;
-    transpose(matrix, rows, columns, out);
+    kernels::transpose(matrix, rows, columns, out);
     filled_ += rows * columns;
     return out;
 }
