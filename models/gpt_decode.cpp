@@ -496,6 +496,11 @@ decoder<T>::decoder(gpt_parameters<T> params, const parameter_source<T>* read)
     std::vector<T> scratch(read ? matrix_values(params_).second : 0);
     std::map<const parameter<T>*, const T*> transposed;
     params_.visit([&](const std::string& name, parameter<T>& p, const declaration& d) {
+        if (!read && to_shape(p.value().shape()) != d.shape)
+        {
+            fail("decoder", "parameter " + name + " is " + shape_str(to_shape(p.value().shape())) +
+                                ", the model's config declares " + shape_str(d.shape));
+        }
         if (!kept_transposed(d))
         {
             if (read)

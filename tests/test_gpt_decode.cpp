@@ -250,6 +250,11 @@ TEST_CASE("a decoder given its parameters one by one, as from a file, equals one
         std::copy(stored.at(name).begin(), stored.at(name).end(), out);
     });
     CHECK(asked.size() == stored.size());  // each parameter read once
+    auto misshapen = p;
+    misshapen.blocks[1].W_up = parameter<double>(xt::zeros<double>({24, 5}), "blocks.1.mlp.W_up");
+    CHECK_THROWS_WITH_AS(decoder<double>{misshapen},
+                         doctest::Contains("decoder: parameter blocks.1.mlp.W_up is (24, 5), the model's config"),
+                         std::invalid_argument);
     decoder<double> from_model(p);
     for (const std::int32_t token : {3, 1, 4, 1, 5, 9, 2, 6})
     {
