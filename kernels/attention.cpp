@@ -31,7 +31,21 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
+
+#if defined(__AVX512F__)
+// GCC 12's own AVX-512 intrinsics trip its -Wuninitialized on purpose (see kernels/simd.hpp): off for them.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif
 
 #include "autodiff/instantiate.hpp"
 #include "kernels/bf16.hpp"
@@ -243,11 +257,50 @@ struct product_operands
     }
 };
 
+#if defined(__AVX512F__)
+// out(c, j) = x(j, c) for a 16 x 16 block of floats: x's rows `stride` apart, out's rows `ld` apart. The
+// classic in-register transpose: pairs of rows interleaved at 1, 2, 4 and then 8 floats apart.
+inline void transpose_16x16(const float* x, std::size_t stride, float* out, std::size_t ld)
+{
+    __m512 r[16], t[16];
+    for (std::size_t i = 0; i < 16; ++i)
+    {
+        r[i] = _mm512_loadu_ps(x + i * stride);
+    }
+    for (std::size_t i = 0; i < 16; i += 2)
+    {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (std::size_t i = 0; i < 16; i += 4)
+    {
+        r[i] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (std::size_t i = 0; i < 16; i += 8)
+    {
+        for (std::size_t a = 0; a < 4; ++a)
+        {
+            t[i + a] = _mm512_shuffle_f32x4(r[i + a], r[i + a + 4], 0x88);
+            t[i + a + 4] = _mm512_shuffle_f32x4(r[i + a], r[i + a + 4], 0xdd);
+        }
+    }
+    for (std::size_t a = 0; a < 8; ++a)
+    {
+        _mm512_storeu_ps(out + a * ld, _mm512_shuffle_f32x4(t[a], t[a + 8], 0x88));
+        _mm512_storeu_ps(out + (a + 8) * ld, _mm512_shuffle_f32x4(t[a], t[a + 8], 0xdd));
+    }
+}
+#endif
+
 // X^T of one key/value head (its keys or its values), made once per work item in the thread's buffer, so
 // that S = Q K^T and dP = dO V^T read plain operands instead of the GEMM transposing each key tile again for
 // every query tile that visits it. Only the keys the head's queries may see are transposed (a window's w
 // when decoding over a long cache): X^T(c, j) at c ld + j - keys.begin; ld is padded off a multiple of
-// 4 KiB, so that a product's dh rows do not all fall into the same cache sets.
+// 4 KiB, so that a product's dh rows do not all fall into the same cache sets. With AVX-512, float heads go
+// in 16 x 16 blocks transposed in registers, the rest entry by entry.
 template <class T>
 struct transposed_head
 {
@@ -257,18 +310,29 @@ struct transposed_head
     // x: the head's rows of dh entries, row stride `stride`; the rows `keys` are transposed.
     const T* of(const T* x, std::size_t stride, key_range keys, std::size_t dh)
     {
-        constexpr std::size_t block = 8;  // keys at a time: their rows stay in L1 while read column-wise
         ld = (keys.size() + 15) / 16 * 16 + 16;
         T* out = grown(buffer, dh * ld);
-        for (std::size_t j0 = keys.begin; j0 < keys.end; j0 += block)
+        std::size_t blocked_keys = 0, blocked_columns = 0;  // the leading keys and columns done in blocks
+#if defined(__AVX512F__)
+        if constexpr (std::is_same_v<T, float>)
         {
-            const std::size_t j1 = std::min(keys.end, j0 + block);
-            for (std::size_t c = 0; c < dh; ++c)
+            blocked_keys = keys.size() / 16 * 16;
+            blocked_columns = dh / 16 * 16;
+            for (std::size_t j = 0; j < blocked_keys; j += 16)
             {
-                for (std::size_t j = j0; j < j1; ++j)
+                for (std::size_t c = 0; c < blocked_columns; c += 16)
                 {
-                    out[c * ld + j - keys.begin] = x[j * stride + c];
+                    transpose_16x16(x + (keys.begin + j) * stride + c, stride, out + c * ld + j, ld);
                 }
+            }
+        }
+#endif
+        for (std::size_t c = 0; c < dh; ++c)
+        {
+            const std::size_t first = c < blocked_columns ? blocked_keys : 0;
+            for (std::size_t j = keys.begin + first; j < keys.end; ++j)
+            {
+                out[c * ld + j - keys.begin] = x[j * stride + c];
             }
         }
         return out;
