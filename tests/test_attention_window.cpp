@@ -270,6 +270,47 @@ TEST_CASE("windowed attention, the band's edges in row strips: the same widths i
     check_window_float32({1, 2, 2, 1, 1, 4, 1}, 98);
 }
 
+namespace
+{
+// The token-major op in float32 = the composed graph given causal_mask(Tq, Tk, w) in float64.
+void check_window_token_major_float32(const window_case& c, unsigned seed)
+{
+    CAPTURE(c);
+    const std::vector<f64> in{random_array({c.B, c.Tq, c.H * c.dh}, seed),
+                              random_array({c.B, c.Tk, c.G * c.dh}, seed + 1),
+                              random_array({c.B, c.Tk, c.G * c.dh}, seed + 2)};
+    auto token_major = [&](const auto& x) {
+        return ops::attention_token_major(x[0], x[1], x[2], c.H, c.G, nullptr, true, c.window);
+    };
+    auto masked = [band = models::causal_mask(c.Tq, c.Tk, c.window), &c](const auto& x) {
+        return ops::composed::attention_token_major(x[0], x[1], x[2], c.H, c.G, &band, false);
+    };
+    const auto lo = evaluate_in<float>(token_major, in, seed + 3);
+    const auto hi = evaluate_in<double>(masked, in, seed + 3);
+    CHECK(closeness(lo.value, hi.value, 1e-4, 1e-5) <= 1.0);
+    for (std::size_t i = 0; i < 3; ++i)
+    {
+        CAPTURE(i);
+        CHECK(closeness(lo.grads[i], hi.grads[i], 1e-4, 1e-5) <= 1.0);
+    }
+}
+}  // namespace
+
+TEST_CASE("windowed attention in float32 with heads as wide as the transposes' 16 x 16 blocks, and wider")
+{
+    // dh = 16 (one block of columns), 20 and 33 (blocks and a remainder); T = 200 and Tk - Tq = 70 give key
+    // ranges whose first key and length are not multiples of 16.
+    for (std::size_t dh : {16u, 20u, 33u})
+    {
+        for (std::size_t w : {0u, 17u, 64u, 129u})
+        {
+            check_window_float32({1, 2, 1, 200, 200, dh, w}, 110);
+            check_window_float32({1, 2, 2, 130, 200, dh, w}, 111);
+            check_window_token_major_float32({1, 4, 2, 130, 200, dh, w}, 112);
+        }
+    }
+}
+
 TEST_CASE("windowed attention with a mask across the strips' key ranges = the composed graph, AND-ed mask")
 {
     const std::size_t T = 200, w = 65;
