@@ -353,6 +353,24 @@ struct head_operands
     const T* v_t_from(std::size_t j) const { return v_t + (j - t_first); }
 };
 
+// The columns of a row of scores s (row length tile_k, `cols` of them a product's) that whole vector batches
+// cover around its visible ones: from the batch holding the first visible column to the end of the batch
+// holding the last. Those outside `visible` are set to -inf, so that the exp (and the max) run on whole
+// batches, with no tail, and give exactly 0 there. Columns from `cols` on are not the product's: their -inf
+// only pads the last batch.
+template <class T>
+key_range whole_batches(T* s, std::size_t cols, key_range visible)
+{
+    constexpr std::size_t width = simd::batch<T>::size;
+    static_assert(tile_k % width == 0, "a tile's row holds whole batches");
+    const std::size_t padded = (cols + width - 1) / width * width;
+    const key_range lanes{visible.begin / width * width,
+                          std::min(padded, (visible.end + width - 1) / width * width)};
+    std::fill(s + lanes.begin, s + visible.begin, -std::numeric_limits<T>::infinity());
+    std::fill(s + visible.end, s + lanes.end, -std::numeric_limits<T>::infinity());
+    return lanes;
+}
+
 // One query row's online softmax over the scores s[0, cols) of keys j0 .. j0 + cols (see the top of the
 // file): m and l are its running maximum (scaled) and sum, o its output row, accumulated unnormalised.
 // Leaves P in s (0 outside the visible columns). Returns whether the row saw a visible key here.
@@ -366,10 +384,10 @@ bool online_softmax_row(const visibility& vis, T* s, std::size_t cols, std::size
         std::fill(s, s + cols, T(0));  // nothing visible here: P = 0, the row's state unchanged
         return false;
     }
-    T* p_visible = s + visible.begin;
-    const T new_max = std::max(m, scale * simd::max_of(p_visible, visible.size()));
+    const key_range lanes = whole_batches<T>(s, cols, visible);
+    const T new_max = std::max(m, scale * simd::max_of(s + lanes.begin, lanes.size()));
     const T shrink = std::exp(m - new_max);  // 0 on the row's first visible chunk
-    const T sum = simd::exp_sum(p_visible, visible.size(), scale, new_max);
+    const T sum = simd::exp_sum(s + lanes.begin, lanes.size(), scale, new_max);
     l = l * shrink + sum;
     m = new_max;
     if (shrink != T(1))
@@ -474,13 +492,14 @@ void probabilities_and_score_gradients(const visibility& vis, T* p, T* ds, std::
         std::fill(ds, ds + cols, T(0));
         return;
     }
-    std::fill(ds, ds + visible.begin, T(0));
-    std::fill(ds + visible.end, ds + cols, T(0));
-    simd::exp_sum(p + visible.begin, visible.size(), scale, row_lse);  // P = exp(scale S - lse)
-    for (std::size_t c = visible.begin; c < visible.end; ++c)
+    const key_range lanes = whole_batches<T>(p, cols, visible);
+    simd::exp_sum(p + lanes.begin, lanes.size(), scale, row_lse);  // P = exp(scale S - lse)
+    for (std::size_t c = lanes.begin; c < lanes.end; ++c)
     {
         ds[c] = scale * p[c] * (ds[c] - d);  // dS = scale P (dP - D)
     }
+    std::fill(ds, ds + visible.begin, T(0));
+    std::fill(ds + visible.end, ds + cols, T(0));
 }
 
 // The backward rules of the top of the file for one query tile, block by block: adds its rows' dQ and
