@@ -219,8 +219,14 @@ struct visibility
     }
 
     // From the first row's first visible key to the last row's last, and the keys every row sees.
-    key_range tile_keys(std::size_t i0, std::size_t rows) const { return {keys(i0).begin, keys(i0 + rows - 1).end}; }
-    key_range tile_core(std::size_t i0, std::size_t rows) const { return {keys(i0 + rows - 1).begin, keys(i0).end}; }
+    key_range tile_keys(std::size_t i0, std::size_t rows) const
+    {
+        return {keys(i0).begin, keys(i0 + rows - 1).end};
+    }
+    key_range tile_core(std::size_t i0, std::size_t rows) const
+    {
+        return {keys(i0 + rows - 1).begin, keys(i0).end};
+    }
 
     // Where the core's products of all rows stop: its end, or before its last chunk if that is narrower
     // than min_chunk and the tile has a right edge for it to join.
@@ -509,8 +515,8 @@ void forward_tile(const visibility& vis, const product_operands<T>& in, const he
                 continue;
             }
             T* row = at(r, row_keys.begin);
-            if (online_softmax_row(vis, row, row_keys.size(), row_keys.begin, i, vis.mask_row(x.b, x.h, i), scale,
-                                   m[r], l[r], o_tile + r * qs))
+            if (online_softmax_row(vis, row, row_keys.size(), row_keys.begin, i, vis.mask_row(x.b, x.h, i),
+                                   scale, m[r], l[r], o_tile + r * qs))
             {
                 seen[r] = 1;
             }
@@ -584,7 +590,8 @@ void backward_tile(const visibility& vis, const product_operands<T>& in, const h
                    T* dv_head)
 {
     const std::size_t dh = vis.dh, rows = std::min(tile_q, vis.Tq - i0), bh = x.b * vis.H + x.h;
-    const std::size_t qs = vis.q_stride(), ks = vis.kv_stride(), offset = vis.q_offset(x.b, x.h, i0), ld = x.s_ld;
+    const std::size_t qs = vis.q_stride(), ks = vis.kv_stride(), ld = x.s_ld;
+    const std::size_t offset = vis.q_offset(x.b, x.h, i0);
     const T scale = T(1) / std::sqrt(static_cast<T>(dh));
     const T* q_tile = in.q + offset;
     const T* do_tile = in.grad_out + offset;  // dO as the products read it
@@ -600,13 +607,16 @@ void backward_tile(const visibility& vis, const product_operands<T>& in, const h
         d[r] = simd::dot(grad_out + offset + r * qs, out + offset + r * qs, dh);  // D_i = dO_i . O_i
     }
     vis.for_each_panel(i0, rows, [&](key_range panel) {
-        const auto at = [&](T* buffer, std::size_t r, std::size_t j) { return buffer + r * ld + (j - panel.begin); };
+        const auto at = [&](T* buffer, std::size_t r, std::size_t j) {
+            return buffer + r * ld + (j - panel.begin);
+        };
         vis.for_each_block(i0, rows, panel, [&](std::size_t r0, std::size_t n, key_range keys) {
             const std::size_t j0 = keys.begin, cols = keys.size();
-            gemm(false, false, n, cols, dh, q_tile + r0 * qs, qs, x.k_t_from(j0), x.t_ld, T(0), at(p, r0, j0),
-                 ld);  // S = Q K^T
-            gemm(false, false, n, cols, dh, do_tile + r0 * qs, qs, x.v_t_from(j0), x.t_ld, T(0), at(dp, r0, j0),
-                 ld);  // dP = dO V^T
+            const T *q_rows = q_tile + r0 * qs, *do_rows = do_tile + r0 * qs;
+            T *s_block = at(p, r0, j0), *dp_block = at(dp, r0, j0);
+            const T *k_t = x.k_t_from(j0), *v_t = x.v_t_from(j0);
+            gemm(false, false, n, cols, dh, q_rows, qs, k_t, x.t_ld, T(0), s_block, ld);    // S = Q K^T
+            gemm(false, false, n, cols, dh, do_rows, qs, v_t, x.t_ld, T(0), dp_block, ld);  // dP = dO V^T
         });
         for (std::size_t r = 0; r < rows; ++r)
         {
@@ -624,12 +634,13 @@ void backward_tile(const visibility& vis, const product_operands<T>& in, const h
         }
         vis.for_each_block(i0, rows, panel, [&](std::size_t r0, std::size_t n, key_range keys) {
             const std::size_t j0 = keys.begin, cols = keys.size();
-            const T *q_rows = q_tile + r0 * qs, *do_rows = do_tile + r0 * qs, *p_block = at(p, r0, j0);
-            const T* ds_block = at(dp, r0, j0);
+            const T *q_rows = q_tile + r0 * qs, *do_rows = do_tile + r0 * qs;
+            const T *p_block = at(p, r0, j0), *ds_block = at(dp, r0, j0);
+            const T* k_rows = x.k + j0 * ks;
             T *dq_rows = dq_tile + r0 * qs, *dk_rows = dk_head + j0 * ks, *dv_rows = dv_head + j0 * ks;
-            gemm(true, false, cols, dh, n, p_block, ld, do_rows, qs, T(1), dv_rows, ks);          // dV += P^T dO
-            gemm(false, false, n, dh, cols, ds_block, ld, x.k + j0 * ks, ks, T(1), dq_rows, qs);  // dQ += dS K
-            gemm(true, false, cols, dh, n, ds_block, ld, q_rows, qs, T(1), dk_rows, ks);          // dK += dS^T Q
+            gemm(true, false, cols, dh, n, p_block, ld, do_rows, qs, T(1), dv_rows, ks);    // dV += P^T dO
+            gemm(false, false, n, dh, cols, ds_block, ld, k_rows, ks, T(1), dq_rows, qs);  // dQ += dS K
+            gemm(true, false, cols, dh, n, ds_block, ld, q_rows, qs, T(1), dk_rows, ks);    // dK += dS^T Q
         });
     });
 }
