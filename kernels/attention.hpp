@@ -1,7 +1,7 @@
 // Fused scaled dot-product attention on plain arrays (FlashAttention's schedule, on the CPU): the
-// scores are computed one tile of queries x keys at a time, softmax-normalised on the fly (an online
-// softmax: a running row maximum and sum), and never stored whole. The forward keeps only the per-row
-// log-sum-exp; the backward recomputes each tile's probabilities from it. ops/attention.cpp wraps these
+// scores are computed one tile of queries x a panel of keys at a time, softmax-normalised on the fly (an
+// online softmax: a running row maximum and sum), and never stored whole. The forward keeps only the
+// per-row log-sum-exp; the backward recomputes each panel's probabilities from it. ops/attention.cpp wraps these
 // in the differentiable op.
 //
 // Shapes: q (B, H, Tq, dh); k, v (B, G, Tk, dh) with H % G == 0, query head h reading key/value head

@@ -270,6 +270,96 @@ TEST_CASE("windowed attention, the band's edges in row strips: the same widths i
     check_window_float32({1, 2, 2, 1, 1, 4, 1}, 98);
 }
 
+namespace
+{
+// The token-major op in float32 = the composed graph given causal_mask(Tq, Tk, w) in float64.
+void check_window_token_major_float32(const window_case& c, unsigned seed)
+{
+    CAPTURE(c);
+    const std::vector<f64> in{random_array({c.B, c.Tq, c.H * c.dh}, seed),
+                              random_array({c.B, c.Tk, c.G * c.dh}, seed + 1),
+                              random_array({c.B, c.Tk, c.G * c.dh}, seed + 2)};
+    auto token_major = [&](const auto& x) {
+        return ops::attention_token_major(x[0], x[1], x[2], c.H, c.G, nullptr, true, c.window);
+    };
+    auto masked = [band = models::causal_mask(c.Tq, c.Tk, c.window), &c](const auto& x) {
+        return ops::composed::attention_token_major(x[0], x[1], x[2], c.H, c.G, &band, false);
+    };
+    const auto lo = evaluate_in<float>(token_major, in, seed + 3);
+    const auto hi = evaluate_in<double>(masked, in, seed + 3);
+    CHECK(closeness(lo.value, hi.value, 1e-4, 1e-5) <= 1.0);
+    for (std::size_t i = 0; i < 3; ++i)
+    {
+        CAPTURE(i);
+        CHECK(closeness(lo.grads[i], hi.grads[i], 1e-4, 1e-5) <= 1.0);
+    }
+}
+}  // namespace
+
+TEST_CASE("windowed attention in float32 with heads as wide as the transposes' 16 x 16 blocks, and wider")
+{
+    // dh = 16 (one block of columns), 20 and 33 (blocks and a remainder); T = 200 and Tk - Tq = 70 give key
+    // ranges whose first key and length are not multiples of 16.
+    for (std::size_t dh : {16u, 20u, 33u})
+    {
+        for (std::size_t w : {0u, 17u, 64u, 129u})
+        {
+            check_window_float32({1, 2, 1, 200, 200, dh, w}, 110);
+            check_window_float32({1, 2, 2, 130, 200, dh, w}, 111);
+            check_window_token_major_float32({1, 4, 2, 130, 200, dh, w}, 112);
+        }
+    }
+}
+
+TEST_CASE("attention over key panels: a core wider than one panel of 512 keys, causal, windowed and not")
+{
+    // T = 700: from the tenth query tile on, plain causal rows see more than 512 + 64 keys, so their core
+    // is split into two panels (the online softmax carries a row from one to the next); w = 600 likewise
+    // (a core of 537 keys); w = 520 keeps one panel whose last chunk joins the right edge.
+    for (std::size_t w : {0u, 520u, 600u})
+    {
+        check_window_op({1, 1, 1, 700, 700, 4, w}, 120);
+        check_window_float32({1, 1, 1, 700, 700, 4, w}, 121);
+    }
+    check_window_op({1, 1, 1, 70, 700, 4, 0}, 122);    // Tq < Tk: every row's keys in two panels
+    check_window_op({1, 1, 1, 70, 700, 4, 600}, 123);
+}
+
+TEST_CASE("attention over key panels: a mask hiding a row's keys in one panel, or in all, causal or not")
+{
+    const std::size_t Tq = 70, Tk = 700;
+    mask_t mask = mask_t::from_shape({1, 1, Tq, Tk});
+    for (std::size_t i = 0; i < Tq; ++i)
+    {
+        for (std::size_t j = 0; j < Tk; ++j)
+        {
+            const bool first_panel = j < 512;
+            mask(0, 0, i, j) = i % 3 == 0   ? first_panel              // row sees the first panel only
+                               : i % 3 == 1 ? !first_panel             // the second only
+                                            : i != 5 && (i + j) % 4 != 0;  // both, sparsely; row 5 nothing
+        }
+    }
+    const std::vector<f64> in{normal_array<double>({1, 2, Tq, 4}, 130),
+                              normal_array<double>({1, 2, Tk, 4}, 131),
+                              normal_array<double>({1, 2, Tk, 4}, 132)};
+    for (bool causal : {false, true})
+    {
+        CAPTURE(causal);
+        const mask_t both = causal ? mask_t(mask && models::causal_mask(Tq, Tk, 0)) : mask;
+        auto fused = [&](const auto& x) { return ops::attention(x[0], x[1], x[2], &mask, causal); };
+        auto masked = [&](const auto& x) { return ops::composed::attention(x[0], x[1], x[2], &both, false); };
+        const auto f = evaluate_in<double>(fused, in, 133);
+        const auto r = evaluate_in<double>(masked, in, 133);
+        CHECK(all_finite(f.value));
+        CHECK(max_relative_difference(f.value, r.value) < 1e-12);
+        for (std::size_t i = 0; i < 3; ++i)
+        {
+            CAPTURE(i);
+            check_close(f.grads[i], r.grads[i]);
+        }
+    }
+}
+
 TEST_CASE("windowed attention with a mask across the strips' key ranges = the composed graph, AND-ed mask")
 {
     const std::size_t T = 200, w = 65;
