@@ -58,8 +58,7 @@ public:
     explicit checkpoint_reader(const std::string& path);
     const models::gpt_config& config() const { return config_; }
     const std::map<std::string, std::string>& metadata() const { return file_.metadata(); }
-    // Tensor `name` (a parameter by docs/spec.md's name) into `out`, which holds its count of values; F32
-    // and F64 converted to T once. Throws std::out_of_range for a name the file does not hold.
+    // Tensor `name` (a parameter by docs/spec.md's name) into `out`, as file().read does.
     template <class T>
     void read(const std::string& name, T* out) const;
     const safetensors_reader& file() const { return file_; }

@@ -1,16 +1,21 @@
-// OpenBLAS's CBLAS as a GEMM backend. Runs single-threaded: xgrad parallelises across independent
-// matrices and blocks itself (kernels/matmul.cpp). OpenBLAS picks its kernels from the CPU it detects;
-// on a CPU newer than the library it falls back to old ones (Debian's 0.3.21 runs "Prescott", SSE3
-// kernels, on a 2023 Xeon), which is why kernels/gemm.cpp measures it against the other backends.
-// OpenBLAS reads OPENBLAS_CORETYPE once, when the library loads, and offers no call to change its core
-// after that; so when the door runs OpenBLAS on kernels older than the CPU's flags allow, it says so.
+// OpenBLAS's CBLAS as a GEMM backend, and its transposing copy (kernels::transpose). Runs
+// single-threaded: xgrad parallelises across independent matrices and blocks itself (kernels/matmul.cpp).
+// OpenBLAS picks its kernels from the CPU it detects; on a CPU newer than the library it falls back to old
+// ones (Debian's 0.3.21 runs "Prescott", SSE3 kernels, on a 2023 Xeon), which is why kernels/gemm.cpp
+// measures it against the other backends. OpenBLAS reads OPENBLAS_CORETYPE once, when the library loads,
+// and offers no call to change its core after that; so when the door runs OpenBLAS on kernels older than
+// the CPU's flags allow, it says so.
 #include <cblas.h>
 
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 
 #include "kernels/gemm_backends.hpp"
+#include "kernels/kernels.hpp"
 
 namespace xgrad::kernels::backends
 {
@@ -123,3 +128,40 @@ void say_once_if_openblas_kernels_are_old()
     });
 }
 }  // namespace xgrad::kernels::backends
+
+namespace xgrad::kernels
+{
+namespace
+{
+// The sides of a transpose as OpenBLAS's int, or nothing to do (a side of 0).
+bool blas_sides(std::size_t rows, std::size_t columns, blasint& m, blasint& n)
+{
+    if (rows >= std::size_t(INT_MAX) || columns >= std::size_t(INT_MAX))
+    {
+        throw std::invalid_argument("transpose: a (" + std::to_string(rows) + ", " + std::to_string(columns) +
+                                    ") matrix has a side of 2^31 or more, past OpenBLAS's int");
+    }
+    m = static_cast<blasint>(rows);
+    n = static_cast<blasint>(columns);
+    return rows > 0 && columns > 0;
+}
+}  // namespace
+
+void transpose(const float* a, std::size_t rows, std::size_t columns, float* out)
+{
+    blasint m = 0, n = 0;
+    if (blas_sides(rows, columns, m, n))
+    {
+        cblas_somatcopy(CblasRowMajor, CblasTrans, m, n, 1.0f, a, n, out, m);
+    }
+}
+
+void transpose(const double* a, std::size_t rows, std::size_t columns, double* out)
+{
+    blasint m = 0, n = 0;
+    if (blas_sides(rows, columns, m, n))
+    {
+        cblas_domatcopy(CblasRowMajor, CblasTrans, m, n, 1.0, a, n, out, m);
+    }
+}
+}  // namespace xgrad::kernels

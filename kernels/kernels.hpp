@@ -13,7 +13,8 @@ template <class T>
 array<T> permute(const array<T>& x, const std::vector<std::size_t>& axes);
 
 // out = a^T for a (rows, columns) row-major, into out (columns, rows): OpenBLAS's transposing copy
-// (omatcopy), which every build links. Requires rows and columns below 2^31.
+// (omatcopy, kernels/gemm_openblas.cpp), which every build links. Throws std::invalid_argument naming
+// "transpose" when a side is 2^31 or more (OpenBLAS counts in int).
 void transpose(const float* a, std::size_t rows, std::size_t columns, float* out);
 void transpose(const double* a, std::size_t rows, std::size_t columns, double* out);
 

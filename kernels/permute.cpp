@@ -1,9 +1,4 @@
-// Axis permutation on plain arrays (a contiguous copy); ops/shape.cpp wraps it in the permute op. And the
-// matrix transpose of raw rows, through OpenBLAS.
-#include <cblas.h>
-
-#include <cassert>
-#include <climits>
+// Axis permutation on plain arrays (a contiguous copy); ops/shape.cpp wraps it in the permute op.
 #include <cstring>
 #include <numeric>
 
@@ -79,19 +74,5 @@ array<T> permute(const array<T>& x, const std::vector<std::size_t>& axes)
 }
 template array<float> permute(const array<float>&, const std::vector<std::size_t>&);
 template array<double> permute(const array<double>&, const std::vector<std::size_t>&);
-
-void transpose(const float* a, std::size_t rows, std::size_t columns, float* out)
-{
-    assert(rows < INT_MAX && columns < INT_MAX);
-    const auto m = static_cast<blasint>(rows), n = static_cast<blasint>(columns);
-    cblas_somatcopy(CblasRowMajor, CblasTrans, m, n, 1.0f, a, n, out, m);
-}
-
-void transpose(const double* a, std::size_t rows, std::size_t columns, double* out)
-{
-    assert(rows < INT_MAX && columns < INT_MAX);
-    const auto m = static_cast<blasint>(rows), n = static_cast<blasint>(columns);
-    cblas_domatcopy(CblasRowMajor, CblasTrans, m, n, 1.0, a, n, out, m);
-}
 }  // namespace kernels
 }  // namespace xgrad

@@ -417,7 +417,27 @@ namespace
 // Whether the decoder keeps a parameter transposed, (out, in): the blocks' matrices and the head.
 bool kept_transposed(const declaration& d)
 {
-    return d.role == parameter_role::matrix || d.role == parameter_role::head;
+    return d.shape.size() == 2 && (d.role == parameter_role::matrix || d.role == parameter_role::head);
+}
+
+// The config, once the cache and the scores for block_size positions are known to be countable in
+// std::size_t: each holds at most L x (block_size + key_tile) x max(H, G dh) values. Throws
+// std::invalid_argument naming "decoder" otherwise (a block_size no real model has).
+template <class T>
+const gpt_config& countable_cache(const gpt_config& c)
+{
+    const std::size_t kv_width = c.kv_head_count() * (c.d_model / c.heads);
+    std::size_t positions = 0, per_layer = 0, all = 0;
+    const bool overflow = __builtin_add_overflow(c.block_size, key_tile<T>, &positions) ||
+                          __builtin_mul_overflow(positions, std::max(c.heads, kv_width), &per_layer) ||
+                          __builtin_mul_overflow(per_layer, std::max<std::size_t>(c.layers, 1), &all) ||
+                          all > std::numeric_limits<std::size_t>::max() / sizeof(T);
+    if (overflow)
+    {
+        fail("decoder", "a cache of block_size " + std::to_string(c.block_size) + " positions for " +
+                            std::to_string(c.layers) + " layers is past what memory can address");
+    }
+    return c;
 }
 
 // The number of values of the matrices the decoder keeps transposed, and of the largest of them.
@@ -484,8 +504,8 @@ decoder<T>::decoder(const gpt_config& config, const parameter_source<T>& read)
 // each matrix comes from its handle, which is let go once copied.
 template <class T>
 decoder<T>::decoder(gpt_parameters<T> params, const parameter_source<T>* read)
-    : params_(std::move(params)), c_(params_.config), d_(c_.d_model), dh_(c_.d_model / c_.heads),
-      kv_dim_(c_.kv_head_count() * dh_), hidden_(c_.hidden_width()),
+    : params_(std::move(params)), c_(countable_cache<T>(params_.config)), d_(c_.d_model),
+      dh_(c_.d_model / c_.heads), kv_dim_(c_.kv_head_count() * dh_), hidden_(c_.hidden_width()),
       transposed_(huge_page_buffer<T>(matrix_values(params_).first)), zeros_(std::max(d_, hidden_), T(0)),
       x_(d_), xn_(d_), q_(d_), k_(kv_dim_), heads_(d_), out_(d_), hidden_a_(hidden_), hidden_b_(hidden_),
       scores_(c_.heads * (c_.block_size + key_tile<T>)), logits_(c_.vocab_size),

@@ -46,6 +46,11 @@ struct sampling_options
     std::uint64_t seed = 1;
 };
 
+// Fills `out` with the values of the parameter named `name` (docs/spec.md's name), as a checkpoint stores
+// them: of its declared shape, matrices (in, out).
+template <class T>
+using parameter_source = std::function<void(const std::string& name, T* out)>;
+
 // One sequence decoded one token at a time without allocating: every buffer (each layer's keys and values
 // for block_size positions, one token's activations, the logits) is sized here, once. It computes
 // gpt_decode's function for one new position (every variant; RoPE at the absolute position) in plain
@@ -55,11 +60,6 @@ struct sampling_options
 // misses (each measured at 1.7x the memory bandwidth of the (in, out) row updates and of 4 KiB pages,
 // on an AMD EPYC VM, docs/performance.md); the outputs are split across num_threads() threads. The
 // cache's memory is taken as positions fill it.
-// Fills `out` with the values of the parameter named `name` (docs/spec.md's name), as a checkpoint stores
-// them: of its declared shape, matrices (in, out).
-template <class T>
-using parameter_source = std::function<void(const std::string& name, T* out)>;
-
 template <class T>
 class decoder
 {
@@ -115,8 +115,10 @@ private:
     std::vector<T> x_, xn_, q_, k_, heads_, out_, hidden_a_, hidden_b_, scores_, logits_;
     std::vector<T> rope_cos_, rope_sin_;  // (block_size, dh / 2) when position = rope
     // The cache, untouched until written. Values (L, block_size, G dh); keys transposed in tiles of
-    // key_tile positions, (L, block_size / key_tile, G dh, key_tile), so that one head's scores over a
-    // tile are dh multiply-adds of whole batches; each tile is zeroed when its first position is written.
+    // key_tile positions, (L, key_tiles_, G dh, key_tile) with key_tiles_ = block_size / key_tile rounded
+    // up, so that one head's scores over a tile are dh multiply-adds of whole batches; each tile is zeroed
+    // when its first position is written. scores_ holds, per head, the scores of every tile attend()
+    // reads (block_size + key_tile entries apart), the first at the tile's first position.
     std::size_t key_tiles_;
     std::unique_ptr<T[]> keys_, values_;
 };

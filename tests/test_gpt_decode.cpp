@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <type_traits>
 
 #include "kernels/parallel.hpp"
 #include "models/gpt_decode.hpp"
@@ -162,26 +163,28 @@ TEST_CASE("sampling is seeded, stays in the vocabulary and runs past block_size"
 
 namespace
 {
-// The decoder's logits, one token at a time, against gpt_decode's for the same tokens (one sequence).
+// The decoder's logits, one token at a time, against gpt_decode's for the same tokens (one sequence), to
+// 1e-12 in float64 and 1e-4 in float32 (other summation orders).
+template <class T = double>
 void check_decoder_against_gpt_decode(const gpt_config& c, std::size_t positions, double scale)
 {
-    auto p = gpt_parameters<double>::init(c, 11);
+    auto p = gpt_parameters<T>::init(c, 11);
     for (auto& param : p.named_parameters())  // larger weights than GPT-2's init: sharper attention
     {
-        param.value() = param.value() * scale;
+        param.value() = param.value() * static_cast<T>(scale);
     }
     const ids_t tokens = random_ids(1, positions, c.vocab_size, 4);
-    kv_cache<double> cache;
-    const array<double> expected = gpt_decode(p, tokens, cache);
-    decoder<double> d(p);
+    kv_cache<T> cache;
+    const array<T> expected = gpt_decode(p, tokens, cache);
+    decoder<T> d(p);
     for (std::size_t t = 0; t < positions; ++t)
     {
-        const double* logits = d.step(tokens(0, t));
-        const array<double> row = xt::view(expected, 0, t, xt::all());
+        const T* logits = d.step(tokens(0, t));
+        const array<double> row = xt::cast<double>(xt::view(expected, 0, t, xt::all()));
         array<double> got = array<double>::from_shape({c.vocab_size});
         std::copy(logits, logits + c.vocab_size, got.begin());
         CAPTURE(t);
-        CHECK(max_relative_difference(got, row) < 1e-12);
+        CHECK(max_relative_difference(got, row) < (std::is_same<T, float>::value ? 1e-4 : 1e-12));
     }
     CHECK(d.length() == positions);
 }
@@ -222,7 +225,8 @@ TEST_CASE("the decoder's logits equal gpt_decode's at every position, for every 
 TEST_CASE("the decoder's logits equal gpt_decode's across many tiles of its key cache")
 {
     // 70 positions span several tiles of keys (two batches each); windows that begin inside a tile; heads
-    // of an odd width, of fewer entries than a batch, and of several batches and a remainder.
+    // of an odd width and of fewer entries than a batch (5), of whole batches (48), and of batches and a
+    // remainder (22); float32 too, whose tiles are twice as wide as float64's.
     const gpt_config odd_heads = variant({11, 70, 1, 10, 2, 0}, {{"attention_window", "20"}});
     const gpt_config wide_heads =
         variant({11, 70, 1, 96, 2, 1}, {{"attention_window", "33"}, {"position", "rope"}});
@@ -230,7 +234,8 @@ TEST_CASE("the decoder's logits equal gpt_decode's across many tiles of its key 
     for (const gpt_config& c : {odd_heads, wide_heads, full_causal})
     {
         CAPTURE(describe(c));
-        check_decoder_against_gpt_decode(c, 70, 3.0);
+        check_decoder_against_gpt_decode<double>(c, 70, 3.0);
+        check_decoder_against_gpt_decode<float>(c, 70, 3.0);
     }
 }
 
@@ -253,7 +258,13 @@ TEST_CASE("a decoder given its parameters one by one, as from a file, equals one
     auto misshapen = p;
     misshapen.blocks[1].W_up = parameter<double>(xt::zeros<double>({24, 5}), "blocks.1.mlp.W_up");
     CHECK_THROWS_WITH_AS(decoder<double>{misshapen},
-                         doctest::Contains("decoder: parameter blocks.1.mlp.W_up is (24, 5), the model's config"),
+                         doctest::Contains("decoder: parameter blocks.1.mlp.W_up is (24, 5), the model's"),
+                         std::invalid_argument);
+    // A block_size whose cache could not be counted (no learned positions to bound it) is refused before
+    // anything is allocated from it.
+    const gpt_config endless = variant({5, std::size_t(1) << 63, 1, 4, 2, 0}, {{"position", "none"}});
+    const auto zeros = [](const std::string&, double* out) { *out = 0; };
+    CHECK_THROWS_WITH_AS(decoder<double>(endless, zeros), doctest::Contains("decoder: a cache of block_size"),
                          std::invalid_argument);
     decoder<double> from_model(p);
     for (const std::int32_t token : {3, 1, 4, 1, 5, 9, 2, 6})
