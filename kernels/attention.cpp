@@ -35,17 +35,11 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/quiet_intrinsics.hpp"
 #if defined(__AVX512F__)
-// GCC 12's own AVX-512 intrinsics trip its -Wuninitialized on purpose (see kernels/simd.hpp): off for them.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+XGRAD_INTRINSIC_HEADERS_BEGIN
 #include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+XGRAD_INTRINSIC_HEADERS_END
 #endif
 
 #include "autodiff/instantiate.hpp"

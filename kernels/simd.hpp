@@ -8,19 +8,10 @@
 #include <cstddef>
 #include <limits>
 
-// GCC 12 reports -Wuninitialized / -Wmaybe-uninitialized from its own avx512fintrin.h wherever xsimd's
-// AVX-512 code is inlined (_mm256_undefined_pd() is `__m256d __Y = __Y;` on purpose): hundreds of lines
-// of a known false positive on an AVX-512 machine. The two warnings are off for the xsimd headers only
-// (GCC judges them where the xsimd function is written); xgrad's own code keeps them.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "kernels/quiet_intrinsics.hpp"
+XGRAD_INTRINSIC_HEADERS_BEGIN
 #include <xsimd/xsimd.hpp>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+XGRAD_INTRINSIC_HEADERS_END
 
 namespace xgrad::kernels::simd
 {
