@@ -534,8 +534,10 @@ decoder<T>::decoder(gpt_parameters<T> params, const parameter_source<T>* read)
         if (read)
         {
             (*read)(name, scratch.data());
+            transposed[&p] = keep_transposed(scratch.data(), d.shape[0], d.shape[1]);
+            return;
         }
-        transposed[&p] = keep_transposed(read ? scratch.data() : p.value().data(), d.shape[0], d.shape[1]);
+        transposed[&p] = keep_transposed(p.value().data(), d.shape[0], d.shape[1]);
         p = parameter<T>();
         release_cached_buffers();  // the original's memory back to the system, not kept by the pool
     });
