@@ -28,6 +28,7 @@ if(XGRAD_PYTHON3 AND XGRAD_BUILD_TRAIN)
     add_test(NAME doc_blocks_${stem}
       COMMAND ${XGRAD_PYTHON3} ${XGRAD_DOC_SCRIPT} run ${dir} --source ${PROJECT_SOURCE_DIR}
               --build ${PROJECT_BINARY_DIR} --exe $<TARGET_FILE:doc_blocks_${stem}>)
+    xgrad_not_under_sanitizers(doc_blocks_${stem})  # the docs' examples, run whole
   endforeach()
 
   add_test(NAME doc_blocks_selftest COMMAND ${XGRAD_PYTHON3} ${XGRAD_DOC_SCRIPT} selftest)

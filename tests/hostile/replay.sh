@@ -18,8 +18,10 @@ failures=0
 runs=0
 rm -rf "$work" && mkdir -p "$work"
 
-# The clock, the memory reading and the pause of the polling loop are bash builtins that set variables:
-# a fork per poll (date, awk, sleep, a command substitution) cost this script most of its time.
+# Every check is a bash builtin that sets a variable: the clock, the memory reading, the pause of the
+# polling loop, the reading of a message and of a folder. A fork costs up to 15 ms on a virtual machine
+# whose page tables the host keeps (docs/performance.md, "The build"): forks per case were most of this
+# script's time, so the only processes left are the tools and the copies the cases need.
 now_ms() { local t=${EPOCHREALTIME/[.,]/}; ms=$((t / 1000)); }
 read_resident_kib() {
     local key value rest
@@ -30,6 +32,25 @@ read_resident_kib() {
 }
 exec {pause_fd}<> <(:)
 pause() { read -r -t 0.01 -u "$pause_fd" _ || true; }
+shopt -s nullglob dotglob
+# entries DIR: sets `entries` to the names in DIR (none when it does not exist).
+entries() {
+    entries=("$1"/*)
+    entries=("${entries[@]##*/}")
+}
+
+# read_message FILE: sets `message` to FILE's first 4097 bytes (NUL bytes dropped), `message_lines` to the
+# number of newlines among them and `message_control` to 1 when FILE holds a control byte other than a
+# newline (a NUL byte included).
+read_message() {
+    local LC_ALL=C newlines
+    message="" message_control=0
+    IFS= read -r -d '' _ <"$1" && message_control=1
+    IFS= read -r -N 4097 message <"$1" 2>/dev/null
+    newlines=${message//[!$'\n']/}
+    message_lines=${#newlines}
+    [[ ${message//$'\n'/} == *[[:cntrl:]]* ]] && message_control=1
+}
 
 # watch NAME EXPECTED OUTDIR CMD...: runs CMD, polls its memory, checks its status, stderr and outputs.
 watch() {
@@ -52,81 +73,103 @@ watch() {
     wait "$pid"
     status=$?
     now_ms
-    local elapsed=$((ms - start)) lines problem=""
-    lines=$(wc -l <"$err")
+    local elapsed=$((ms - start)) problem="" verdict=ok first_line
+    read_message "$err"
+    entries=()
+    [ -z "$out" ] || entries "$out"
     if [ -n "$killed" ]; then
         problem="killed: $killed"
     elif [ "$expected" = x ]; then
         [ "$status" -lt 128 ] || problem="died with status $status"
     elif [ "$status" -ne "$expected" ]; then
         problem="exit status $status, expected $expected"
-    elif [ "$expected" -ne 0 ] && [ "$lines" -ne 1 ]; then
-        problem="$lines lines on stderr, expected 1"
-    elif tr -d '\n' <"$err" | LC_ALL=C grep -qa '[[:cntrl:]]'; then
+    elif [ "${#message}" -gt 4096 ]; then
+        problem="a message of more than 4096 bytes"
+    elif [ "$expected" -ne 0 ] && [ "$message_lines" -ne 1 ]; then
+        problem="$message_lines lines on stderr, expected 1"
+    elif [ "$message_control" = 1 ]; then
         problem="a control byte on stderr (a message must escape what it quotes)"
-    elif [ "$(wc -c <"$err")" -gt 4096 ]; then
-        problem="a message of $(wc -c <"$err") bytes (at most 4096)"
-    elif [ "$expected" -ne 0 ] && [ -n "$out" ] && [ -n "$(ls -A "$out" 2>/dev/null)" ]; then
-        problem="left files in its output folder: $(ls -A "$out" | tr '\n' ' ')"
+    elif [ "$expected" -ne 0 ] && [ -n "$out" ] && ((${#entries[@]})); then
+        problem="left files in its output folder: ${entries[*]}"
     fi
     runs=$((runs + 1))
-    printf '%-6s %-44s %7d KiB %6d ms  %s\n' "$([ -z "$problem" ] && echo ok || echo FAIL)" "$name" "$peak" \
-        "$elapsed" "$(head -c 160 "$err" | head -1)"
+    [ -z "$problem" ] || verdict=FAIL
+    first_line=${message%%$'\n'*}
+    printf '%-6s %-44s %7d KiB %6d ms  %s\n' "$verdict" "$name" "$peak" "$elapsed" "${first_line:0:160}"
     if [ -n "$problem" ]; then
         failures=$((failures + 1))
         echo "       $problem" >&2
     fi
 }
 
-# expect_for CASE TOOL: the exit status the case must give (outcomes.txt, else valid_* 0 and others 2).
+# The exit status a case must give: outcomes.txt's exceptions, else 0 for valid_* and 2 for the others.
+declare -A listed_outcome
+while read -r case_name tool status; do
+    case "$case_name" in '#'* | '') continue ;; esac
+    listed_outcome["$case_name $tool"]=$status
+done <"$here/outcomes.txt"
+# expect_for CASE TOOL: sets `expected`.
 expect_for() {
-    local listed
-    listed=$(awk -v c="$1" -v t="$2" '$1 == c && $2 == t { print $3 }' "$here/outcomes.txt")
-    if [ -n "$listed" ]; then echo "$listed"; else case "$1" in valid_*) echo 0 ;; *) echo 2 ;; esac; fi
+    expected=${listed_outcome["$1 $2"]:-}
+    [ -n "$expected" ] && return
+    case "$1" in valid_*) expected=0 ;; *) expected=2 ;; esac
 }
+# fresh DIR: DIR absent (rm only when there is something to remove: it is a process).
+fresh() { if [ -e "$1" ]; then rm -rf "$1"; fi; }
 selected() { [ -z "$filter" ] || [[ "$1" == *$filter* ]]; }
 
 for file in "$here"/checkpoints/*.safetensors; do
-    name=$(basename "$file" .safetensors)
+    name=${file##*/}
+    name=${name%.safetensors}
     selected "$name" || continue
     out="$work/out"
-    rm -rf "$out"
-    watch "gpt-npy  $name" "$(expect_for "$name" gpt-npy)" "$out" \
+    fresh "$out"
+    expect_for "$name" gpt-npy
+    watch "gpt-npy  $name" "$expected" "$out" \
         "$bin/xgrad-gpt-npy" --checkpoint "$file" --in "$here/gpt_in/valid_base" --out "$out"
     case "$name" in valid_gpt_*) continue ;; esac
-    watch "sample   $name" "$(expect_for "$name" sample)" "" \
+    expect_for "$name" sample
+    watch "sample   $name" "$expected" "" \
         "$bin/xgrad-sample" --checkpoint "$file" --prompt "ab" --tokens 3
     run="$work/run"
-    rm -rf "$run" && mkdir -p "$run" && cp "$file" "$run/model.safetensors"
-    expected=$(expect_for "$name" resume)
+    fresh "$run"
+    mkdir "$run" && cp "$file" "$run/model.safetensors"
+    expect_for "$name" resume
     watch "resume   $name" "$expected" "" \
         "$bin/xgrad-train" --data "$here/text.txt" --out "$run" --resume --steps 2 --layers 1 --d-model 4 \
         --heads 2 --block 4 --batch 2 --eval-windows 4 --sample-tokens 0 --no-plots --quiet
-    if [ "$expected" = 2 ] && { ! cmp -s "$file" "$run/model.safetensors" || [ -e "$run/log.csv" ]; }; then
+    if [ "$expected" = 2 ] && { [ -e "$run/log.csv" ] || ! cmp -s "$file" "$run/model.safetensors"; }; then
         failures=$((failures + 1))
         echo "       resume $name changed its folder" >&2
     fi
 done
 
 for dir in "$here"/gpt_in/*/; do
-    name=$(basename "$dir")
+    name=${dir%/}
+    name=${name##*/}
     selected "$name" || continue
     checkpoint="$here/checkpoints/valid_base.safetensors"
-    [ -f "$dir/checkpoint" ] && checkpoint="$here/checkpoints/$(cat "$dir/checkpoint").safetensors"
+    if [ -f "$dir/checkpoint" ]; then
+        read -r base <"$dir/checkpoint"
+        checkpoint="$here/checkpoints/$base.safetensors"
+    fi
     out="$work/out"
-    rm -rf "$out"
-    watch "gpt-npy  in/$name" "$(expect_for "$name" gpt-npy)" "$out" \
+    fresh "$out"
+    expect_for "$name" gpt-npy
+    watch "gpt-npy  in/$name" "$expected" "$out" \
         "$bin/xgrad-gpt-npy" --checkpoint "$checkpoint" --in "$dir" --out "$out"
 done
 
 for dir in "$here"/mha_in/*/; do
-    name=$(basename "$dir")
+    name=${dir%/}
+    name=${name##*/}
     selected "$name" || continue
     args=(--heads 1)
     [ -f "$dir/args" ] && read -r -a args <"$dir/args"
     out="$work/out"
-    rm -rf "$out"
-    watch "mha-npy  in/$name" "$(expect_for "$name" mha-npy)" "$out" \
+    fresh "$out"
+    expect_for "$name" mha-npy
+    watch "mha-npy  in/$name" "$expected" "$out" \
         "$bin/xgrad-mha-npy" --in "$dir" --out "$out" "${args[@]}"
 done
 
@@ -144,17 +187,22 @@ mkdir -p "$work/tokenizer_in/vocab_huge_sparse"
 cp "$here/tokenizer_in/valid_gpt2/merges.txt" "$work/tokenizer_in/vocab_huge_sparse/"
 truncate -s 20G "$work/tokenizer_in/vocab_huge_sparse/vocab.json"
 for dir in "$work"/tokenizer_in/*/; do
-    name=$(basename "$dir")
+    name=${dir%/}
+    name=${name##*/}
     selected "$name" || continue
     folder="$work/hf"
-    rm -rf "$folder" && cp -r "$hf_base" "$folder" && cp "$dir"* "$folder/"
+    fresh "$folder"
+    cp -r "$hf_base" "$folder" && cp "$dir"* "$folder/"
     out="$work/out"
-    rm -rf "$out" && mkdir -p "$out"
-    watch "convert  tokenizer_in/$name" "$(expect_for "$name" convert)" "$out" \
+    fresh "$out"
+    mkdir "$out"
+    expect_for "$name" convert
+    watch "convert  tokenizer_in/$name" "$expected" "$out" \
         "$bin/xgrad-convert" --from hf-gpt2 --to xgrad "$folder" "$out/model.safetensors"
     run="$work/run"
-    rm -rf "$run"
-    watch "train    tokenizer_in/$name" "$(expect_for "$name" train)" "$run" \
+    fresh "$run"
+    expect_for "$name" train
+    watch "train    tokenizer_in/$name" "$expected" "$run" \
         "$bin/xgrad-train" --data "$here/text.txt" --out "$run" --tokenizer "gpt2:$dir" --steps 1 --layers 1 \
         --d-model 4 --heads 2 --block 4 --batch 2 --eval-windows 4 --sample-tokens 0 --no-plots --quiet
 done
@@ -163,17 +211,25 @@ done
 # files put over it (config.json, model.safetensors with a tokenizer model, tokenizer.model).
 fixtures="$here/../data/convert_fixtures"
 for dir in "$here"/convert/*/; do
-    name=$(basename "$dir")
+    name=${dir%/}
+    name=${name##*/}
     selected "$name" || continue
     folder="$work/convert_in"
-    rm -rf "$folder" "$work/converted" && cp -r "$fixtures/$(cat "$dir/base")" "$folder"
+    fresh "$folder"
+    fresh "$work/converted"
+    read -r base <"$dir/base"
+    read -r format <"$dir/format"
+    cp -r "$fixtures/$base" "$folder"
     for entry in "$dir"*; do
-        case "$(basename "$entry")" in base | format) continue ;; esac
-        rm -rf "${folder:?}/$(basename "$entry")" && cp -r "$entry" "$folder/"
+        entry_name=${entry##*/}
+        case "$entry_name" in base | format) continue ;; esac
+        fresh "$folder/$entry_name"
+        cp -r "$entry" "$folder/"
     done
-    watch "convert  $name" "$(expect_for "$name" convert)" "" \
-        "$bin/xgrad-convert" --from "$(cat "$dir/format")" --to xgrad "$folder" "$work/converted"
-    if [ -e "$work/converted" ] && [ "$(expect_for "$name" convert)" != 0 ]; then
+    expect_for "$name" convert
+    watch "convert  $name" "$expected" "" \
+        "$bin/xgrad-convert" --from "$format" --to xgrad "$folder" "$work/converted"
+    if [ -e "$work/converted" ] && [ "$expected" != 0 ]; then
         failures=$((failures + 1))
         echo "       convert $name left its output" >&2
     fi
@@ -181,17 +237,25 @@ done
 
 # xgrad-experiment on grid specs, planning only (--dry-run): nothing may be run or written outside --out.
 for file in "$here"/specs/*.json; do
-    name=$(basename "$file" .json)
+    name=${file##*/}
+    name=${name%.json}
     selected "$name" || continue
     out="$work/grid"
-    rm -rf "$out"
-    watch "grid     $name" "$(expect_for "$name" experiment)" "" \
+    fresh "$out"
+    expect_for "$name" experiment
+    watch "grid     $name" "$expected" "" \
         "$bin/xgrad-experiment" --spec "$file" --data "$here/text.txt" --out "$out" --dry-run --quiet \
         --xgrad-train "$bin/xgrad-train"
-    if [ -n "$(ls -A "$work" | grep -v -x -e grid -e stderr -e convert_in -e converted -e out -e run -e hf -e hf_base -e tokenizer_in)" ]; then
-        failures=$((failures + 1))
-        echo "       grid $name wrote outside --out: $(ls -A "$work" | tr '\n' ' ')" >&2
-    fi
+    entries "$work"
+    for entry in "${entries[@]}"; do
+        case "$entry" in grid | stderr | convert_in | converted | out | run | hf | hf_base | tokenizer_in) ;;
+        *)
+            failures=$((failures + 1))
+            echo "       grid $name wrote outside --out: ${entries[*]}" >&2
+            break
+            ;;
+        esac
+    done
 done
 
 # xgrad-sample's flags, on the valid checkpoint.
@@ -201,7 +265,8 @@ while read -r name flags; do
     read -r -a extra <<<"$flags"
     checkpoint=(--checkpoint "$here/checkpoints/valid_base.safetensors")
     [[ "$flags" == *--checkpoint* ]] && checkpoint=()
-    watch "sample   flags/$name" "$(expect_for "$name" sample)" "" \
+    expect_for "$name" sample
+    watch "sample   flags/$name" "$expected" "" \
         "$bin/xgrad-sample" "${checkpoint[@]}" --prompt ab "${extra[@]}"
 done <"$here/sample_flags.txt"
 
@@ -210,8 +275,9 @@ while read -r name flags; do
     case "$name" in '#'* | '') continue ;; esac
     selected "$name" || continue
     read -r -a extra <<<"$flags"
-    rm -rf "$work/train"
-    watch "train    flags/$name" "$(expect_for "$name" train)" "" \
+    fresh "$work/train"
+    expect_for "$name" train
+    watch "train    flags/$name" "$expected" "" \
         "$bin/xgrad-train" --data "$here/text.txt" --out "$work/train" --steps 1 --layers 1 --d-model 4 \
         --heads 2 --block 4 --batch 2 --eval-windows 4 --sample-tokens 0 --no-plots --quiet "${extra[@]}"
 done <"$here/train_flags.txt"
