@@ -49,7 +49,7 @@ done
 
 rm -rf "$dir"
 mkdir -p "$dir"
-log=$PWD/$dir/build_times.log
+log=$(cd "$dir" && pwd)/build_times.log
 launcher=$PWD/tools/build_times.sh
 export CCACHE_DISABLE=1 XGRAD_BUILD_TIMES_LOG=$log
 cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER_LAUNCHER="$launcher" \
