@@ -279,7 +279,7 @@ class xgrad_decode final : public decode_case
 public:
     // The checkpoint's parameters read straight into the decoder, as xgrad-sample reads them.
     explicit xgrad_decode(const xgrad::io::checkpoint_reader& file)
-        : decoder_(file.config(), [&file](const std::string& name, float* out) { file.read(name, out); })
+        : decoder_(file.config(), file.source<float>())
     {
     }
     void clear() override { decoder_.clear(); }

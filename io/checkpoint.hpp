@@ -6,6 +6,7 @@
 // save_module and load_module do the same with the tensors its visit walk declares.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -61,6 +62,12 @@ public:
     // Tensor `name` (a parameter by docs/spec.md's name) into `out`, as file().read does.
     template <class T>
     void read(const std::string& name, T* out) const;
+    // read<T> as a models::parameter_source<T>, for the decoder's constructor; the reader must outlive it.
+    template <class T>
+    std::function<void(const std::string& name, T* out)> source() const
+    {
+        return [this](const std::string& name, T* out) { read(name, out); };
+    }
     const safetensors_reader& file() const { return file_; }
 
 private:

@@ -244,8 +244,7 @@ TEST_CASE("a decoder read straight from a checkpoint holds its parameters once, 
         [&]
         {
             const io::checkpoint_reader file(path);
-            models::decoder<float> d(file.config(),
-                                     [&](const std::string& name, float* out) { file.read(name, out); });
+            models::decoder<float> d(file.config(), file.source<float>());
             d.step(1);
         });
     CHECK_FALSE(r.threw);
