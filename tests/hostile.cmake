@@ -5,7 +5,8 @@ if(TARGET xgrad-gpt-npy AND TARGET xgrad-mha-npy AND TARGET xgrad-train AND TARG
    TARGET xgrad-convert AND TARGET xgrad-experiment)
   add_test(NAME hostile_files COMMAND ${CMAKE_CURRENT_LIST_DIR}/hostile/replay.sh
     $<TARGET_FILE_DIR:xgrad-gpt-npy> ${CMAKE_CURRENT_BINARY_DIR}/hostile_files)
-  # COST: the longest test of the suite (334 tool runs) starts first, so that it does not end the suite
-  # alone on one core while the other waits (ctest orders by COST; a fresh build has no timings yet).
+  # COST: one of the suite's longest tests (334 tool runs) starts early, right after the two MPI tests, so
+  # that it does not end the suite alone on one core while the other waits (ctest orders by COST; a fresh
+  # build has no timings yet).
   set_tests_properties(hostile_files PROPERTIES ENVIRONMENT "XGRAD_MAX_MEMORY=1G" TIMEOUT 600 COST 1000)
 endif()

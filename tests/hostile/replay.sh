@@ -19,34 +19,42 @@ runs=0
 rm -rf "$work" && mkdir -p "$work"
 
 # Every check is a bash builtin that sets a variable: the clock, the memory reading, the pause of the
-# polling loop, the reading of a message and of a folder. A fork costs up to 15 ms on a virtual machine
-# whose page tables the host keeps (docs/performance.md, "The build"): forks per case were most of this
+# polling loop, the reading of a message and of a folder. A fork costs 14 to 30 ms on a virtual machine
+# whose page faults are slow (docs/performance.md, "The build"): forks per case were most of this
 # script's time, so the only processes left are the tools and the copies the cases need.
 now_ms() { local t=${EPOCHREALTIME/[.,]/}; ms=$((t / 1000)); }
+# The file is read to its end: bash's read buffers what it took from a file that cannot seek back (/proc),
+# and a loop left early would hand the rest to the next read from standard input (read_message's).
 read_resident_kib() {
     local key value rest
     rss=""
     { while read -r key value rest; do
-        if [ "$key" = "VmRSS:" ]; then rss=$value; return; fi
+        if [ "$key" = "VmRSS:" ]; then rss=$value; fi
     done <"/proc/$1/status"; } 2>/dev/null
 }
 exec {pause_fd}<> <(:)
 pause() { read -r -t 0.01 -u "$pause_fd" _ || true; }
 shopt -s nullglob dotglob
-# entries DIR: sets `entries` to the names in DIR (none when it does not exist).
+# entries PATH: sets `entries` to the names in the folder PATH; to PATH's own name when it is a file (a
+# tool that writes its output folder as a file left a file too); to none when PATH does not exist.
 entries() {
+    if [ -e "$1" ] && [ ! -d "$1" ]; then
+        entries=("${1##*/}")
+        return
+    fi
     entries=("$1"/*)
     entries=("${entries[@]##*/}")
 }
 
-# read_message FILE: sets `message` to FILE's first 4097 bytes (NUL bytes dropped), `message_lines` to the
-# number of newlines among them and `message_control` to 1 when FILE holds a control byte other than a
-# newline (a NUL byte included).
+# read_message FILE: sets `message` to FILE's bytes up to its first NUL byte, at most 4097 of them,
+# `message_bytes` to their count, `message_lines` to the number of newlines among them and
+# `message_control` to 1 when they hold a control byte other than a newline or stop at a NUL byte.
 read_message() {
     local LC_ALL=C newlines
     message="" message_control=0
-    IFS= read -r -d '' _ <"$1" && message_control=1
-    IFS= read -r -N 4097 message <"$1" 2>/dev/null
+    # Status 0: a NUL byte ended the read, or 4097 bytes did (a message too long either way).
+    IFS= read -r -n 4097 -d '' message <"$1" && message_control=1
+    message_bytes=${#message}
     newlines=${message//[!$'\n']/}
     message_lines=${#newlines}
     [[ ${message//$'\n'/} == *[[:cntrl:]]* ]] && message_control=1
@@ -83,12 +91,12 @@ watch() {
         [ "$status" -lt 128 ] || problem="died with status $status"
     elif [ "$status" -ne "$expected" ]; then
         problem="exit status $status, expected $expected"
-    elif [ "${#message}" -gt 4096 ]; then
+    elif [ "$message_bytes" -gt 4096 ]; then
         problem="a message of more than 4096 bytes"
-    elif [ "$expected" -ne 0 ] && [ "$message_lines" -ne 1 ]; then
-        problem="$message_lines lines on stderr, expected 1"
     elif [ "$message_control" = 1 ]; then
         problem="a control byte on stderr (a message must escape what it quotes)"
+    elif [ "$expected" -ne 0 ] && [ "$message_lines" -ne 1 ]; then
+        problem="$message_lines lines on stderr, expected 1"
     elif [ "$expected" -ne 0 ] && [ -n "$out" ] && ((${#entries[@]})); then
         problem="left files in its output folder: ${entries[*]}"
     fi
@@ -115,8 +123,19 @@ expect_for() {
     case "$1" in valid_*) expected=0 ;; *) expected=2 ;; esac
 }
 # fresh DIR: DIR absent (rm only when there is something to remove: it is a process).
-fresh() { if [ -e "$1" ]; then rm -rf "$1"; fi; }
+fresh() { if [ -e "$1" ] || [ -L "$1" ]; then rm -rf "$1"; fi; }
 selected() { [ -z "$filter" ] || [[ "$1" == *$filter* ]]; }
+# A fixture folder gone missing would drop its cases silently: each must hold some.
+for kind in checkpoints gpt_in mha_in tokenizer_in convert specs; do
+    entries "$here/$kind"
+    if ((${#entries[@]} == 0)); then
+        failures=$((failures + 1))
+        echo "       no cases in $here/$kind" >&2
+    fi
+done
+for list in outcomes.txt sample_flags.txt train_flags.txt; do
+    [ -s "$here/$list" ] || { failures=$((failures + 1)); echo "       $here/$list is missing or empty" >&2; }
+done
 
 for file in "$here"/checkpoints/*.safetensors; do
     name=${file##*/}
@@ -217,8 +236,14 @@ for dir in "$here"/convert/*/; do
     folder="$work/convert_in"
     fresh "$folder"
     fresh "$work/converted"
+    base="" format=""
     read -r base <"$dir/base"
     read -r format <"$dir/format"
+    if [ -z "$base" ] || [ -z "$format" ]; then
+        failures=$((failures + 1))
+        echo "       convert $name: its base or format file is missing or empty" >&2
+        continue
+    fi
     cp -r "$fixtures/$base" "$folder"
     for entry in "$dir"*; do
         entry_name=${entry##*/}
