@@ -6,7 +6,6 @@
 // save_module and load_module do the same with the tensors its visit walk declares.
 #pragma once
 
-#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -62,9 +61,10 @@ public:
     // Tensor `name` (a parameter by docs/spec.md's name) into `out`, as file().read does.
     template <class T>
     void read(const std::string& name, T* out) const;
-    // read<T> as a models::parameter_source<T>, for the decoder's constructor; the reader must outlive it.
+    // read<T> as a function (name, out), for the decoder's constructor (a models::parameter_source<T>);
+    // the reader must outlive it.
     template <class T>
-    std::function<void(const std::string& name, T* out)> source() const
+    auto source() const
     {
         return [this](const std::string& name, T* out) { read(name, out); };
     }
