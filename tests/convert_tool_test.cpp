@@ -25,7 +25,7 @@ namespace fs = std::filesystem;
 
 namespace
 {
-const std::string tool = XGRAD_CONVERT_TOOL;
+const std::string tool = xgrad::test::program_dir() + "/xgrad-convert";
 const std::string fixtures = xgrad::test::source_dir() + "/tests/data/convert_fixtures/";
 
 // Exit 2, exactly one line on stderr holding `expected`, and the folder as it was.

@@ -2,7 +2,6 @@
 if(TARGET xgrad-gpt-npy)
   add_executable(gpt_tool_test ${CMAKE_CURRENT_LIST_DIR}/gpt_tool_test.cpp)
   target_link_libraries(gpt_tool_test PRIVATE xgrad::core xgrad_test_main xgrad_test_source_dir doctest::doctest)
-  target_compile_definitions(gpt_tool_test PRIVATE XGRAD_GPT_TOOL="$<TARGET_FILE:xgrad-gpt-npy>")
   add_dependencies(gpt_tool_test xgrad-gpt-npy)
   add_test(NAME gpt_tool COMMAND gpt_tool_test)
 endif()

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include "gpt_reference.hpp"
+#include "source_dir.hpp"
 #include "test_util.hpp"
 
 #include <sys/wait.h>
@@ -40,7 +41,7 @@ namespace fs = std::filesystem;
 
 namespace
 {
-const std::string tool = XGRAD_GPT_TOOL;
+const std::string tool = xgrad::test::program_dir() + "/xgrad-gpt-npy";
 
 // ---- cases --------------------------------------------------------------------------------------
 

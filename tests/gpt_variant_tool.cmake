@@ -3,7 +3,6 @@
 if(TARGET xgrad-gpt-npy)
   add_executable(gpt_variant_tool_test ${CMAKE_CURRENT_LIST_DIR}/gpt_variant_tool_test.cpp)
   target_link_libraries(gpt_variant_tool_test PRIVATE xgrad::core xgrad_test_main xgrad_test_source_dir doctest::doctest)
-  target_compile_definitions(gpt_variant_tool_test PRIVATE XGRAD_GPT_TOOL="$<TARGET_FILE:xgrad-gpt-npy>")
   add_dependencies(gpt_variant_tool_test xgrad-gpt-npy)
   add_test(NAME gpt_variant_tool COMMAND gpt_variant_tool_test)
   xgrad_not_under_sanitizers(gpt_variant_tool)  # numbers against fixtures; gpt_tool keeps the refusals

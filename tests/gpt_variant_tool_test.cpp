@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 
 namespace
 {
-const std::string tool = XGRAD_GPT_TOOL;
+const std::string tool = xgrad::test::program_dir() + "/xgrad-gpt-npy";
 const fs::path fixtures_dir = fs::path(xgrad::test::source_dir()) / "tests" / "data" / "gpt_variant_fixtures";
 
 // max |actual - expected| / max |expected| over one tensor; the denominator is at least `floor` (for a

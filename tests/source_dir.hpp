@@ -8,4 +8,6 @@
 namespace xgrad::test
 {
 const std::string& source_dir();
+// The build's tools and examples (build/bin), for the tests that run a tool; compiled in likewise.
+const std::string& program_dir();
 }  // namespace xgrad::test

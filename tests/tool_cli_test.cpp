@@ -36,7 +36,7 @@ namespace fs = std::filesystem;
 
 namespace
 {
-const std::string tool = XGRAD_TOOL;
+const std::string tool = xgrad::test::program_dir() + "/xgrad-mha-npy";
 const std::string reference_case = xgrad::test::source_dir() + "/tests/data/npy/mha_cross";
 
 // Writes X.npy (B, Tq, d) for self-attention, or Xq, Xk, Xv.npy, and the four weights.
