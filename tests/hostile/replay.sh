@@ -52,7 +52,8 @@ entries() {
 read_message() {
     local LC_ALL=C newlines
     message="" message_control=0
-    # Status 0: a NUL byte ended the read, or 4097 bytes did (a message too long either way).
+    # Status 0: a NUL byte ended the read (a control byte), or 4097 bytes did (a message too long, which
+    # watch reports first).
     IFS= read -r -n 4097 -d '' message <"$1" && message_control=1
     message_bytes=${#message}
     newlines=${message//[!$'\n']/}
