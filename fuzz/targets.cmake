@@ -1,6 +1,7 @@
 # The fuzz targets, one fuzz/<name>.cpp each, and the sources of xgrad each one needs besides io/*.cpp
 # and its helpers. Read by fuzz/CMakeLists.txt (the libFuzzer build with clang) and by
-# tests/fuzz_replay.cmake (the ctest replay of fuzz/regressions and fuzz/corpus in the normal build).
+# tests/fuzz_replay.cmake (the ctest replay of fuzz/regressions and fuzz/corpus in the normal build, which
+# links each such source as the library tools/command_lines.cmake makes of it).
 # The targets in XGRAD_FUZZ_WHOLE_LIBRARY reach the model code and are linked with all of the library;
 # those in XGRAD_FUZZ_NEEDS_TRAIN reach train/ as well.
 set(XGRAD_FUZZ_TARGETS npy safetensors checkpoint mha_npy_args gpt_npy_args train_args gpt2_tokenizer
