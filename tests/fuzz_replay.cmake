@@ -2,7 +2,8 @@
 # once found a bug (fuzz/regressions/<name>) and the seed corpus (fuzz/corpus/<name>). A target links
 # xgrad::core unless it is in XGRAD_FUZZ_NEEDS_TRAIN (then xgrad, and not with XGRAD_BUILD_TRAIN=OFF).
 include(${PROJECT_SOURCE_DIR}/fuzz/targets.cmake)
-# The replaying main (fuzz/replay.cpp), compiled once for every target.
+# The replaying main (fuzz/replay.cpp), compiled once for every target. (The programs get
+# XGRAD_PROGRAM_OPTIONS from tests/CMakeLists.txt; an object library does not.)
 add_library(xgrad_fuzz_replay_main OBJECT ${PROJECT_SOURCE_DIR}/fuzz/replay.cpp)
 target_compile_options(xgrad_fuzz_replay_main PRIVATE ${XGRAD_PROGRAM_OPTIONS})
 foreach(name ${XGRAD_FUZZ_TARGETS})
@@ -18,7 +19,6 @@ foreach(name ${XGRAD_FUZZ_TARGETS})
   endforeach()
   add_executable(fuzz_replay_${name} ${PROJECT_SOURCE_DIR}/fuzz/${name}.cpp)
   target_link_libraries(fuzz_replay_${name} PRIVATE xgrad_fuzz_replay_main ${command_lines} ${library})
-  target_compile_options(fuzz_replay_${name} PRIVATE ${XGRAD_PROGRAM_OPTIONS})
   add_test(NAME fuzz_replay_${name} COMMAND fuzz_replay_${name}
     ${PROJECT_SOURCE_DIR}/fuzz/regressions/${name} ${PROJECT_SOURCE_DIR}/fuzz/corpus/${name})
 endforeach()
