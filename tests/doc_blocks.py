@@ -173,7 +173,12 @@ def cpp_kind(block, where):
     return kind
 
 
-def generate(md, rel_md, blocks, outdir):
+def generate(rel_md, blocks, outdir):
+    # A block's code keeps its place in the markdown for the compiler's messages, by the page's path in
+    # the repository: the generated source is then the same in every clone (ccache finds it).
+    def line_marker(b):
+        return f'#line {b["line"] + 1} "{rel_md}"'
+
     includes, bodies, programs = [], [], []
     has_doctest = False
     name = None
@@ -187,7 +192,7 @@ def generate(md, rel_md, blocks, outdir):
             continue
         if kind == "file":
             with open(os.path.join(outdir, b["options"]["file"]), "w", encoding="utf-8") as f:
-                f.write(f'#line {b["line"] + 1} "{md}"\n' + "\n".join(b["code"]) + "\n")
+                f.write(line_marker(b) + "\n" + "\n".join(b["code"]) + "\n")
             continue
         code = []
         for line in b["code"]:
@@ -210,15 +215,15 @@ def generate(md, rel_md, blocks, outdir):
             text = text[: m.start()] + "int doc_main(int, char**)" + text[m.end() :]
             close = closing_brace(text, text.index("{", m.start()))
             text = text[:close] + "    return 0;  // as main() does when it ends\n" + text[close:]
-            out += [f'#line {b["line"] + 1} "{md}"', text]
+            out += [line_marker(b), text]
             programs.append((b["index"], f"{name}::doc_main"))
         elif kind == "fragment":
-            out += ["void doc_fragment()", "{"] + hidden + [f'#line {b["line"] + 1} "{md}"', text, "}"]
+            out += ["void doc_fragment()", "{"] + hidden + [line_marker(b), text, "}"]
             if b["options"].get("run"):
                 out += ["int doc_main(int, char**)", "{", "    doc_fragment();", "    return 0;", "}"]
                 programs.append((b["index"], f"{name}::doc_main"))
         else:
-            out += hidden + [f'#line {b["line"] + 1} "{md}"', text]
+            out += hidden + [line_marker(b), text]
             has_doctest = has_doctest or kind == "doctest"
         out.append(f"}}  // namespace {name}")
         bodies.append("\n".join(out))
@@ -265,7 +270,7 @@ def extract(md, outdir, source):
     os.makedirs(outdir, exist_ok=True)
     rel_md = os.path.relpath(md, source)
     blocks = parse_blocks(md)
-    has_doctest = generate(md, rel_md, blocks, outdir)
+    has_doctest = generate(rel_md, blocks, outdir)
     with open(os.path.join(outdir, "blocks.json"), "w", encoding="utf-8") as f:
         json.dump({"md": md, "rel_md": rel_md, "has_doctest": has_doctest, "blocks": blocks}, f, indent=1)
 
