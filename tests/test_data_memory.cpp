@@ -15,6 +15,7 @@
 #include "train/data_memory.hpp"
 #include "train/option_error.hpp"
 #include "train/text_data.hpp"
+#include "test_util.hpp"
 
 using namespace xgrad::train;
 namespace fs = std::filesystem;
@@ -40,22 +41,11 @@ std::string write_text(const std::string& name, std::size_t bytes)
     }
     return path;
 }
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool sanitized = true;  // AddressSanitizer's shadow and quarantine inflate resident memory
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool sanitized = true;
-#else
-constexpr bool sanitized = false;
-#endif
-#else
-constexpr bool sanitized = false;
-#endif
 }  // namespace
 
 TEST_CASE("loading a text holds at most the text and a token per byte")
 {
-    if (sanitized)
+    if (xgrad::test::under_address_sanitizer)
     {
         MESSAGE("skipped under AddressSanitizer");
         return;

@@ -30,20 +30,6 @@ using xgrad::test::temp_dir;
 
 namespace
 {
-// Under AddressSanitizer its shadow and quarantine inflate resident memory: the peaks are not the
-// program's, and their bounds are checked in the plain build only.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool sanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool sanitized = true;
-#else
-constexpr bool sanitized = false;
-#endif
-#else
-constexpr bool sanitized = false;
-#endif
-
 std::atomic<long> allocations{0};
 }  // namespace
 
@@ -222,13 +208,13 @@ TEST_CASE("loading a checkpoint of N bytes of parameters peaks below 2N + 4 MB, 
         });
     CHECK_FALSE(parameters.threw);
     MESSAGE("N = " << n / MB << " MB; the load's peak added " << parameters.peak_added / MB << " MB");
-    CHECK((sanitized || parameters.peak_added < 2 * n + 4 * MB));
+    CHECK((test::under_address_sanitizer || parameters.peak_added < 2 * n + 4 * MB));
     CHECK(parameters.peak_added > n / 2);  // the measurement sees the parameters themselves
 
     // Loading the optimiser's state too costs it as float64 (3 N more here), no more.
     const child_report everything = peak_of([&] { io::load_checkpoint<float>(path); });
     CHECK_FALSE(everything.threw);
-    CHECK((sanitized || everything.peak_added < 2 * n + 2 * 3 * n + 4 * MB));
+    CHECK((test::under_address_sanitizer || everything.peak_added < 2 * n + 2 * 3 * n + 4 * MB));
 }
 
 TEST_CASE("a decoder read straight from a checkpoint holds its parameters once, plus one matrix")
@@ -250,7 +236,7 @@ TEST_CASE("a decoder read straight from a checkpoint holds its parameters once, 
     CHECK_FALSE(r.threw);
     MESSAGE("N = " << n / MB << " MB; the decoder's peak added " << r.peak_added / MB << " MB");
     // N, one matrix of scratch, the buffer's rounding to 2 MiB pages, a few positions of the cache.
-    CHECK((sanitized || r.peak_added < n + largest_matrix + 2 * MB + 4 * MB));
+    CHECK((test::under_address_sanitizer || r.peak_added < n + largest_matrix + 2 * MB + 4 * MB));
     CHECK(r.peak_added > n / 2);
 }
 
@@ -267,7 +253,7 @@ TEST_CASE("a corrupt or truncated file is refused before anything is allocated f
         const child_report r = peak_of([&] { io::load_checkpoint<float>(path); });
         CHECK(r.threw);
         CHECK(std::string(r.what).find("outside the data buffer") != std::string::npos);
-        CHECK((sanitized || r.peak_added < 2 * MB));
+        CHECK((test::under_address_sanitizer || r.peak_added < 2 * MB));
     }
     SUBCASE("a header that claims a tensor of 10^12 values in a file of a few bytes")
     {
@@ -282,7 +268,7 @@ TEST_CASE("a corrupt or truncated file is refused before anything is allocated f
         const child_report r = peak_of([&] { io::safetensors_reader reader(path); });
         CHECK(r.threw);
         CHECK(std::string(r.what).find("'huge'") != std::string::npos);
-        CHECK((sanitized || r.peak_added < 2 * MB));
+        CHECK((test::under_address_sanitizer || r.peak_added < 2 * MB));
     }
     SUBCASE("metadata that claims 4 billion layers")
     {
@@ -296,7 +282,7 @@ TEST_CASE("a corrupt or truncated file is refused before anything is allocated f
         const child_report r = peak_of([&] { io::load_checkpoint<float>(path); });
         CHECK(r.threw);
         CHECK(std::string(r.what).find("layers = 4000000000") != std::string::npos);
-        CHECK((sanitized || r.peak_added < 2 * MB));
+        CHECK((test::under_address_sanitizer || r.peak_added < 2 * MB));
     }
 }
 

@@ -108,17 +108,6 @@ std::uint64_t measured_peak(const train_options& o)
     return received ? peak : 0;
 }
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool sanitized = true;  // AddressSanitizer's shadow and quarantine inflate resident memory
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool sanitized = true;
-#else
-constexpr bool sanitized = false;
-#endif
-#else
-constexpr bool sanitized = false;
-#endif
 }  // namespace
 
 TEST_CASE("memory budgets: auto, bytes with binary suffixes, and errors that name the flag")
@@ -212,7 +201,7 @@ TEST_CASE("xgrad-train refuses a run that needs more memory than is available, s
 
 TEST_CASE("the training estimate bounds the measured peak resident memory, within a factor of 2.5")
 {
-    if (sanitized)
+    if (test::under_address_sanitizer)
     {
         MESSAGE("skipped under AddressSanitizer");
         return;

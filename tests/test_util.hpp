@@ -34,6 +34,20 @@ using f64 = array<double>;
 using f32 = array<float>;
 using vars = std::vector<var<double>>;
 
+// Whether this program runs under AddressSanitizer, whose shadow memory and quarantine inflate resident
+// memory: the tests of peak memory check their bounds in the plain build only.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool under_address_sanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool under_address_sanitizer = true;
+#else
+inline constexpr bool under_address_sanitizer = false;
+#endif
+#else
+inline constexpr bool under_address_sanitizer = false;
+#endif
+
 // ---- files ---------------------------------------------------------------------------------------
 
 // A fresh directory under the system's temp folder, removed with everything in it when the test ends.
