@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Where the build's time goes: configures a fresh build folder with ccache off and every compile and link
-# timed, builds, then prints the 10 slowest translation units, the slowest links and the totals.
+# timed, builds, then prints the 10 slowest translation units, the slowest links, the time by folder and
+# the totals.
 #
 #   tools/build_times.sh [--dir DIR] [--top N] [TARGET...] [-- CMAKE_OPTION...]     (or ./dev build-times)
 #
@@ -69,6 +70,13 @@ echo "the 3 slowest links:"
 grep ' link ' "$log" | sort -rn | head -3 | while read -r cpu twall _ what; do
     printf '%8.1f %8.1f  %s\n' "$cpu" "$twall" "${what##*/}"
 done
+echo "by folder (CPU seconds, translation units; a generated file counts under its build folder's):"
+build_dir=$(cd "$dir" && pwd)/
+grep ' compile ' "$log" | while read -r cpu _ _ what; do
+    what=${what#"$source_dir"}
+    what=${what#"$build_dir"}
+    echo "$cpu ${what%%/*}"
+done | awk '{ cpu[$2] += $1; n[$2]++ } END { for (f in cpu) printf "%8.1f %4d  %s\n", cpu[f], n[f], f }' | sort -rn
 awk -v wall="$wall" -v cores="$(nproc)" '
     { cpu[$3] += $1; n[$3]++ }
     END {
