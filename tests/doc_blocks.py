@@ -231,7 +231,6 @@ def generate(rel_md, blocks, outdir):
             "#pragma GCC diagnostic ignored \"-Wunused-variable\"",
             "#pragma GCC diagnostic ignored \"-Wunused-but-set-variable\"",
             "#pragma GCC diagnostic ignored \"-Wunused-function\"",
-            "#define DOCTEST_CONFIG_IMPLEMENT",
             "#include <doctest/doctest.h>",
             "#include <cstring>",
             "#include <string>"] + includes
