@@ -1,7 +1,7 @@
 # The xgrad-convert command-line checks (tests/convert_tool_test.cpp): a doctest program that runs the tool.
 if(TARGET xgrad-convert)
   add_executable(convert_tool_test ${CMAKE_CURRENT_LIST_DIR}/convert_tool_test.cpp)
-  target_link_libraries(convert_tool_test PRIVATE xgrad xgrad_doctest xgrad_test_source_dir doctest::doctest)
+  target_link_libraries(convert_tool_test PRIVATE xgrad xgrad_doctest xgrad_test_source_dir)
   target_compile_options(convert_tool_test PRIVATE -Wall -Wextra)
   add_dependencies(convert_tool_test xgrad-convert)
   add_test(NAME convert_tool COMMAND convert_tool_test)
