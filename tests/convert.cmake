@@ -2,7 +2,6 @@
 if(TARGET xgrad-convert)
   add_executable(convert_tool_test ${CMAKE_CURRENT_LIST_DIR}/convert_tool_test.cpp)
   target_link_libraries(convert_tool_test PRIVATE xgrad xgrad_doctest xgrad_test_source_dir)
-  target_compile_options(convert_tool_test PRIVATE -Wall -Wextra)
   add_dependencies(convert_tool_test xgrad-convert)
   add_test(NAME convert_tool COMMAND convert_tool_test)
 endif()

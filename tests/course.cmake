@@ -5,7 +5,6 @@ set(XGRAD_COURSE_A3 ${PROJECT_SOURCE_DIR}/course/assignments/cpp/a3_mha_backward
 foreach(variant reference stub)
   add_executable(course_a3_${variant} ${XGRAD_COURSE_A3})
   target_link_libraries(course_a3_${variant} PRIVATE xgrad::core)
-  target_compile_options(course_a3_${variant} PRIVATE -Wall -Wextra)
   add_test(NAME course_a3_${variant} COMMAND course_a3_${variant})
 endforeach()
 target_compile_definitions(course_a3_reference PRIVATE XGRAD_COURSE_REFERENCE)

@@ -24,7 +24,6 @@ if(XGRAD_PYTHON3 AND XGRAD_BUILD_TRAIN)
     add_executable(doc_blocks_${stem} ${dir}/doc_blocks.cpp)
     target_include_directories(doc_blocks_${stem} PRIVATE ${dir} ${CMAKE_CURRENT_LIST_DIR})
     target_link_libraries(doc_blocks_${stem} PRIVATE xgrad xgrad_doctest)
-    target_compile_options(doc_blocks_${stem} PRIVATE -Wall -Wextra)
     add_test(NAME doc_blocks_${stem}
       COMMAND ${XGRAD_PYTHON3} ${XGRAD_DOC_SCRIPT} run ${dir} --source ${PROJECT_SOURCE_DIR}
               --build ${PROJECT_BINARY_DIR} --exe $<TARGET_FILE:doc_blocks_${stem}>)

@@ -2,7 +2,6 @@
 if(TARGET xgrad-mha-npy)
   add_executable(tool_cli_test ${CMAKE_CURRENT_LIST_DIR}/tool_cli_test.cpp)
   target_link_libraries(tool_cli_test PRIVATE xgrad::core xgrad_doctest xgrad_test_source_dir)
-  target_compile_options(tool_cli_test PRIVATE -Wall -Wextra)
   add_dependencies(tool_cli_test xgrad-mha-npy)
   add_test(NAME tool_cli COMMAND tool_cli_test)
 endif()
