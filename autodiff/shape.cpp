@@ -25,12 +25,19 @@ std::string position_str(std::size_t flat, const shape_t& shape)
     return shape_str(index);
 }
 
-std::size_t element_count(const shape_t& shape)
+std::size_t element_count(const shape_t& shape, const char* op)
 {
+    if (std::find(shape.begin(), shape.end(), 0) != shape.end())
+    {
+        return 0;  // sizes past 2^64 with a 0 among them are still empty
+    }
     std::size_t n = 1;
     for (auto s : shape)
     {
-        n *= s;
+        if (__builtin_mul_overflow(n, s, &n))
+        {
+            fail(op, "shape " + shape_str(shape) + " has more elements than 2^64");
+        }
     }
     return n;
 }

@@ -34,7 +34,9 @@ shape_t to_shape(const S& s)
     return shape_t(s.begin(), s.end());
 }
 
-std::size_t element_count(const shape_t& shape);
+// The product of the sizes; a shape whose product does not fit in std::size_t (a reshape or a scatter to
+// sizes of 2^62) throws std::invalid_argument naming `op` and the shape, rather than wrap to a small count.
+std::size_t element_count(const shape_t& shape, const char* op = "element_count");
 
 // NumPy broadcasting of two shapes; throws std::invalid_argument naming `op` and both shapes.
 shape_t broadcast_shapes(const char* op, const shape_t& a, const shape_t& b);

@@ -41,11 +41,14 @@ void log_softmax_backward_rows(T* g, const T* y, const rows_of& rows)
     });
 }
 
-// For every row r of the logits x whose target t_r is not -1: lse[r] = log sum_j e^{x_{r j}} and
-// row_loss[r] = lse[r] - x_{r, t_r}. Ignored rows are not read (their entries stay as they were).
+// For every row r of the logits x whose target t_r is not -1: top[r] = max_j x_{r j},
+// log_total[r] = log sum_j e^{x_{r j} - top[r]} (so lse_r = top[r] + log_total[r]) and
+// row_loss[r] = (top[r] - x_{r, t_r}) + log_total[r]. The two parts are kept apart: lse_r itself rounds
+// to the logits' magnitude, and lse_r - x_{r, t_r} would lose the loss to cancellation (logits of 1e5 in
+// float32). Ignored rows are not read (their entries stay as they were).
 template <class T>
-void cross_entropy_rows(const T* x, const ids_t& targets, const rows_of& rows, std::vector<T>& lse,
-                        std::vector<T>& row_loss)
+void cross_entropy_rows(const T* x, const ids_t& targets, const rows_of& rows, std::vector<T>& top,
+                        std::vector<T>& log_total, std::vector<T>& row_loss)
 {
     for_rows(rows.count, rows.length, [&](std::size_t r) {
         const std::int64_t t = targets.flat(r);
@@ -54,16 +57,18 @@ void cross_entropy_rows(const T* x, const ids_t& targets, const rows_of& rows, s
             return;  // ignored: the row is not read
         }
         const T* xr = x + r * rows.length;
-        lse[r] = simd::log_sum_exp(xr, rows.length);
-        row_loss[r] = lse[r] - xr[t];
+        top[r] = simd::max_of(xr, rows.length);
+        log_total[r] = std::log(simd::sum_exp_shifted(xr, rows.length, top[r]));
+        row_loss[r] = (top[r] - xr[t]) + log_total[r];
     });
 }
 
-// dL/dx_{r j} = per_row (softmax(x_r)_j - [j = t_r]) into dx on every kept row (softmax = e^{x - lse});
+// dL/dx_{r j} = per_row (softmax(x_r)_j - [j = t_r]) into dx on every kept row, with
+// softmax(x_r)_j = e^{x_{r j} - top[r]} / e^{log_total[r]} (cross_entropy_rows' two parts, never their sum);
 // ignored rows of dx are not written.
 template <class T>
 void cross_entropy_backward_rows(T* dx, const T* x, const ids_t& targets, const rows_of& rows,
-                                 const std::vector<T>& lse, T per_row)
+                                 const std::vector<T>& top, const std::vector<T>& log_total, T per_row)
 {
     for_rows(rows.count, rows.length, [&](std::size_t r) {
         const std::int64_t t = targets.flat(r);
@@ -73,7 +78,7 @@ void cross_entropy_backward_rows(T* dx, const T* x, const ids_t& targets, const 
         }
         const T* xr = x + r * rows.length;
         T* dr = dx + r * rows.length;
-        simd::scaled_exp_shifted(dr, xr, rows.length, per_row, lse[r]);  // softmax / n
+        simd::scaled_exp_shifted(dr, xr, rows.length, per_row * std::exp(-log_total[r]), top[r]);  // softmax / n
         dr[t] -= per_row;
     });
 }

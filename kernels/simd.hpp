@@ -203,15 +203,6 @@ void subtract_exp_times(T* g, const T* y, std::size_t n, T s)
     }
 }
 
-// log sum_j e^{x_j}, stable: max + log sum e^{x_j - max}, so logits of 1e4 stay finite. A NaN in the row
-// makes it NaN; +inf makes it NaN through inf - inf, as IEEE arithmetic says.
-template <class T>
-T log_sum_exp(const T* x, std::size_t n)
-{
-    const T top = max_of(x, n);
-    return top + std::log(sum_exp_shifted(x, n, top));
-}
-
 template <class T>
 T dot(const T* a, const T* b, std::size_t n)
 {

@@ -265,7 +265,9 @@ T softmax_cross_entropy_forward(const array<T>& logits, const ids_t& targets, cr
                                                       std::to_string(r) + " is neither -1 nor in [0, " +
                                                       std::to_string(vocab) + ")");
         }
-        total += std::log(sum) + top - z[target];  // -log p[target] = log sum exp(z - max) + max - z[target]
+        // -log p[target] = (max - z[target]) + log sum exp(z - max); the bracket first, as ops::cross_entropy
+        // does: max + log sum would round to the logits' magnitude before z[target] is taken off.
+        total += (top - z[target]) + std::log(sum);
         ++cache.kept;
     }
     return cache.kept == 0 ? T(0) : total / static_cast<T>(cache.kept);  // loss = mean over kept positions

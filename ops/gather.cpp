@@ -78,7 +78,7 @@ var<T> scatter_add(const var<T>& values, const ids_t& indices, const shape_t& sh
         fail("scatter_add", "values of shape " + shape_str(values.shape()) + " for indices of shape " +
                                 shape_str(to_shape(indices.shape())));
     }
-    check_positions("scatter_add", indices, element_count(shape));
+    check_positions("scatter_add", indices, element_count(shape, "scatter_add"));
     array<T> y = scatter_values(values.value(), indices, shape);
     auto on_arrays = [indices](backward_context<T>& ctx) {
         ctx.accumulate(0, take_values(ctx.grad(), indices));

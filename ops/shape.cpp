@@ -42,10 +42,11 @@ shape_t resolve_shape(const shape_t& in, const std::vector<long>& requested)
         }
         out[inferred] = n / known;
     }
-    if (element_count(out) != n)
+    const std::size_t count = element_count(out, "reshape");  // known's product may have wrapped: not here
+    if (count != n)
     {
         fail("reshape", "cannot reshape " + shape_str(in) + " (" + std::to_string(n) + " elements) to " +
-                            shape_str(out) + " (" + std::to_string(element_count(out)) + " elements)");
+                            shape_str(out) + " (" + std::to_string(count) + " elements)");
     }
     return out;
 }

@@ -102,9 +102,12 @@ var<T> log_softmax(const var<T>& x)
 }
 
 // L = (1/n) sum over the n kept rows r (target t_r != -1) of -log softmax(x_r)[t_r]
-//   = (1/n) sum_r (lse_r - x_{r, t_r}),   lse_r = log sum_j e^{x_{r j}}.
-// dL/dx_{r j} = (softmax(x_r)_j - [j = t_r]) / n on kept rows, 0 on ignored rows; softmax = e^{x - lse}.
-// Saves the logits (already alive) and lse per row, not a softmax copy. No kept row: L = 0, gradient 0.
+//   = (1/n) sum_r (m_r - x_{r, t_r}) + log sum_j e^{x_{r j} - m_r},   m_r = max_j x_{r j}.
+// dL/dx_{r j} = (softmax(x_r)_j - [j = t_r]) / n on kept rows, 0 on ignored rows;
+// softmax(x_r)_j = e^{x_{r j} - m_r} / sum_k e^{x_{r k} - m_r}.
+// Saves the logits (already alive) and, per row, m_r and the log of the shifted sum (never added into
+// log sum e^x, which rounds to the logits' magnitude: kernels/log_softmax.hpp), not a softmax copy.
+// No kept row: L = 0, gradient 0.
 template <class T>
 var<T> cross_entropy(const var<T>& logits, const ids_t& targets)
 {
@@ -112,9 +115,8 @@ var<T> cross_entropy(const var<T>& logits, const ids_t& targets)
     checks::check_has_last_axis("cross_entropy", shape);
     check_targets(shape, targets);
     const kernels::rows_of rows(shape);
-    std::vector<T> lse(rows.count, T(0));
-    std::vector<T> row_loss(rows.count, T(0));
-    kernels::cross_entropy_rows(logits.value().data(), targets, rows, lse, row_loss);
+    std::vector<T> top(rows.count, T(0)), log_total(rows.count, T(0)), row_loss(rows.count, T(0));
+    kernels::cross_entropy_rows(logits.value().data(), targets, rows, top, log_total, row_loss);
     std::size_t kept = 0;
     T total = 0;
     for (std::size_t r = 0; r < rows.count; ++r)
@@ -128,15 +130,17 @@ var<T> cross_entropy(const var<T>& logits, const ids_t& targets)
     array<T> loss = array<T>::from_shape(shape_t{});
     loss.flat(0) = kept > 0 ? total / static_cast<T>(kept) : T(0);
 
-    const std::size_t rule_bytes = lse.size() * sizeof(T) + targets.size() * sizeof(std::int64_t);
+    const std::size_t rule_bytes = 2 * rows.count * sizeof(T) + targets.size() * sizeof(std::int64_t);
     const auto shared_targets = std::make_shared<const ids_t>(targets);  // one copy for both forms of the rule
-    auto rule = [rows, shared_targets, lse = std::move(lse), kept](backward_context<T>& ctx) {
+    auto rule = [rows, shared_targets, top = std::move(top), log_total = std::move(log_total),
+                 kept](backward_context<T>& ctx) {
         const ids_t& targets = *shared_targets;
         array<T> dx = xt::zeros<T>(ctx.input(0).shape());
         if (kept > 0)
         {
             const T per_row = ctx.grad().flat(0) / static_cast<T>(kept);  // g / n
-            kernels::cross_entropy_backward_rows(dx.data(), ctx.input(0).data(), targets, rows, lse, per_row);
+            kernels::cross_entropy_backward_rows(dx.data(), ctx.input(0).data(), targets, rows, top, log_total,
+                                                 per_row);
         }
         ctx.accumulate(0, std::move(dx));
     };

@@ -323,6 +323,16 @@ TEST_CASE("gpt_manual: every layer's backward matches central differences")
         XGRAD_CHECK_CLOSE(d_logits, numeric_gradient(f, logits), 1e-6, 1e-8);
         CHECK(test::max_abs(f64(xt::view(d_logits, 0, 1, xt::all()))) == 0.0);  // ignored rows: no gradient
     }
+    SUBCASE("huge tied logits: the loss is ln 2 exactly, as ops::cross_entropy's")
+    {
+        const f64 logits = {{{1e17, 1e17, 0.0}}};
+        manual::cross_entropy_cache<double> cache;
+        CHECK(manual::softmax_cross_entropy_forward(logits, ids({{0}}), cache) ==
+              doctest::Approx(std::log(2.0)).epsilon(1e-14));
+        const f64 d_logits = manual::softmax_cross_entropy_backward(cache);
+        CHECK(d_logits(0, 0, 0) == doctest::Approx(-0.5).epsilon(1e-14));
+        CHECK(d_logits(0, 0, 1) == doctest::Approx(0.5).epsilon(1e-14));
+    }
 }
 
 TEST_CASE("gpt_manual: loss and logits from a loop-written reference")

@@ -922,6 +922,18 @@ TEST_CASE("shape errors name the op and both shapes")
         CHECK_THROWS_AS(ops::reshape(a, {0, -1}), std::invalid_argument);
         CHECK_THROWS_AS(ops::reshape(a, {7}), std::invalid_argument);
     }
+    SUBCASE("reshape to sizes whose product passes 2^64 (which would wrap to the input's count)")
+    {
+        auto four = t.input(filled<double>({4}, 1.0));
+        const long wraps = (1L << 62) + 1;  // 4 (2^62 + 1) = 2^64 + 4: 4 once wrapped
+        CHECK_THROWS_WITH_AS(ops::reshape(four, {wraps, 4}),
+                             doctest::Contains("reshape: shape (4611686018427387905, 4) has more elements than 2^64"),
+                             std::invalid_argument);
+        CHECK_THROWS_WITH_AS(ops::reshape(four, {wraps, 4, -1}), doctest::Contains("more elements than 2^64"),
+                             std::invalid_argument);
+        const auto empty = ops::reshape(t.input(filled<double>({0}, 1.0)), {wraps, 4, 0});  // 0 elements
+        CHECK(empty.shape() == shape_t{std::size_t(wraps), 4, 0});
+    }
     SUBCASE("permute and transpose with bad axes")
     {
         for (const auto& axes : std::vector<std::vector<std::size_t>>{{0}, {0, 0}, {0, 2}, {1, 0, 2}})

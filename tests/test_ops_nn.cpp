@@ -365,6 +365,31 @@ TEST_CASE("cross_entropy: logits of 1e4 give a finite loss and gradient, in floa
           doctest::Approx(ref_cross_entropy(X, targets)).epsilon(1e-10));
 }
 
+// Two logits tie at the top: loss ln 2 and gradient (-1/2, 1/2, 0) exactly, whatever the logits' size. A
+// loss formed as log sum e^x - x_t cancels: log sum e^x rounds to the logits' magnitude (1e17 in float64:
+// loss 0; 1e5 in float32: 3e-3 off).
+template <class T>
+void check_tied_top_logits(T big)
+{
+    tape<T> t;
+    auto x = t.input(array<T>{{big, big, T(0)}});
+    const auto loss = ops::cross_entropy(x, make_ids({1}, {0}));
+    CHECK(loss.value().flat(0) == doctest::Approx(std::log(2.0)).epsilon(std::is_same_v<T, float> ? 1e-6 : 1e-14));
+    t.backward(loss);
+    CHECK(x.grad().flat(0) == doctest::Approx(-0.5).epsilon(1e-6));
+    CHECK(x.grad().flat(1) == doctest::Approx(0.5).epsilon(1e-6));
+    CHECK(x.grad().flat(2) == T(0));
+}
+
+TEST_CASE("cross_entropy: huge tied logits keep the loss and gradient exact (float64 1e17, float32 1e5 and 1e30)")
+{
+    check_tied_top_logits<double>(1e17);
+    check_tied_top_logits<double>(1e300);
+    check_tied_top_logits<float>(1e4f);
+    check_tied_top_logits<float>(1e5f);
+    check_tied_top_logits<float>(1e30f);
+}
+
 TEST_CASE("cross_entropy: NaN in a kept row makes the loss NaN; an ignored row is not read")
 {
     const f64 X = random_array({3, 4}, 80);

@@ -148,6 +148,14 @@ TEST_CASE("take and scatter_add: flat positions, repeats accumulate, each the ot
                          std::invalid_argument);
     CHECK_THROWS_WITH_AS(ops::scatter_add(s.input(values), make_ids({1}, {0}), shape_t{3}),
                          doctest::Contains("scatter_add: values of shape (2, 3)"), std::invalid_argument);
+    // Sizes whose product passes 2^64: refused, not wrapped to a small count that the positions then fit.
+    CHECK_THROWS_WITH_AS(ops::scatter_add(s.input(values), positions, shape_t{(std::size_t(1) << 62) + 1, 4}),
+                         "scatter_add: shape (4611686018427387905, 4) has more elements than 2^64",
+                         std::invalid_argument);
+    const std::size_t two_to_32 = std::size_t(1) << 32;
+    CHECK_THROWS_WITH_AS(ops::scatter_add(s.input(values), positions, shape_t{two_to_32, two_to_32}),
+                         "scatter_add: shape (4294967296, 4294967296) has more elements than 2^64",
+                         std::invalid_argument);
 }
 
 TEST_CASE("the NumPy-shaped ops are twice differentiable: gradgradcheck of each")
