@@ -236,9 +236,18 @@ std::map<std::string, std::int64_t> check_and_size(const spec& s, const std::str
 {
     const bool timed = s.per_run.kind == budget::unit::seconds;
     const std::int64_t probe_steps = timed ? timing_probe_steps : 1;
-    const fs::path check_dir = fs::path(out) / ".check";
+    const fs::path check_dir = fs::path(out) / grid_files::check;
     fs::remove_all(check_dir);
     fs::create_directories(check_dir);
+    struct removed_at_exit  // a refused or interrupted check leaves nothing of its own behind either
+    {
+        fs::path dir;
+        ~removed_at_exit()
+        {
+            std::error_code ignored;
+            fs::remove_all(dir, ignored);
+        }
+    } check_folder{check_dir};
     std::vector<job> probes;
     for (const variant& v : s.variants)
     {
@@ -281,7 +290,6 @@ std::map<std::string, std::int64_t> check_and_size(const spec& s, const std::str
             steps[v.name] = static_cast<std::int64_t>(std::llround(s.per_run.amount));
         }
     }
-    fs::remove_all(check_dir);
     return steps;
 }
 
@@ -417,7 +425,7 @@ private:
 
 grid_lock::grid_lock(const std::string& out)
 {
-    const std::string path = (fs::path(out) / ".lock").string();
+    const std::string path = (fs::path(out) / grid_files::lock).string();
     fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd_ < 0 || flock(fd_, LOCK_EX | LOCK_NB) != 0)
     {

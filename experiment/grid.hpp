@@ -98,6 +98,20 @@ std::vector<run> plan_runs(const spec& s, const std::map<std::string, std::int64
 // A variant's name as a folder name: letters, digits and ".=+-" kept, anything else '_'.
 std::string folder_name(const std::string& variant_name);
 
+// What the runner itself keeps in --out beside the variants' folders (with their temporaries NAME.tmp...):
+// a variant whose folder would take one of these names, or start with '.', is refused (grid_spec.cpp).
+namespace grid_files
+{
+constexpr const char* report = "report.md";
+constexpr const char* loss_curves = "loss-curves.png";
+constexpr const char* curves = "curves";         // one CSV per variant
+constexpr const char* spec = "grid.json";        // the spec as run, for --resume
+constexpr const char* steps = "steps.json";      // each variant's steps, for --resume
+constexpr const char* lock = ".lock";            // one runner at a time
+constexpr const char* check = ".check";          // the check stage's runs
+constexpr const char* all[] = {report, loss_curves, curves, spec, steps, lock, check};
+}  // namespace grid_files
+
 struct runner_options
 {
     std::string program;  // the xgrad-train executable

@@ -394,7 +394,7 @@ std::string gnuplot_quoted(const std::string& s)
 std::optional<std::string> plot_curves(const std::vector<variant_results>& all, const std::string& out,
                                        const std::string& val_column)
 {
-    const fs::path dir = fs::path(out) / "curves";
+    const fs::path dir = fs::path(out) / grid_files::curves;
     fs::create_directories(dir);
     std::string val_plot, train_plot;
     int colour = 1;
@@ -430,7 +430,7 @@ std::optional<std::string> plot_curves(const std::vector<variant_results>& all, 
     {
         return "no finished runs to plot";
     }
-    const std::string png = (fs::path(out) / "loss-curves.png").string();
+    const std::string png = (fs::path(out) / grid_files::loss_curves).string();
     const std::string script = (dir / "loss-curves.gp").string();
     {
         std::ofstream gp(script);
@@ -606,7 +606,7 @@ std::string write_report(const spec& s, const std::vector<run>& runs, const repo
     md << "\n## Runs\n\n";
     runs_table(md, all, bpb);
     const std::string text = md.str();
-    const std::string path = (fs::path(c.out) / "report.md").string();
+    const std::string path = (fs::path(c.out) / grid_files::report).string();
     {
         std::ofstream out(path + ".tmp");
         out << text;

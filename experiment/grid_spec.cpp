@@ -427,6 +427,19 @@ spec load_spec(const std::string& json_text, const spec_overrides& overrides)
         {
             bad("the variant " + named(v.name) + " would be a folder outside --out");
         }
+        if (folder[0] == '.')
+        {
+            bad("the variant " + named(v.name) + " would be a hidden folder in --out, where the runner keeps "
+                "its own (" + grid_files::check + ", " + grid_files::lock + ")");
+        }
+        for (const std::string own : grid_files::all)
+        {
+            if (folder == own || folder.rfind(own + ".", 0) == 0)  // NAME itself, or its temporaries
+            {
+                bad("the variant " + named(v.name) + " would take the name of the runner's own " + own +
+                    " in --out");
+            }
+        }
         if (!names.insert(v.name).second || !folders.insert(folder).second)
         {
             bad("two variants are named " + named(v.name) + " (or the same as folders)");

@@ -25,7 +25,9 @@ void gpt_config::validate(const char* op) const
         fail(op, "position = rope needs an even head width dh = d / H, got d=" + std::to_string(d_model) +
                      " H=" + std::to_string(heads) + " dh=" + std::to_string(head_width()));
     }
-    if (position == position_kind::rope && !(rope_base > 0 && std::isfinite(rope_base)))
+    // Checked with any position: a checkpoint holds rope_base whenever it differs from the default, and
+    // its reader takes positive numbers only.
+    if (!(rope_base > 0 && std::isfinite(rope_base)))
     {
         fail(op, "rope_base must be a positive number, got " + std::to_string(rope_base));
     }

@@ -38,9 +38,13 @@ template <class T>
 array<T> gpt_decode(const gpt_parameters<T>& params, const ids_t& tokens, kv_cache<T>& cache,
                     std::vector<array<T>>* attention = nullptr);
 
+// The most tokens one call generates: a long text, not an endless one (a negative count once wrapped to
+// 2^64 - 1 and ran forever). xgrad-sample's --tokens and xgrad-train's --sample-tokens are checked against it.
+constexpr std::size_t max_sampled_tokens = 1000000;
+
 struct sampling_options
 {
-    std::size_t tokens = 200;  // how many to generate
+    std::size_t tokens = 200;  // how many to generate (at most max_sampled_tokens)
     double temperature = 1.0;  // 0: always the most likely token
     std::size_t top_k = 0;     // 0: every token competes
     std::uint64_t seed = 1;

@@ -138,19 +138,21 @@ var<T> swiglu(const var<T>& gate, const var<T>& up)
 }
 
 // y = c tanh(x / c), c > 0: the logits' soft cap (docs/spec.md, "More architecture variants"), one node.
-// dL/dx = g (1 - tanh^2(x / c)) = g (1 - (y / c)^2), from the saved output
+// dL/dx = g (1 - tanh^2(x / c)) = g (1 - (y / c)^2), from the saved output; y / c is formed first, as
+// 1 / c^2 overflows for caps below 1e-19 in float32.
 template <class T>
 var<T> softcap(const var<T>& x, double cap)
 {
-    if (!(cap > 0) || !std::isfinite(cap))
+    const T c = static_cast<T>(cap);
+    if (!(cap > 0) || !std::isfinite(cap) || !(c > 0) || !std::isfinite(c))
     {
-        fail("softcap", "the cap c must be a positive finite number, got " + std::to_string(cap));
+        fail("softcap", "the cap c must be a positive finite number in the logits' type, got " +
+                            std::to_string(cap) + (c > 0 ? "" : " (0 once rounded)"));
     }
-    const T c = static_cast<T>(cap), inverse_square = T(1) / (c * c);
     array<T> y = c * xt::tanh(x.value() / c);
-    return detail::record("softcap", {x}, std::move(y), saves_output, [inverse_square](auto& ctx) {
-        const auto& y = ctx.output();
-        ctx.accumulate(0, ctx.grad() * (T(1) - y * y * inverse_square));
+    return detail::record("softcap", {x}, std::move(y), saves_output, [c](auto& ctx) {
+        const auto tanh_x = ctx.output() / c;
+        ctx.accumulate(0, ctx.grad() * (T(1) - tanh_x * tanh_x));
     });
 }
 

@@ -26,6 +26,9 @@ refused() {
     if [ -d "$out" ] && find "$out" -name 'seed-*' | grep -q .; then
         echo "case $case_number: a run folder was created"; exit 1
     fi
+    if [ -z "${out_folder:-}" ] && [ -e "$out" ]; then  # nor anything else: not even the check's .check/
+        echo "case $case_number: --out was left behind:"; find "$out"; exit 1
+    fi
 }
 
 status=0
@@ -74,6 +77,16 @@ for name in .. . a/b; do
     echo "{\"data\": \"x\", \"seeds\": 1, \"budget\": {\"steps\": 1}, \"variants\": [{\"name\": \"$name\"}]}" \
         > "$dir/name.json"
     refused "outside --out" --spec "$dir/name.json"
+done
+for name in report.md loss-curves.png curves grid.json steps.json report.md.tmp; do  # the runner's own files
+    echo "{\"data\": \"x\", \"seeds\": 1, \"budget\": {\"steps\": 1}, \"variants\": [{\"name\": \"$name\"}]}" \
+        > "$dir/name.json"
+    refused "would take the name of the runner's own" --spec "$dir/name.json"
+done
+for name in .check .lock .hidden; do
+    echo "{\"data\": \"x\", \"seeds\": 1, \"budget\": {\"steps\": 1}, \"variants\": [{\"name\": \"$name\"}]}" \
+        > "$dir/name.json"
+    refused "would be a hidden folder in --out" --spec "$dir/name.json"
 done
 for budget in '"steps": 1e300' '"steps": 0.4' '"tokens": 1e300' '"steps": -3' '"seconds": 1e300'; do
     echo "{\"data\": \"x\", \"seeds\": 1, \"budget\": {$budget}}" > "$dir/budget.json"

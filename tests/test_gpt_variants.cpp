@@ -351,6 +351,18 @@ TEST_CASE("validate: RoPE needs an even head width")
     CHECK(test::contains(message, "dh=3"));
 }
 
+TEST_CASE("validate: rope_base is a positive number whatever the position, as a checkpoint stores and reads it")
+{
+    for (const double base : {std::nan(""), std::numeric_limits<double>::infinity(), -5.0, 0.0})
+    {
+        CAPTURE(base);
+        gpt_config c{11, 8, 1, 8, 2, 0};  // learned positions: rope_base unused, yet written when not the default
+        c.rope_base = base;
+        CHECK(test::contains(test::invalid_argument_message([&] { c.validate("test"); }),
+                             "rope_base must be a positive number"));
+    }
+}
+
 TEST_CASE("checkpoints: every variant round-trips; non-default keys stored, a default model's file as before")
 {
     test::temp_dir dir;

@@ -361,7 +361,8 @@ TEST_CASE("--resume refuses a checkpoint whose variant disagrees with the flags,
         {"was trained with model.mlp swiglu, not gelu", [](models::gpt_config& c) { c.mlp = models::mlp_kind::gelu; }},
         {"was trained with model.mlp_hidden 64, not 24", [](models::gpt_config& c) { c.mlp_hidden = 24; }},
         {"was trained with model.bias none, not all", [](models::gpt_config& c) { c.bias = models::bias_kind::all; }},
-        {"was trained with model.tied_head true, not false", [](models::gpt_config& c) { c.tied_head = false; }},
+        {"was trained with tied_head = true, not false (model.tied_head)",
+         [](models::gpt_config& c) { c.tied_head = false; }},
     };
     for (const auto& [words, change] : changes)
     {

@@ -60,6 +60,20 @@ expect_refusal "unknown bias" "--bias 'some' is not one of mlp, all, none" "${co
 expect_refusal "odd dh with RoPE" "position = rope needs an even head width" \
     --data "$dir/text.txt" --out "$dir/a" --d-model 6 --heads 2 --position rope --quiet
 expect_refusal "bad dropout" "--dropout must be in [0, 1)" "${common[@]}" --out "$dir/a" --dropout 1.5
+# Values that once failed only after the run had made its folder, or that CLI11 wrapped to 2^64 - 1.
+expect_refusal "zero clip" "--clip must be a positive number" "${common[@]}" --out "$dir/a" --clip 0
+expect_refusal "NaN clip" "--clip must be a positive number" "${common[@]}" --out "$dir/a" --clip nan
+expect_refusal "no validation windows" "--eval-windows must be at least 1" "${common[@]}" --out "$dir/a" \
+    --eval-windows 0
+bare=(--data "$dir/text.txt" --layers 1 --d-model 16 --block 16 --no-plots --quiet)  # no --batch, --heads, --sample-tokens
+expect_refusal "negative sample" "--sample-tokens: must be a count >= 0, got '-1'" "${bare[@]}" --out "$dir/a" \
+    --sample-tokens -1
+expect_refusal "endless sample" "--sample-tokens must be at most 1000000" "${bare[@]}" --out "$dir/a" \
+    --sample-tokens 1000001
+expect_refusal "negative batch" "--batch: must be a count >= 0, got '-1'" "${bare[@]}" --out "$dir/a" --batch -1
+expect_refusal "negative heads" "--heads: must be a count >= 0, got '-2'" "${bare[@]}" --out "$dir/a" --heads -2
+expect_refusal "NaN rope base, learned positions" "rope_base must be a positive number" "${common[@]}" \
+    --out "$dir/a" --rope-base nan
 # Whose fault a failure is: 2 a value the library refuses (said as the flag), a run larger than the memory
 # allowed, a malformed checkpoint; 1 a data file that is unreadable or too short, an --out it cannot make.
 expect_refusal "a value the library refuses" "--steps" "${common[@]}" --out "$dir/a" --steps 0
@@ -81,13 +95,14 @@ cp "$dir/llama/model.safetensors" "$dir/model.before"
 cp "$dir/llama/log.csv" "$dir/log.before"
 expect_refusal "resume, other norm" "was trained with --norm rmsnorm, not layernorm" \
     "${common[@]}" --out "$dir/llama" --steps 5 --resume --position rope --mlp swiglu --bias none --kv-heads 1
-expect_refusal "resume, tied head" "was trained with --untied-head true, not false" \
+expect_refusal "resume, tied head" "was trained with tied_head = true, not false (--untied-head)" \
     "${common[@]}" --out "$dir/llama" --steps 5 --resume "${llama[@]}" --untied-head
 expect_refusal "resume, rope base" "was trained with --rope-base 10000, not 500" \
     "${common[@]}" --out "$dir/llama" --steps 5 --resume "${llama[@]}" --rope-base 500
 practice_text 5 300 "other words: 0123456789" "$dir/other.txt"  # bytes the checkpoint's vocabulary lacks
 expect_failure "$train" 1 "resume, other data" "--resume" \
     --data "$dir/other.txt" "${model[@]}" --out "$dir/llama" --steps 5 --resume "${llama[@]}"
+expect_refusal "a new run refused in an old run's folder" "--clip" "${common[@]}" --out "$dir/llama" --clip 0
 cmp -s "$dir/llama/model.safetensors" "$dir/model.before" || fail "a refused --resume changed the checkpoint"
 cmp -s "$dir/llama/log.csv" "$dir/log.before" || fail "a refused --resume changed log.csv"
 "$train" "${common[@]}" --out "$dir/llama" --steps 5 --resume "${llama[@]}" || fail "--resume with the same flags"

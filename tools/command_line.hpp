@@ -20,6 +20,19 @@ enum class cli_message
     first_line,
 };
 
+// CLI11 reads "-1" into an unsigned option as 2^64 - 1: an option bound to a count takes this check, which
+// refuses a sign before the text is converted ("--batch: must be a count >= 0, got '-1'").
+inline const CLI::Validator& count_check()
+{
+    static const CLI::Validator check(
+        [](std::string& text) {
+            const bool signed_text = !text.empty() && (text[0] == '-' || text[0] == '+');
+            return signed_text ? "must be a count >= 0, got '" + text.substr(0, 24) + "'" : std::string();
+        },
+        "COUNT");
+    return check;
+}
+
 // Parses `args`, the arguments after the program name, into `app`. False when --help was asked for (the
 // caller prints app.help()). A CLI11 error throws input_error: CLI11's message, as much of it as `kept`
 // says, then " (see --help)".

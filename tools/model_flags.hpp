@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "models/gpt_config.hpp"
+#include "tools/command_line.hpp"
 
 namespace xgrad::tools
 {
@@ -57,7 +58,11 @@ inline void add_model_flags(CLI::App& app, models::gpt_config& config, bool with
         }
         else
         {
-            app.add_option(f.flag, member, f.help)->capture_default_str();
+            CLI::Option* option = app.add_option(f.flag, member, f.help)->capture_default_str();
+            if constexpr (std::is_unsigned_v<value_type>)
+            {
+                option->check(count_check());  // tools/command_line.hpp: "-1" is not 2^64 - 1
+            }
         }
     });
 }

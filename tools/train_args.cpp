@@ -16,11 +16,13 @@ void add_train_flags(CLI::App& app, train::train_options& o, std::int64_t& warmu
     app.add_option("--data", o.data, "text file to train on; required");
     app.add_option("--out", o.out, "folder for model.safetensors, log.csv, loss.png, attention.png; required");
     app.add_option("--steps", o.steps, "train up to this step")->capture_default_str();
-    app.add_option("--batch", o.batch, "windows per step (per process under MPI)")->capture_default_str();
+    app.add_option("--batch", o.batch, "windows per step (per process under MPI)")
+        ->check(count_check())->capture_default_str();
     app.add_option("--lr", o.lr, "peak learning rate X")->capture_default_str();
     app.add_option("--warmup", warmup, "warm-up steps W (default min(100, D / 10))");
     app.add_option("--decay-steps", decay, "cosine decay to X/10 ends at step D (default --steps)");
-    app.add_option("--seed", o.seed, "seeds the initial weights and the batches")->capture_default_str();
+    app.add_option("--seed", o.seed, "seeds the initial weights and the batches")
+        ->check(count_check())->capture_default_str();
     app.add_option("--threads", o.threads, "threads per process")->capture_default_str();
     app.add_flag("--resume", o.resume, "continue from --out/model.safetensors up to --steps");
     app.add_option("--tokenizer", o.tokenizer, "bytes, a SentencePiece model trained on the training split: "
@@ -36,10 +38,12 @@ void add_train_flags(CLI::App& app, train::train_options& o, std::int64_t& warmu
     app.add_option("--clip", o.clip, "clip the global gradient norm to this")->capture_default_str();
     app.add_option("--eval-every", o.eval_every, "validation loss every so many steps (and at the last)")
         ->capture_default_str();
-    app.add_option("--eval-windows", o.eval_windows, "validation windows, evenly spaced")->capture_default_str();
+    app.add_option("--eval-windows", o.eval_windows, "validation windows, evenly spaced")
+        ->check(count_check())->capture_default_str();
     app.add_option("--save-every", o.save_every, "checkpoint every so many steps (and at the last)")
         ->capture_default_str();
-    app.add_option("--sample-tokens", o.sample_tokens, "tokens sampled at the end (0: none)")->capture_default_str();
+    app.add_option("--sample-tokens", o.sample_tokens, "tokens sampled at the end (0: none)")
+        ->check(count_check())->capture_default_str();
     app.add_flag("!--no-plots", o.plots, "do not draw loss.png and attention.png");
     app.add_option("--max-memory", o.max_memory, "refuse runs estimated to need more: BYTES (K, M, G, T) or auto")
       ->capture_default_str();
@@ -48,7 +52,7 @@ void add_train_flags(CLI::App& app, train::train_options& o, std::int64_t& warmu
                    "loss on a fixed batch (sharpness column, sharpness.png; 0: never)")->check(CLI::NonNegativeNumber)
         ->capture_default_str();
     app.add_option("--sharpness-iters", o.sharpness_iters, "power-iteration steps per sharpness estimate")
-        ->check(CLI::PositiveNumber)->capture_default_str();
+        ->check(count_check())->capture_default_str();
     app.add_flag("--quiet", quiet, "no progress output");
     add_model_flags(app, o.model);
     app.add_option("--dropout", o.dropout, "inverted dropout in training (embedding, attention and MLP outputs)")

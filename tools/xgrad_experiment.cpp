@@ -129,7 +129,8 @@ struct command_line
 std::map<std::string, std::int64_t> steps_per_variant(const grid::spec& s, const std::string& out,
                                                       const grid::runner_options& o)
 {
-    const fs::path saved_spec = fs::path(out) / "grid.json", saved_steps = fs::path(out) / "steps.json";
+    const fs::path saved_spec = fs::path(out) / grid::grid_files::spec,
+                   saved_steps = fs::path(out) / grid::grid_files::steps;
     if (fs::exists(saved_spec) && fs::exists(saved_steps) && read_text(saved_spec.string()) == grid::spec_to_json(s))
     {
         return steps_of(saved_steps.string());
@@ -185,8 +186,8 @@ struct grid_plan
 grid_plan planned_grid(const command_line& c)
 {
     grid_plan p;
-    p.s = load_spec_file((fs::path(c.out) / "grid.json").string(), {});
-    const auto steps = steps_of((fs::path(c.out) / "steps.json").string());
+    p.s = load_spec_file((fs::path(c.out) / grid::grid_files::spec).string(), {});
+    const auto steps = steps_of((fs::path(c.out) / grid::grid_files::steps).string());
     p.runs = grid::plan_runs(p.s, steps, c.out);
     p.o = runner_for(c, p.runs.size());
     return p;
@@ -213,8 +214,21 @@ grid_plan new_grid(const command_line& c)
     {
         throw std::invalid_argument("no xgrad-train at " + p.o.program + " (--xgrad-train PATH)");
     }
+    const bool out_existed = fs::exists(c.out);
     fs::create_directories(c.out);
-    p.runs = grid::plan_runs(p.s, steps_per_variant(p.s, c.out, p.o), c.out);
+    try
+    {
+        p.runs = grid::plan_runs(p.s, steps_per_variant(p.s, c.out, p.o), c.out);
+    }
+    catch (...)
+    {
+        if (!out_existed)  // a grid refused at its check leaves no OUT behind
+        {
+            std::error_code ignored;
+            fs::remove(c.out, ignored);  // only while empty
+        }
+        throw;
+    }
     return p;
 }
 
@@ -318,7 +332,7 @@ int run(const command_line& c, communicator& comm)
     const std::string report = grid::write_report(p.s, p.runs, rc);
     if (!c.quiet)
     {
-        std::printf("\n%s\nreport: %s\n", report.c_str(), (fs::path(c.out) / "report.md").c_str());
+        std::printf("\n%s\nreport: %s\n", report.c_str(), (fs::path(c.out) / grid::grid_files::report).c_str());
     }
     return status;
 }

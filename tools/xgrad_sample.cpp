@@ -38,10 +38,6 @@ std::shared_ptr<const train::tokenizer> tokenizer_of(const io::checkpoint_reader
     return t;
 }
 
-// The most tokens one call generates: a long text, not an endless one (a negative --tokens once wrapped to
-// 2^64 - 1 and ran forever).
-constexpr std::size_t max_tokens = 1000000;
-
 // CLI11 reads "-1" into an unsigned option as 2^64 - 1: the counts' own text is checked for a sign first.
 void refuse_negative_counts(const std::vector<std::string>& args)
 {
@@ -62,7 +58,7 @@ void refuse_negative_counts(const std::vector<std::string>& args)
 }
 
 // The flags' ranges that CLI11 does not check: a temperature that is a number (NaN passes a range check),
-// at most max_tokens tokens, a top-k below 2^31.
+// at most models::max_sampled_tokens tokens, a top-k below 2^31.
 void check_sample_flags(const models::sampling_options& o)
 {
     if (!(o.temperature >= 0 && o.temperature <= 100))
@@ -70,10 +66,10 @@ void check_sample_flags(const models::sampling_options& o)
         throw tools::train_cli::input_error("--temperature " + std::to_string(o.temperature) +
                                             ": must be a number from 0 to 100");
     }
-    if (o.tokens > max_tokens)
+    if (o.tokens > models::max_sampled_tokens)
     {
         throw tools::train_cli::input_error("--tokens " + std::to_string(o.tokens) + ": at most " +
-                                            std::to_string(max_tokens));
+                                            std::to_string(models::max_sampled_tokens));
     }
     if (o.top_k > std::size_t(INT32_MAX))
     {

@@ -236,7 +236,11 @@ std::vector<std::size_t> training_offsets(std::size_t split_length, std::size_t 
 std::vector<std::size_t> validation_offsets(std::size_t split_length, std::size_t block_size,
                                             std::size_t max_windows)
 {
-    if (split_length < block_size + 1 || max_windows == 0)
+    if (max_windows == 0)
+    {
+        throw std::invalid_argument("validation_offsets: max_windows must be at least 1");
+    }
+    if (split_length < block_size + 1)
     {
         throw std::invalid_argument("validation_offsets: split of " + std::to_string(split_length) +
                                     " tokens is shorter than block + 1 = " + std::to_string(block_size + 1));

@@ -166,6 +166,8 @@ train_summary train_module(Model& model, const text_corpus& data, const train_op
     {
         return summary;  // nothing left to do
     }
+    // What can still refuse the run comes before anything is written to its folder.
+    const auto val_offsets = validation_offsets(data.validation.size(), block, o.eval_windows);
     std::optional<training_log> log;
     std::optional<folder_lock> writer;  // one run writes a folder at a time
     if (leader)
@@ -183,7 +185,6 @@ train_summary train_module(Model& model, const text_corpus& data, const train_op
     }
 
     const std::size_t world = static_cast<std::size_t>(comm.size());
-    const auto val_offsets = validation_offsets(data.validation.size(), block, o.eval_windows);
     detail::gradient_averager averager(named);
     std::vector<double> rates;  // the last rate_window steps' tokens/s (bounded: memory stays flat)
     constexpr std::size_t rate_window = 1000;

@@ -88,6 +88,24 @@ void check_loop_options(const train_options& o)
     {
         throw option_error("{} must be a positive number", {"muon_lr"});
     }
+    if (!(o.clip > 0) || !std::isfinite(o.clip))
+    {
+        throw option_error("{} must be a positive number (the largest global gradient norm)", {"clip"});
+    }
+    if (o.eval_windows < 1)
+    {
+        throw option_error("{} must be at least 1", {"eval_windows"});
+    }
+    if (o.sample_tokens > models::max_sampled_tokens)
+    {
+        throw option_error("{} must be at most " + std::to_string(models::max_sampled_tokens) + ", got " +
+                               std::to_string(o.sample_tokens),
+                           {"sample_tokens"});
+    }
+    if (o.sharpness_iters < 1)
+    {
+        throw option_error("{} must be at least 1", {"sharpness_iters"});
+    }
     if (!(o.muon_momentum >= 0 && o.muon_momentum < 1))
     {
         throw option_error("{} must be in [0, 1), got " + std::to_string(o.muon_momentum), {"muon_momentum"});
@@ -301,6 +319,14 @@ struct gpt_module
         {
             std::string asked;
             models::first_difference(wanted, have, &asked);
+            if (trained == "true" || trained == "false")
+            {
+                // A bool's flag sets the opposite of its default (--untied-head sets tied_head false): the
+                // values are the key's, the flag named after them.
+                throw option_error("{}: " + option_error::literal(path) + " was trained with " + key + " = " +
+                                       trained + ", not " + asked + " ({})",
+                                   {"resume", "model." + key});
+            }
             throw option_error("{}: " + option_error::literal(path) + " was trained with {} " +
                                    option_error::literal(trained) + ", not " + option_error::literal(asked),
                                {"resume", "model." + key});
