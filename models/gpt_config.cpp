@@ -280,7 +280,11 @@ gpt_config config_with_values(gpt_config c, const std::map<std::string, std::str
     {
         if (key == model_keys_key || !is_config_key(key))
         {
-            throw variant_error("", key, "a field of the GPT's config");
+            std::string fields;  // "'key' = 'qk_normm' is not one of vocab_size, block_size, ..."
+            visit_config(c, [&fields](const config_field& f, const auto&) {
+                fields += (fields.empty() ? "" : ", ") + std::string(f.key);
+            });
+            throw variant_error("key", key, fields);
         }
     }
     visit_config(c, [&values](const config_field& f, auto& member) {

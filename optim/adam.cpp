@@ -8,14 +8,6 @@ namespace xgrad::optim
 {
 namespace
 {
-void check_not_negative(const char* op, const char* what, double value)
-{
-    if (!(value >= 0))
-    {
-        fail(op, std::string(what) + " must be >= 0, got " + std::to_string(value));
-    }
-}
-
 void check_beta(const char* op, const char* what, double value)
 {
     if (!(value >= 0 && value < 1))
@@ -97,8 +89,8 @@ adam<T>::adam(std::vector<parameter<T>> params, const adam_options& options)
 {
     check_beta(this->op_, "beta1", options.beta1);
     check_beta(this->op_, "beta2", options.beta2);
-    check_not_negative(this->op_, "eps", options.eps);
-    check_not_negative(this->op_, "weight_decay", options.weight_decay);
+    check_finite_not_negative(this->op_, "eps", options.eps);
+    check_finite_not_negative(this->op_, "weight_decay", options.weight_decay);
     this->add_state("exp_avg");
     this->add_state("exp_avg_sq");
 }

@@ -42,6 +42,10 @@ using named_tensors = std::map<std::string, array<T>>;
 // The prefix of every optimiser-state tensor name.
 inline const std::string state_prefix = "optim.";
 
+// Throws std::invalid_argument naming `op` unless `value` (a learning rate, a decay, an eps) is a finite
+// number >= 0: an infinite one would turn every parameter into inf or NaN at the first step.
+void check_finite_not_negative(const char* op, const char* what, double value);
+
 // True when weight decay applies to a parameter of this shape: rank >= 2 (weight matrices, embeddings,
 // stacked kernels); vectors and scalars (biases, LayerNorm weights and biases) are not decayed.
 bool takes_weight_decay(const shape_t& shape);

@@ -53,13 +53,18 @@ optimiser<T>::optimiser(const char* op, std::vector<parameter<T>> params, double
     set_lr(lr);
 }
 
+void check_finite_not_negative(const char* op, const char* what, double value)
+{
+    if (!(value >= 0) || !std::isfinite(value))
+    {
+        fail(op, std::string(what) + " must be a finite number >= 0, got " + std::to_string(value));
+    }
+}
+
 template <class T>
 void optimiser<T>::set_lr(double lr)
 {
-    if (!(lr >= 0))
-    {
-        fail(op_, "learning rate must be >= 0, got " + std::to_string(lr));
-    }
+    check_finite_not_negative(op_, "learning rate", lr);
     lr_ = lr;
 }
 
@@ -176,9 +181,11 @@ void optimiser<T>::import_state(const named_tensors<T>& tensors)
         }
     }
     const T step = tensors.at(step_name)();
-    if (!(std::isfinite(step) && step >= 0 && std::floor(step) == step))
+    constexpr double steps_limit = 9223372036854775807.0;  // 2^63, as a double: past int64's range
+    if (!(std::isfinite(step) && step >= 0 && std::floor(step) == step && static_cast<double>(step) < steps_limit))
     {
-        fail(op_, "import_state: " + step_name + " must be a whole number >= 0, got " + std::to_string(step));
+        fail(op_, "import_state: " + step_name + " must be a whole number from 0 to 2^63 - 1, got " +
+                      std::to_string(step));
     }
 
     step_count_ = static_cast<std::int64_t>(step);

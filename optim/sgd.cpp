@@ -6,14 +6,6 @@ namespace xgrad::optim
 {
 namespace
 {
-void check_not_negative(const char* what, double value)
-{
-    if (!(value >= 0))
-    {
-        fail("sgd", std::string(what) + " must be >= 0, got " + std::to_string(value));
-    }
-}
-
 // p = p - lr (g + decay p): no momentum.
 template <class T>
 void plain_step(T* p, const T* g, std::size_t n, T lr, T decay)
@@ -53,8 +45,8 @@ template <class T>
 sgd<T>::sgd(std::vector<parameter<T>> params, const sgd_options& options)
     : optimiser<T>("sgd", std::move(params), options.lr), options_(options)
 {
-    check_not_negative("momentum", options.momentum);
-    check_not_negative("weight_decay", options.weight_decay);
+    check_finite_not_negative("sgd", "momentum", options.momentum);
+    check_finite_not_negative("sgd", "weight_decay", options.weight_decay);
     if (options.nesterov && options.momentum == 0)
     {
         fail("sgd", "nesterov needs momentum > 0");

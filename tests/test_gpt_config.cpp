@@ -275,7 +275,8 @@ TEST_CASE("config_with_values: Python's and the tools' keywords, each a field; u
     CHECK(c.kv_heads == 2);  // normalised: G = H
     const std::string message =
         exception_message([] { config_with_values({}, {{"qk_normm", "rms"}}); });
-    CHECK(test::contains(message, "qk_normm"));
+    CHECK(test::contains(message, "'key' = 'qk_normm' is not one of vocab_size, block_size,"));
+    CHECK(test::contains(message, "qk_norm"));  // the fields listed
     CHECK_THROWS_AS(config_with_values({}, {{"model_keys", "norm"}}), variant_error);
 }
 

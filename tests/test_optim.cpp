@@ -633,7 +633,9 @@ TEST_CASE("import_state rejects what does not fit, and changes nothing then")
     CHECK_THROWS_WITH_AS(target.import_state(unknown),
                          doctest::Contains("unknown state tensor 'optim.momentum"), std::invalid_argument);
 
-    for (double bad_step : {-1.0, 2.5, not_a_number, std::numeric_limits<double>::infinity()})
+    // 1e30 and 2^63 are whole numbers beyond int64: once cast to a negative step count (NaN updates).
+    for (double bad_step :
+         {-1.0, 2.5, not_a_number, std::numeric_limits<double>::infinity(), 1e30, 9223372036854775808.0})
     {
         named_tensors<double> bad = good;
         bad["optim.step"] = scalar(bad_step);
@@ -673,20 +675,25 @@ TEST_CASE("bad parameters and hyperparameters are errors naming the optimiser")
     CHECK_THROWS_WITH_AS(sgd<double>({w, w}, {}), doctest::Contains("'w' appears twice"),
                          std::invalid_argument);
 
-    CHECK_THROWS_WITH_AS(sgd<double>({w}, {-0.1}), doctest::Contains("learning rate must be >= 0"),
+    CHECK_THROWS_WITH_AS(sgd<double>({w}, {-0.1}), doctest::Contains("learning rate must be a finite number >= 0"),
                          std::invalid_argument);
     CHECK_THROWS_AS(sgd<double>({w}, {not_a_number}), std::invalid_argument);
-    CHECK_THROWS_WITH_AS(sgd<double>({w}, {0.1, -0.9}), doctest::Contains("momentum must be >= 0"),
+    const double infinite = std::numeric_limits<double>::infinity();  // every parameter -inf after one step
+    CHECK_THROWS_WITH_AS(sgd<double>({w}, {infinite}), doctest::Contains("learning rate must be a finite number"),
+                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(adam<double>({w}, adamw_options(0.1, infinite)),
+                         doctest::Contains("adamw: weight_decay must be a finite number"), std::invalid_argument);
+    CHECK_THROWS_WITH_AS(sgd<double>({w}, {0.1, -0.9}), doctest::Contains("momentum must be a finite number >= 0"),
                          std::invalid_argument);
     CHECK_THROWS_WITH_AS(sgd<double>({w}, {0.1, 0.0, true}), doctest::Contains("nesterov needs momentum"),
                          std::invalid_argument);
     CHECK_THROWS_WITH_AS(sgd<double>({w}, {0.1, 0.9, false, -1.0}),
-                         doctest::Contains("weight_decay must be >= 0"), std::invalid_argument);
+                         doctest::Contains("weight_decay must be a finite number >= 0"), std::invalid_argument);
     CHECK_THROWS_WITH_AS(adam<double>({w}, {0.1, 1.0}), doctest::Contains("beta1 must be in [0, 1)"),
                          std::invalid_argument);
     CHECK_THROWS_WITH_AS(adam<double>({w}, {0.1, 0.9, -0.1}), doctest::Contains("beta2 must be in [0, 1)"),
                          std::invalid_argument);
-    CHECK_THROWS_WITH_AS(adam<double>({w}, {0.1, 0.9, 0.99, -1e-8}), doctest::Contains("eps must be >= 0"),
+    CHECK_THROWS_WITH_AS(adam<double>({w}, {0.1, 0.9, 0.99, -1e-8}), doctest::Contains("eps must be a finite number >= 0"),
                          std::invalid_argument);
     CHECK_THROWS_AS(adam<double>({w}, adamw_options(0.1, not_a_number)), std::invalid_argument);
     CHECK_THROWS_WITH_AS(adam<double>({w}, adamw_options(0.1, -1.0)),

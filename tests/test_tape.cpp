@@ -241,9 +241,11 @@ TEST_CASE("bytes_saved_for_backward counts what rules keep themselves, until the
     auto kept = ops::dropout(logits, 0.5, rng);  // the rule keeps one bool per entry: 15 bytes
     CHECK(t.bytes_saved_for_backward(false) == 15);
     const ids_t targets = {0, 4, -1};
-    auto loss = ops::cross_entropy(kept, targets);  // saves its input (15), keeps lse and targets per row
-    CHECK(t.bytes_saved_for_backward(false) == 15 + 15 * sizeof(double) + 3 * (sizeof(double) + sizeof(std::int64_t)));
-    CHECK(t.bytes_held() == (15 + 15 + 1) * sizeof(double) + 15 + 3 * (sizeof(double) + sizeof(std::int64_t)));
+    // saves its input (15 entries); keeps per row its max, the log of the shifted sum and the target
+    auto loss = ops::cross_entropy(kept, targets);
+    const std::size_t per_row = 2 * sizeof(double) + sizeof(std::int64_t);
+    CHECK(t.bytes_saved_for_backward(false) == 15 + 15 * sizeof(double) + 3 * per_row);
+    CHECK(t.bytes_held() == (15 + 15 + 1) * sizeof(double) + 15 + 3 * per_row);
     t.backward(loss);
     CHECK(t.bytes_saved_for_backward() == 0);
 

@@ -45,7 +45,20 @@ def as_ids(value, what="ids"):
         raise ValueError("%s: expected an integer array, got dtype %s" % (what, a.dtype))
     if a.dtype.kind == "u" and a.size and a.max() > np.iinfo(np.int64).max:
         raise ValueError("%s: value %d does not fit in int64" % (what, a.max()))
-    return np.ascontiguousarray(a, dtype=np.int64)
+    return np.asarray(a, dtype=np.int64, order="C")
+
+
+def as_token_list(value, what="ids"):
+    """Token ids as a list of ints for the C++ side, which holds them in 32 bits: ValueError for a
+    non-integer array (1.7 is no id) or an id outside [0, 2^31); an empty sequence is an empty list."""
+    a = np.asarray(value)
+    if a.size == 0:
+        return []
+    ids = as_ids(a, what).ravel()
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or high >= 2**31:
+        raise ValueError("%s: token id %d is outside [0, 2^31)" % (what, low if low < 0 else high))
+    return ids.tolist()
 
 
 def as_mask(value, what="mask"):
@@ -53,7 +66,7 @@ def as_mask(value, what="mask"):
     a = np.asarray(value)
     if a.dtype != np.bool_:
         raise ValueError("%s: expected a bool array (True = attend), got dtype %s" % (what, a.dtype))
-    return np.ascontiguousarray(a)
+    return np.asarray(a, order="C")
 
 
 class Tape:
@@ -372,7 +385,7 @@ class Var:
             picked = positions[key]
         except (IndexError, TypeError, ValueError) as e:
             raise IndexError("Var[...]: %s (var of shape %s)" % (e, self.shape)) from None
-        return _wrap(_core.take(self._v, np.ascontiguousarray(picked)), self)
+        return _wrap(_core.take(self._v, np.asarray(picked, order="C")), self)
 
     def __setitem__(self, key, value):
         raise TypeError("Var does not support item assignment (a var is a node of the graph); build the new "

@@ -117,7 +117,7 @@ def _as_value(name, value, dtype):
     if a.dtype.kind not in "fiub":
         got = "dtype %s" % a.dtype if isinstance(value, np.ndarray) else type(value).__name__
         raise ValueError("%s.forward: must return an array of real numbers, got %s" % (name, got))
-    return np.ascontiguousarray(a, dtype=dtype)
+    return np.asarray(a, dtype=dtype, order="C")
 
 
 def _rule(cls, ctx, arg_count, positions, shapes, dtype):
@@ -161,4 +161,4 @@ def _checked_grad(name, k, g, shape, dtype):
     if a.dtype != dtype:
         raise ValueError("%s.backward: the gradient for input %d has dtype %s; the tape's dtype is %s"
                          % (name, k, a.dtype, np.dtype(dtype).name))
-    return np.ascontiguousarray(a)
+    return np.asarray(a, order="C")

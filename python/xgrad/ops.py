@@ -102,7 +102,7 @@ def where(cond, a, b):
     c = np.asarray(cond)
     if c.dtype != np.bool_:
         raise ValueError("where: cond must be a bool array (e.g. x.value > 0), got dtype %s" % c.dtype)
-    return Var(_core.where(np.ascontiguousarray(c), a._v, b._v), a.tape)
+    return Var(_core.where(np.asarray(c, order="C"), a._v, b._v), a.tape)
 
 
 def clip(x, lo, hi):
@@ -129,7 +129,7 @@ def take_along_axis(x, indices, axis):
     except (IndexError, ValueError) as e:
         raise ValueError("take_along_axis: %s (x of shape %s, indices of shape %s)"
                          % (e, x.shape, ids.shape)) from None
-    return Var(_core.take(x._v, np.ascontiguousarray(picked)), x.tape)
+    return Var(_core.take(x._v, np.asarray(picked, order="C")), x.tape)
 
 
 def take(x, positions):

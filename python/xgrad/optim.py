@@ -102,8 +102,8 @@ class Optimizer:
 
     @lr.setter
     def lr(self, value):
-        if not float(value) >= 0:
-            raise ValueError("%s: learning rate must be >= 0, got %r" % (type(self).__name__, value))
+        if not 0 <= float(value) < float("inf"):
+            raise ValueError("%s: learning rate must be a finite number >= 0, got %r" % (type(self).__name__, value))
         for group in self.param_groups:
             group["lr"] = float(value)
 

@@ -11,6 +11,7 @@ import json
 import os
 
 from . import _core
+from ._tape import as_token_list
 
 _MAX_HEADER_BYTES = 100_000_000  # as xgrad's safetensors reader
 
@@ -71,7 +72,7 @@ class Tokenizer:
 
     def decode(self, ids):
         """The text token ids stand for, as str; bytes that are not UTF-8 become U+FFFD."""
-        return self._t.decode([int(i) for i in ids]).decode("utf-8", "replace")
+        return self._t.decode(as_token_list(ids, "Tokenizer.decode")).decode("utf-8", "replace")
 
     def metadata(self):
         """The checkpoint metadata that restores this tokenizer ({str: str})."""

@@ -224,3 +224,26 @@ def test_xgrad_grad_goes_through_a_function_and_a_second_order_stops_naming_it()
     np.testing.assert_allclose(g.value, 1 / (1 + np.exp(-x0)))
     with pytest.raises(RuntimeError, match="the backward of 'Softplus' works on arrays only"):
         xgrad.grad(Softplus.apply(x), [x], seed=np.ones(2), create_graph=True)
+
+
+class Total(xgrad.Function):
+    """x.sum(): forward returns a 0-d array, backward receives a 0-d gradient."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.shape = x.shape
+        return x.sum()
+
+    @staticmethod
+    def backward(ctx, grad):
+        assert np.shape(grad) == ()
+        return np.broadcast_to(grad, ctx.shape).copy()
+
+
+def test_a_function_returning_a_zero_dimensional_array_gives_a_scalar_var():
+    t = xgrad.Tape()
+    x = t.input(np.ones(3))
+    y = Total.apply(x)
+    assert y.shape == ()
+    y.backward()
+    np.testing.assert_array_equal(x.grad, np.ones(3))

@@ -46,6 +46,36 @@ def test_masks_and_counts_that_overflow_are_value_errors():
         models.parameter_count(2 ** 33, 1)
 
 
+def test_shapes_whose_count_passes_2_to_the_64_are_value_errors_not_wrapped():
+    x = xgrad.Tape().input(np.ones(4))
+    with pytest.raises(ValueError, match=r"^reshape: shape \(4611686018427387905, 4\) has more elements than 2\^64"):
+        x.reshape(2 ** 62 + 1, 4)
+    with pytest.raises(ValueError, match=r"^scatter_add: shape \(4294967296, 4294967296\) has more elements"):
+        xgrad.ops.scatter_add(x[:3], np.array([0, 1, 2]), [2 ** 32, 2 ** 32])
+
+
+def test_token_ids_are_whole_numbers_in_32_bits_and_a_prompt_holds_one():
+    m = xgrad.GPT(**SMALL)
+    with pytest.raises(ValueError, match="the prompt holds no token"):
+        m.sample([])
+    with pytest.raises(ValueError, match=r"GPT.sample prompt: token id 1099511627776 is outside \[0, 2\^31\)"):
+        m.sample([2 ** 40])
+    with pytest.raises(ValueError, match="GPT.sample prompt: expected an integer array"):
+        m.sample([1.7])
+    tok = xgrad.Tokenizer.from_metadata({"vocab": xgrad.models.gpt.vocabulary_json([104, 105])})
+    assert tok.decode([0, 1]) == "hi"
+    assert tok.decode([]) == ""
+    with pytest.raises(ValueError, match="Tokenizer.decode: expected an integer array"):
+        tok.decode([104.7])
+    with pytest.raises(ValueError, match=r"Tokenizer.decode: token id -1 is outside"):
+        tok.decode([-1])
+
+
+def test_an_unknown_config_key_is_named_with_the_fields_there_are():
+    with pytest.raises(ValueError, match=r"'key' = 'bogus_key' is not one of vocab_size, block_size, .*qk_norm"):
+        xgrad.GPT(**SMALL, bogus_key=1)
+
+
 def mha_case():
     rng = np.random.default_rng(3)
     X = rng.standard_normal((2, 3, 4))

@@ -163,7 +163,7 @@ INDEX_KEYS = [
     1, -1, (0, 2), (slice(1, None), slice(None, None, 2)), (Ellipsis, -1), [0, 2, 2], (None, 1),
     (slice(None, None, -1), slice(-3, -1)), (slice(None), [1, 0], None),
     (np.array([[0, 1], [2, 2]]), Ellipsis),
-    (Ellipsis, None, slice(4, 0, -2)), (1, [0, 3], slice(None)),
+    (Ellipsis, None, slice(4, 0, -2)), (1, [0, 3], slice(None)), (1, 2, 3), (-1, -1, -1),
 ]
 
 
@@ -172,6 +172,7 @@ def test_indexing_like_numpy_with_scatter_add_gradients(key):
     a = rng.standard_normal((3, 4, 5))
     x = xgrad.Tape().input(a)
     y = x[key]
+    assert y.shape == np.shape(a[key])  # one element is NumPy's shape (), not (1,)
     np.testing.assert_array_equal(y.value, a[key])
     assert y.op == "take"
     w = rng.standard_normal(a[key].shape)
@@ -192,6 +193,17 @@ def test_boolean_mask_indexing_and_repeated_positions_accumulate():
         x[x]
     with pytest.raises(TypeError, match="does not support item assignment"):
         x[0] = 1.0
+
+
+def test_zero_dimensional_arrays_stay_zero_dimensional():
+    t = xgrad.Tape()
+    w = t.input(np.arange(6.0).reshape(3, 2))
+    assert xgrad.ops.embedding(w, np.array(1)).shape == (2,)  # ids.shape + (d,)
+    x = t.input(np.array([1.0, -2.0]))
+    assert xgrad.ops.where(np.array(True), x, -x).shape == (2,)
+    assert xgrad.ops.stack([x[0], x[1]]).shape == (2,)
+    x[1].backward()
+    np.testing.assert_array_equal(x.grad, [0.0, 1.0])
 
 
 def test_take_along_axis_like_numpy():

@@ -95,8 +95,13 @@ def test_errors_name_the_optimiser_called():
         xgrad.optim.AdamW([{"params": [w]}, {"params": [w]}])
     with pytest.raises(ValueError, match="SGD: no parameters"):
         xgrad.optim.SGD([])
-    with pytest.raises(ValueError, match="AdamW: learning rate must be >= 0"):
+    with pytest.raises(ValueError, match="AdamW: learning rate must be a finite number >= 0"):
         xgrad.optim.AdamW([w]).lr = -1
+    for bad in (float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="learning rate must be a finite number >= 0"):
+            xgrad.optim.SGD([w], lr=bad)
+        with pytest.raises(ValueError, match="weight_decay must be a finite number >= 0"):
+            xgrad.optim.AdamW([w], weight_decay=bad)
 
 
 def test_parameter_grad_is_assignable_and_checked():

@@ -13,7 +13,7 @@ import json
 import numpy as np
 
 from .. import _core
-from .._tape import Parameter, Tape, Var, _core_class, _dtype_of, as_ids
+from .._tape import Parameter, Tape, Var, _core_class, _dtype_of, as_ids, as_token_list
 from ..divergence import first_divergence
 
 
@@ -178,7 +178,7 @@ class GPT:
         """The text token ids stand for, as str (undecodable bytes replaced)."""
         if "tokenizer" in self.metadata:
             return self._tokenizer().decode(ids)
-        return self._need_vocabulary().decode([int(i) for i in ids]).decode("utf-8", "replace")
+        return self._need_vocabulary().decode(as_token_list(ids, "GPT.decode")).decode("utf-8", "replace")
 
     def _tokenizer(self):
         from ..tokenizer import Tokenizer
@@ -196,7 +196,7 @@ class GPT:
         if int(tokens) < 0 or int(top_k) < 0 or int(seed) < 0 or not temperature >= 0:
             raise ValueError("GPT.sample: tokens, top_k, seed and temperature must be >= 0")
         text = isinstance(prompt, (str, bytes))
-        ids = self.encode(prompt) if text else [int(i) for i in as_ids(prompt, "GPT.sample prompt").ravel()]
+        ids = self.encode(prompt) if text else as_token_list(prompt, "GPT.sample prompt")
         out = self._m.sample(ids, int(tokens), float(temperature), int(top_k), int(seed))
         return self.decode(out) if text else out
 
