@@ -218,6 +218,29 @@ gpt_result<T> gpt_forward(tape<T>& t, const gpt_parameters<T>& params, const ids
 
 // ---- counting ------------------------------------------------------------------------------------
 
+gpt_config run_as(const gpt_config& trained, const std::map<std::string, std::string>& values)
+{
+    const gpt_config c = config_with_values(trained, values);
+    c.validate("run_as");
+    using tensor_list = std::vector<std::pair<std::string, shape_t>>;
+    auto tensors_of = [](const gpt_config& config) {
+        tensor_list out;
+        for_each_gpt_parameter(config, [&out](const std::string& name, const declaration& d) {
+            out.emplace_back(name, d.shape);
+        });
+        return out;
+    };
+    if (tensors_of(c) != tensors_of(trained))
+    {
+        std::string asked, had;
+        const std::string key = first_difference(c, trained, &asked);
+        first_difference(trained, c, &had);
+        fail("run_as", key + " = " + asked + " needs other tensors than the checkpoint's, trained with " + key +
+                           " = " + had);
+    }
+    return c;
+}
+
 std::uint64_t gpt_parameter_count(const gpt_config& c)
 {
     c.validate("gpt_parameter_count");

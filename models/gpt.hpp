@@ -248,6 +248,13 @@ void for_each_gpt_parameter(const gpt_config& c, F&& f)
     gpt_parameters<float>::declare_head(c, named(""));
 }
 
+// The model of a checkpoint trained as `trained`, run as another variant on the same tensors: `values` (key
+// -> text) are the later variants' values that xgrad-sample's and xgrad-gpt-npy's flags chose (--qk-norm,
+// --mlp, --logit-softcap, --attention-window; docs/spec.md, "More architecture variants"). A value whose
+// model declares other tensors than the checkpoint's (an --mlp of SwiGLU's three matrices for a GELU
+// model) throws std::invalid_argument naming the key and both values.
+gpt_config run_as(const gpt_config& trained, const std::map<std::string, std::string>& values);
+
 // Counts that saturate at UINT64_MAX instead of wrapping (a hostile file's metadata may ask for 2^70).
 std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b);
 std::uint64_t saturating_mul(std::uint64_t a, std::uint64_t b);

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <iterator>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -256,6 +257,18 @@ bool is_listed_value(off_when_zero<N>)
     return false;
 }
 
+// A field with later values (mlp's relu2): with the later variants (config_field::listed), the fields whose
+// values a checkpoint's tensors may be run as (models::run_as, the flags of xgrad-sample and xgrad-gpt-npy).
+template <class E>
+bool has_later_values(E)
+{
+    if constexpr (std::is_enum_v<E>)
+    {
+        return enum_names<E>::listed < std::size(enum_names<E>::names);
+    }
+    return false;
+}
+
 template <class E>
 const char* name_of(E v)
 {
@@ -298,8 +311,8 @@ const char* key_of(M gpt_config::*member)
 // key as value). Does not validate the sizes against each other (gpt_config::validate does).
 gpt_config config_from_metadata(const std::map<std::string, std::string>& metadata);
 // A config from keyword values (Python's GPT(...), xgrad.train.run): `sizes` holds the sizes already
-// given; every key of `values` must be a field (an unknown key throws variant_error with key "" and the
-// key as value).
+// given; every key of `values` must be a field (an unknown key throws variant_error with key "key" and the
+// key as value, the fields listed as allowed).
 gpt_config config_with_values(gpt_config sizes, const std::map<std::string, std::string>& values);
 
 // The default model of c's sizes (every other field at its default).

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <string>
 
+#include "io/checkpoint.hpp"
 #include "io/npy.hpp"
 #include "io/safetensors.hpp"
 #include "source_dir.hpp"
@@ -99,4 +100,62 @@ TEST_CASE("xgrad-gpt-npy gives PyTorch's logits, loss and gradients on every var
         }
     }
     MESSAGE("worst relative error against PyTorch: float64 " << worst64 << ", float32 " << worst32);
+}
+
+TEST_CASE("xgrad-gpt-npy's variant flags run a checkpoint's tensors as that variant: PyTorch's numbers again")
+{
+    // Each fixture's tensors saved as the variant's base model, then run with the variant's flags (and the
+    // fixture's own values: the metadata keys of the same names).
+    const std::pair<const char*, std::vector<std::string>> cases[] = {
+        {"gpt2_relu2_softcap", {"mlp", "logit_softcap"}},
+        {"llama_qk_norm_window", {"qk_norm", "attention_window"}},
+        {"relu2_softcap_window_long", {"mlp", "logit_softcap", "attention_window"}},
+    };
+    for (const auto& [name, keys] : cases)
+    {
+        CAPTURE(name);
+        const fs::path dir = fixtures_dir / name;
+        io::checkpoint<double> ck = io::load_checkpoint<double>((dir / "model.safetensors").string());
+        const models::gpt_config variant = ck.params.config;
+        std::string args;
+        for (const std::string& key : keys)
+        {
+            std::string flag = "--" + key;
+            std::replace(flag.begin(), flag.end(), '_', '-');  // the tools' spelling of a key
+            args += " " + flag + " " + models::config_metadata(variant).at(key);
+        }
+        models::gpt_config base = variant;
+        base.mlp = variant.mlp == models::mlp_kind::relu2 ? models::mlp_kind::gelu_tanh : variant.mlp;
+        base.qk_norm = models::qk_norm_kind::none;
+        base.logit_softcap = {};
+        base.attention_window = {};
+        ck.params.config = base;
+        test::temp_dir out;
+        io::save_checkpoint((out / "base.safetensors"), ck.params);
+        const std::string command = "'" + tool + "' --checkpoint '" + (out / "base.safetensors") + "' --in '" +
+                                    (dir / "in").string() + "' --out '" + (out / "run") + "'" + args +
+                                    " 2>'" + (out / "err") + "'";
+        INFO(command);
+        const int status = std::system(command.c_str());
+        INFO(test::read_bytes(out / "err"));
+        REQUIRE(WIFEXITED(status));
+        REQUIRE(WEXITSTATUS(status) == 0);
+        const array<double> logits = npy::load_float<double>((dir / "expected" / "logits.npy").string());
+        CHECK(relative_error(npy::load_float<double>(out / "run/logits.npy"), logits) < 1e-11);
+    }
+}
+
+TEST_CASE("xgrad-gpt-npy refuses a variant flag whose model has other tensors, in one line, exit 2")
+{
+    const fs::path dir = fixtures_dir / "gpt2_relu2_softcap";
+    test::temp_dir out;
+    const std::string command = "'" + tool + "' --checkpoint '" + (dir / "model.safetensors").string() + "' --in '" +
+                                (dir / "in").string() + "' --out '" + (out / "run") +
+                                "' --mlp swiglu 2>'" + (out / "err") + "'";
+    const int status = std::system(command.c_str());
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 2);
+    CHECK(test::read_bytes(out / "err") ==
+          "xgrad-gpt-npy: run_as: mlp = swiglu needs other tensors than the checkpoint's, trained with mlp = relu2\n");
+    CHECK_FALSE(fs::exists(out.path / "run"));
 }

@@ -120,6 +120,14 @@ expect_refusal "resume, other window" "was trained with --attention-window 4, no
     "${common[@]}" --out "$dir/speedrun" --steps 5 --resume --qk-norm rms --mlp relu2 --logit-softcap 30
 "$sample" --checkpoint "$dir/speedrun/model.safetensors" --tokens 40 --prompt "the " > "$dir/sample.txt" ||
     fail "xgrad-sample on the later variants"
+# The later variants' flags run the checkpoint's tensors as that variant (docs/spec.md); an --mlp of other
+# tensors (GELU's two matrices for SwiGLU's three) is refused.
+"$sample" --checkpoint "$dir/llama/model.safetensors" --tokens 5 --prompt "the " --attention-window 2 \
+    --qk-norm rms --logit-softcap 30 > "$dir/sample.txt" || fail "sample with the later variants' flags"
+expect_failure "$sample" 2 "sample, an MLP of other tensors" "mlp = gelu needs other tensors than the checkpoint's" \
+    --checkpoint "$dir/llama/model.safetensors" --mlp gelu --prompt "the "
+expect_failure "$sample" 2 "sample, a bad window" "--attention-window 'x' is not" \
+    --checkpoint "$dir/llama/model.safetensors" --attention-window x
 expect_failure "$sample" 2 "sample, unknown flag" "--bogus" --checkpoint "$dir/llama/model.safetensors" --bogus
 expect_failure "$sample" 2 "sample, empty prompt" "--prompt" --checkpoint "$dir/llama/model.safetensors" --prompt ""
 expect_failure "$sample" 2 "sample, malformed checkpoint" "$dir/malformed/model.safetensors" \

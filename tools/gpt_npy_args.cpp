@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "tools/command_line.hpp"
+#include "tools/model_flags.hpp"
 
 namespace xgrad::tools::gpt_npy
 {
@@ -57,6 +58,7 @@ void add_options(CLI::App& app, options& o)
     app.add_flag("--detect-anomaly", o.detect_anomaly,
                  "stop at the first op of the tape whose value or gradient turns NaN or inf from finite "
                  "inputs, and name it (exit status 3); not with --grad manual");
+    add_run_as_flags(app, o.run_as);
     app.footer(files_text);
 }
 

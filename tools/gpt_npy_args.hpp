@@ -2,6 +2,7 @@
 // (fuzz/gpt_npy_args.cpp) can call the parser directly.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@ struct options
     std::string grad = "tape";
     std::string dtype = "float64";
     bool detect_anomaly = false;
+    std::map<std::string, std::string> run_as;  // variant values for models::run_as (tools/model_flags.hpp)
 };
 
 // What the command line asks for: the help text, or a run with these options.

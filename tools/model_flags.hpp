@@ -3,6 +3,7 @@
 // here. Header-only, for the tools and the examples alike.
 #pragma once
 
+#include <map>
 #include <string>
 #include <type_traits>
 
@@ -18,6 +19,30 @@ namespace xgrad::tools
 // (or a number off_when_zero) that is not allowed is a CLI11 ValidationError: "--norm 'x' is not one of
 // layernorm, rmsnorm", "--attention-window '-1' is not a decimal integer >= 0 (0 off)". A bool
 // field's flag sets the opposite of its default (--untied-head).
+namespace detail
+{
+// Reads a flag's text into a field as models::read_field does, its refusal as a CLI11 ValidationError in
+// one printable line: "--norm 'x' is not one of layernorm, rmsnorm".
+template <class Member>
+void read_flag(const std::string& flag, const std::string& text, Member& member)
+{
+    try
+    {
+        models::read_field(flag, text, member);
+    }
+    catch (const models::variant_error& e)
+    {
+        std::string shown = e.value.substr(0, 40);
+        for (char& ch : shown)
+        {
+            ch = ch >= 32 && ch < 127 ? ch : '?';  // one printable line whatever was typed
+        }
+        const bool list = e.allowed.find(',') != std::string::npos;
+        throw CLI::ValidationError(flag + " '" + shown + "' is not " + (list ? "one of " : "") + e.allowed);
+    }
+}
+}  // namespace detail
+
 inline void add_model_flags(CLI::App& app, models::gpt_config& config, bool with_sizes = true)
 {
     models::visit_config(config, [&app, with_sizes](const models::config_field& f, auto& member) {
@@ -35,24 +60,7 @@ inline void add_model_flags(CLI::App& app, models::gpt_config& config, bool with
         {
             const std::string flag = f.flag;
             app.add_option_function<std::string>(
-                   flag,
-                   [&member, flag](const std::string& text) {
-                       try
-                       {
-                           models::read_field(flag, text, member);
-                       }
-                       catch (const models::variant_error& e)
-                       {
-                           std::string shown = e.value.substr(0, 40);
-                           for (char& ch : shown)
-                           {
-                               ch = ch >= 32 && ch < 127 ? ch : '?';  // one printable line whatever was typed
-                           }
-                           const bool list = e.allowed.find(',') != std::string::npos;
-                           throw CLI::ValidationError(flag + " '" + shown + "' is not " + (list ? "one of " : "") +
-                                                      e.allowed);
-                       }
-                   },
+                   flag, [&member, flag](const std::string& text) { detail::read_flag(flag, text, member); },
                    std::string(f.help) + ": " + models::allowed_text(member))
                 ->default_str(models::field_text(member));
         }
@@ -64,6 +72,31 @@ inline void add_model_flags(CLI::App& app, models::gpt_config& config, bool with
                 option->check(count_check());  // tools/command_line.hpp: "-1" is not 2^64 - 1
             }
         }
+    });
+}
+
+// The flags of a tool that runs a checkpoint's tensors as another variant (xgrad-sample, xgrad-gpt-npy:
+// docs/spec.md, "More architecture variants"): the later variants' and those of a field with later values
+// (models::has_later_values). Each value is checked as add_model_flags checks it and kept as text in
+// `chosen` under its key, for models::run_as.
+inline void add_run_as_flags(CLI::App& app, std::map<std::string, std::string>& chosen)
+{
+    models::gpt_config defaults;
+    models::visit_config(defaults, [&app, &chosen](const models::config_field& f, auto& member) {
+        using value_type = std::decay_t<decltype(member)>;
+        if (!f.listed && !models::has_later_values(member))
+        {
+            return;
+        }
+        const std::string flag = f.flag, key = f.key;
+        app.add_option_function<std::string>(
+            flag,
+            [&chosen, flag, key](const std::string& text) {
+                value_type checked{};
+                detail::read_flag(flag, text, checked);
+                chosen[key] = text;
+            },
+            std::string(f.help) + ": " + models::allowed_text(member) + " (default: the checkpoint's)");
     });
 }
 

@@ -162,6 +162,7 @@ sample_command parse_sample_arguments(const std::vector<std::string>& args)
         ->check(CLI::Range(0.0, 100.0));
     app.add_option("--top-k", c.run.top_k, "sample among the k most likely (0: all)")->capture_default_str();
     app.add_option("--seed", c.run.seed, "seeds the sampling")->capture_default_str();
+    add_run_as_flags(app, c.run_as);
     if (!parse_command_line(app, args, cli_message::first_line))
     {
         c.help = true;

@@ -2,6 +2,7 @@
 // fuzzer (fuzz/train_args.cpp) can call the parsers directly.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,7 @@ struct sample_command
     std::string checkpoint;
     std::string prompt = "\n";
     models::sampling_options run;
+    std::map<std::string, std::string> run_as;  // variant values for models::run_as (tools/model_flags.hpp)
 };
 
 // The xgrad-train flag that sets a train_options field ("steps" -> "--steps", "model.block_size" ->

@@ -110,6 +110,14 @@ problem<T> load_problem(const options& o)
                           (entry_exists(in) ? "not a directory" : "no such directory"));
     }
     problem<T> p{io::load_checkpoint<T>(o.checkpoint, io::optimiser_state::skip), {}, {}};
+    try
+    {
+        p.model.params.config = models::run_as(p.model.params.config, o.run_as);  // the same tensors
+    }
+    catch (const std::invalid_argument& e)
+    {
+        throw input_error(e.what());  // a variant flag this checkpoint cannot run: bad usage, exit 2
+    }
     const std::string tokens_file = (in / "tokens.npy").string();
     p.tokens = load_tokens(tokens_file, p.model.params.config);
     if (entry_exists(in / "targets.npy"))

@@ -104,7 +104,7 @@ void run(const tools::train_cli::sample_command& command)
     {
         throw std::invalid_argument("--prompt: " + std::string(e.what()));
     }
-    models::decoder<float> model(ck.config(), ck.source<float>());
+    models::decoder<float> model(models::run_as(ck.config(), command.run_as), ck.source<float>());
     const std::string text = vocab->decode(models::sample(model, ids, command.run));
     std::printf("%s%s\n", prompt.c_str(), text.c_str());
 }
