@@ -48,6 +48,14 @@ def as_ids(value, what="ids"):
     return np.asarray(a, dtype=np.int64, order="C")
 
 
+def whole_number(what, value, low=0, high=2**63):
+    """``value`` as an int in [low, high): ValueError naming ``what`` otherwise (a float, a bool, a number
+    the C++ side's integer cannot hold, which pybind11 would report as a TypeError about the signature)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not low <= value < high:
+        raise ValueError("%s must be an integer in [%d, %d), got %r" % (what, low, high, value))
+    return int(value)
+
+
 def as_token_list(value, what="ids"):
     """Token ids as a list of ints for the C++ side, which holds them in 32 bits: ValueError for a
     non-integer array (1.7 is no id) or an id outside [0, 2^31); an empty sequence is an empty list."""

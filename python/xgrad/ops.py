@@ -19,7 +19,7 @@ import numbers
 import numpy as np
 
 from . import _core
-from ._tape import Var, _axes, _operand, as_ids, as_mask, different_tapes
+from ._tape import Var, _axes, _operand, as_ids, as_mask, different_tapes, whole_number
 
 
 def _vars(what, *vs):
@@ -320,8 +320,7 @@ def rope(x, base=10000.0, positions=None, position_offset=0):
     if x.ndim < 2 or x.shape[-1] % 2:
         raise ValueError("rope: input must be (..., T, dh) with dh even, got shape %s" % (x.shape,))
     t, dh = x.shape[-2], x.shape[-1]
-    if position_offset < 0:
-        raise ValueError("rope: position_offset must be >= 0, got %d" % position_offset)
+    position_offset = whole_number("rope: position_offset", position_offset)
     if positions is None:
         if x.ndim == 4:
             return Var(_core.rope(x._v, float(base), int(position_offset)), x.tape)
@@ -344,9 +343,8 @@ def dropout(x, p, seed=0, training=True):
     """Inverted dropout: zeroes each entry with probability p (a generator seeded by ``seed``) and scales
     the rest by 1 / (1 - p). The identity when p == 0 or not training. p outside [0, 1): ValueError."""
     _vars("dropout", x)
-    if not isinstance(seed, numbers.Integral) or seed < 0:
-        raise ValueError("dropout: seed must be an integer >= 0, got %r" % (seed,))
-    return Var(_core.dropout(x._v, float(p), int(seed), bool(training)), x.tape)
+    seed = whole_number("dropout: seed", seed, high=2**64)
+    return Var(_core.dropout(x._v, float(p), seed, bool(training)), x.tape)
 
 
 def _window(op, window):

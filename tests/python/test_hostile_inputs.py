@@ -71,6 +71,19 @@ def test_token_ids_are_whole_numbers_in_32_bits_and_a_prompt_holds_one():
         tok.decode([-1])
 
 
+def test_integers_beyond_what_the_library_holds_are_value_errors_naming_the_argument():
+    t = xgrad.Tape()
+    x, w = t.input(np.ones((1, 2, 4))), t.input(np.ones((4, 4)))
+    with pytest.raises(ValueError, match=r"multi_head_attention: heads must be an integer in \[1, "):
+        models.self_attention(x, w, w, w, w, heads=-1)
+    with pytest.raises(ValueError, match=r"dropout: seed must be an integer in \[0, 18446744073709551616\)"):
+        xgrad.ops.dropout(x, 0.5, seed=2 ** 70)
+    with pytest.raises(ValueError, match=r"rope: position_offset must be an integer"):
+        xgrad.ops.rope(t.input(np.ones((1, 1, 2, 4))), position_offset=2 ** 64)
+    with pytest.raises(ValueError, match=r"rope: position_offset must be an integer"):
+        xgrad.ops.rope(t.input(np.ones((1, 1, 2, 4))), position_offset=-1)
+
+
 def test_an_unknown_config_key_is_named_with_the_fields_there_are():
     with pytest.raises(ValueError, match=r"'key' = 'bogus_key' is not one of vocab_size, block_size, .*qk_norm"):
         xgrad.GPT(**SMALL, bogus_key=1)

@@ -8,7 +8,7 @@ causal is bottom-right aligned. A query row with every key masked gives weights 
 """
 
 from .. import _core
-from .._tape import Var, as_mask
+from .._tape import Var, as_mask, whole_number
 from ..ops import _vars
 from . import manual
 from .gpt import GPT, GPTOutput
@@ -22,8 +22,10 @@ def multi_head_attention(xq, xk, xv, W_Q, W_K, W_V, W_O, heads, kv_heads=None, m
     fused op (online softmax, no weights kept) and the weights are None. Bad shapes: ValueError."""
     _vars("multi_head_attention", xq, xk, xv, W_Q, W_K, W_V, W_O)
     m = None if mask is None else as_mask(mask, "multi_head_attention mask")
-    out, weights = _core.multi_head_attention(xq._v, xk._v, xv._v, W_Q._v, W_K._v, W_V._v, W_O._v, int(heads),
-                                              int(kv_heads or 0), m, bool(causal), bool(fused))
+    heads = whole_number("multi_head_attention: heads", heads, low=1)
+    kv_heads = whole_number("multi_head_attention: kv_heads", kv_heads or 0)  # 0: as many as heads
+    out, weights = _core.multi_head_attention(xq._v, xk._v, xv._v, W_Q._v, W_K._v, W_V._v, W_O._v, heads,
+                                              kv_heads, m, bool(causal), bool(fused))
     return Var(out, xq.tape), None if weights is None else Var(weights, xq.tape)
 
 
