@@ -303,7 +303,11 @@ TEST_CASE("bad vocab.json and merges.txt are refused with one line naming the pr
     CHECK(refusal("{\"a\": \"x\"}", tiny_merges).find("the id of piece 'a' is a string") !=
           std::string::npos);
     CHECK(refusal("{\"a\": -1}", tiny_merges).find("is a negative number") != std::string::npos);
-    CHECK(refusal("{\"a\": 1.5}", tiny_merges).find("is a fraction") != std::string::npos);
+    for (const std::string id : {"1.5", "258.0", "1e30"})  // 258.0 and 1e30 are whole, yet not written as ids
+    {
+        CHECK(refusal("{\"a\": " + id + "}", tiny_merges).find("is a number with a fraction or an exponent") !=
+              std::string::npos);
+    }
     CHECK(refusal("{\"a\": {\"b\": 1}}", tiny_merges).find("holds an object inside the object") !=
           std::string::npos);
     CHECK(refusal(std::string(100000, '['), tiny_merges).find("vocab.json: is an array") == 0);

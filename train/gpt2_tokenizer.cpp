@@ -200,7 +200,10 @@ public:
         }
         return not_id("a negative number");
     }
-    bool number_float(number_float_t, const string_t&) override { return not_id("a fraction"); }
+    bool number_float(number_float_t, const string_t&) override
+    {
+        return not_id("a number with a fraction or an exponent (1.5, 258.0, 1e30), not an integer");
+    }
     bool null() override { return not_id("null"); }
     bool boolean(bool) override { return not_id("a boolean"); }
     bool string(string_t&) override { return not_id("a string"); }
