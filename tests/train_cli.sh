@@ -81,6 +81,10 @@ expect_refusal "more memory than allowed" "--max-memory" "${common[@]}" --out "$
 mkdir -p "$dir/malformed" && printf 'not a checkpoint' > "$dir/malformed/model.safetensors"
 expect_refusal "a malformed checkpoint" "$dir/malformed/model.safetensors" \
     "${common[@]}" --out "$dir/malformed" --resume
+"$train" "${common[@]}" --out "$dir/stepless" --steps 1 || fail "a one-step run"
+sed -i 's/"step":"1"/"step":"x"/' "$dir/stepless/model.safetensors"  # as long as before: a valid file
+expect_refusal "a checkpoint without a valid step" 'has no valid "step" metadata' "${common[@]}" \
+    --out "$dir/stepless" --steps 2 --resume
 expect_failure "$train" 1 "unreadable data" "$dir/missing.txt" --data "$dir/missing.txt" "${model[@]}" --out "$dir/a"
 printf 'tiny' > "$dir/short.txt"
 expect_failure "$train" 1 "data shorter than a window" "$dir/short.txt" --data "$dir/short.txt" "${model[@]}" \

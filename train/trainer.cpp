@@ -171,8 +171,9 @@ std::int64_t checkpoint_step(const std::map<std::string, std::string>& metadata,
     if (it == metadata.end() || it->second.empty() ||
         it->second.find_first_not_of("0123456789") != std::string::npos || it->second.size() > 12)
     {
+        // A malformed checkpoint, which the tools refuse with exit status 2 (docs/spec.md, "Exit statuses").
         throw option_error("{}: " + option_error::literal(path) + " has no valid \"step\" metadata", {"resume"},
-                           option_problem::disagrees_with_files);
+                           option_problem::bad_value);
     }
     return std::stoll(it->second);
 }
