@@ -71,6 +71,8 @@ expect_refusal "negative sample" "--sample-tokens: must be a count >= 0, got '-1
 expect_refusal "endless sample" "--sample-tokens must be at most 1000000" "${bare[@]}" --out "$dir/a" \
     --sample-tokens 1000001
 expect_refusal "negative batch" "--batch: must be a count >= 0, got '-1'" "${bare[@]}" --out "$dir/a" --batch -1
+expect_refusal "warm-up of -1" "--warmup must be >= 0" "${common[@]}" --out "$dir/a" --warmup -1
+expect_refusal "decay of -1" "--decay-steps >= 1" "${common[@]}" --out "$dir/a" --decay-steps -1
 expect_refusal "negative heads" "--heads: must be a count >= 0, got '-2'" "${bare[@]}" --out "$dir/a" --heads -2
 expect_refusal "NaN rope base, learned positions" "rope_base must be a positive number" "${common[@]}" \
     --out "$dir/a" --rope-base nan

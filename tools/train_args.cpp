@@ -96,7 +96,7 @@ std::vector<std::string> train_flags()
 {
     CLI::App app;
     train::train_options o;
-    std::int64_t warmup = -1, decay = -1;
+    std::int64_t warmup = 0, decay = 0;  // taken only when given (app.count)
     bool quiet = false;
     add_train_flags(app, o, warmup, decay, quiet);
     std::vector<std::string> names;
@@ -113,7 +113,7 @@ std::vector<std::string> train_flags()
 train_command parse_train_arguments(const std::vector<std::string>& args)
 {
     train_command c;
-    std::int64_t warmup = -1, decay = -1;
+    std::int64_t warmup = 0, decay = 0;  // taken only when given (app.count)
     CLI::App app{"Train a small GPT on a text file (docs/spec.md's model; byte tokens; AdamW, warm-up + cosine)",
                  "xgrad-train"};
     add_train_flags(app, c.run, warmup, decay, c.quiet);
@@ -139,11 +139,11 @@ train_command parse_train_arguments(const std::vector<std::string>& args)
     {
         c.run.model.mlp_hidden = 0;  // the default width, given explicitly
     }
-    if (warmup != -1)
+    if (app.count("--warmup") > 0)  // given, even as -1: the library refuses what is out of range
     {
         c.run.warmup = warmup;
     }
-    if (decay != -1)
+    if (app.count("--decay-steps") > 0)
     {
         c.run.decay_steps = decay;
     }
