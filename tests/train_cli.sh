@@ -71,6 +71,10 @@ expect_refusal "negative sample" "--sample-tokens: must be a count >= 0, got '-1
 expect_refusal "endless sample" "--sample-tokens must be at most 1000000" "${bare[@]}" --out "$dir/a" \
     --sample-tokens 1000001
 expect_refusal "negative batch" "--batch: must be a count >= 0, got '-1'" "${bare[@]}" --out "$dir/a" --batch -1
+expect_refusal "steps past int64" "--steps: '18446744073709551616' is past the range of" "${common[@]}" \
+    --out "$dir/a" --steps 18446744073709551616
+expect_refusal "batch past uint64" "--batch: '18446744073709551616' is past the range of" "${bare[@]}" \
+    --out "$dir/a" --batch 18446744073709551616
 expect_refusal "warm-up of -1" "--warmup must be >= 0" "${common[@]}" --out "$dir/a" --warmup -1
 expect_refusal "decay of -1" "--decay-steps >= 1" "${common[@]}" --out "$dir/a" --decay-steps -1
 expect_refusal "negative heads" "--heads: must be a count >= 0, got '-2'" "${bare[@]}" --out "$dir/a" --heads -2

@@ -3,7 +3,11 @@
 // Apart from tools/tool_errors.cpp, so that the fuzzed parsers (fuzz/targets.cmake) need no more than CLI11.
 #pragma once
 
+#include <charconv>
+#include <cstdint>
+#include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -20,18 +24,35 @@ enum class cli_message
     first_line,
 };
 
-// CLI11 reads "-1" into an unsigned option as 2^64 - 1: an option bound to a count takes this check, which
-// refuses a sign before the text is converted ("--batch: must be a count >= 0, got '-1'").
-inline const CLI::Validator& count_check()
+// CLI11 reads "-1" into an unsigned option as 2^64 - 1, and clamps a decimal number past the type's range
+// to its largest value: an integer option takes this check of its text first ("--batch: must be a count
+// >= 0, got '-1'"; "--steps: 18446744073709551616 is past the largest, 9223372036854775807").
+template <class Integer>
+const CLI::Validator& integer_check()
 {
     static const CLI::Validator check(
         [](std::string& text) {
-            const bool signed_text = !text.empty() && (text[0] == '-' || text[0] == '+');
-            return signed_text ? "must be a count >= 0, got '" + text.substr(0, 24) + "'" : std::string();
+            const std::string shown = "'" + text.substr(0, 24) + "'";
+            if (std::is_unsigned_v<Integer> && !text.empty() && (text[0] == '-' || text[0] == '+'))
+            {
+                return "must be a count >= 0, got " + shown;
+            }
+            const bool decimal = !text.empty() && text.find_first_not_of("-0123456789") == std::string::npos;
+            Integer value{};
+            if (decimal && std::from_chars(text.data(), text.data() + text.size(), value).ec ==
+                               std::errc::result_out_of_range)
+            {
+                return shown + " is past the range of " +
+                       std::to_string(std::numeric_limits<Integer>::min()) + " to " +
+                       std::to_string(std::numeric_limits<Integer>::max());
+            }
+            return std::string();
         },
-        "COUNT");
+        std::is_unsigned_v<Integer> ? "COUNT" : "INT");
     return check;
 }
+
+inline const CLI::Validator& count_check() { return integer_check<std::uint64_t>(); }
 
 // Parses `args`, the arguments after the program name, into `app`. False when --help was asked for (the
 // caller prints app.help()). A CLI11 error throws input_error: CLI11's message, as much of it as `kept`

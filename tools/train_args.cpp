@@ -15,7 +15,8 @@ void add_train_flags(CLI::App& app, train::train_options& o, std::int64_t& warmu
 {
     app.add_option("--data", o.data, "text file to train on; required");
     app.add_option("--out", o.out, "folder for model.safetensors, log.csv, loss.png, attention.png; required");
-    app.add_option("--steps", o.steps, "train up to this step")->capture_default_str();
+    app.add_option("--steps", o.steps, "train up to this step")
+        ->check(integer_check<std::int64_t>())->capture_default_str();
     app.add_option("--batch", o.batch, "windows per step (per process under MPI)")
         ->check(count_check())->capture_default_str();
     app.add_option("--lr", o.lr, "peak learning rate X")->capture_default_str();
