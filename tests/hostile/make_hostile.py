@@ -589,7 +589,7 @@ TRAIN_FLAGS = {
 OUTCOMES = {
     ("block_size_huge_no_position", "gpt-npy"): "x", ("block_size_huge_no_position", "sample"): "x",
     ("block_size_huge_no_position", "resume"): "x",
-    ("step_huge", "gpt-npy"): 0, ("step_huge", "sample"): 0, ("step_huge", "resume"): 1,
+    ("step_huge", "gpt-npy"): 0, ("step_huge", "sample"): 0,  # --resume: a malformed checkpoint, 2
     ("optim_step_wrong", "gpt-npy"): 0, ("optim_step_wrong", "sample"): 0,
     ("vocab_deep", "gpt-npy"): 0, ("vocab_long", "gpt-npy"): 0,
     ("vocab_deep", "resume"): 1, ("vocab_long", "resume"): 1,  # the trainer refuses another vocabulary
