@@ -6,14 +6,14 @@
 # those in XGRAD_FUZZ_NEEDS_TRAIN reach train/ as well.
 set(XGRAD_FUZZ_TARGETS npy safetensors checkpoint mha_npy_args gpt_npy_args train_args gpt2_tokenizer
   experiment_spec sentencepiece_model)
-set(XGRAD_FUZZ_WHOLE_LIBRARY checkpoint train_args gpt2_tokenizer experiment_spec sentencepiece_model)
+set(XGRAD_FUZZ_WHOLE_LIBRARY checkpoint gpt_npy_args train_args gpt2_tokenizer experiment_spec sentencepiece_model)
 # The normal build's replay links xgrad, not only xgrad::core, for these:
 set(XGRAD_FUZZ_NEEDS_TRAIN train_args gpt2_tokenizer experiment_spec sentencepiece_model)
 set(XGRAD_FUZZ_SOURCES_checkpoint "")
 set(XGRAD_FUZZ_SOURCES_npy "")
 set(XGRAD_FUZZ_SOURCES_safetensors "")
 set(XGRAD_FUZZ_SOURCES_mha_npy_args tools/mha_npy_args.cpp)
-set(XGRAD_FUZZ_SOURCES_gpt_npy_args tools/gpt_npy_args.cpp)
+set(XGRAD_FUZZ_SOURCES_gpt_npy_args tools/gpt_npy_args.cpp)  # and the whole library: its variant flags too
 set(XGRAD_FUZZ_SOURCES_train_args tools/train_args.cpp)  # and the whole library: the variant flags parse into models/
 set(XGRAD_FUZZ_SOURCES_gpt2_tokenizer "")
 set(XGRAD_FUZZ_SOURCES_experiment_spec "")  # experiment/grid_spec.cpp: in the whole library
