@@ -216,8 +216,6 @@ gpt_result<T> gpt_forward(tape<T>& t, const gpt_parameters<T>& params, const ids
     return r;
 }
 
-// ---- counting ------------------------------------------------------------------------------------
-
 gpt_config run_as(const gpt_config& trained, const std::map<std::string, std::string>& values)
 {
     const gpt_config c = config_with_values(trained, values);
@@ -240,6 +238,8 @@ gpt_config run_as(const gpt_config& trained, const std::map<std::string, std::st
     }
     return c;
 }
+
+// ---- counting ------------------------------------------------------------------------------------
 
 std::uint64_t gpt_parameter_count(const gpt_config& c)
 {

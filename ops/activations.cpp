@@ -139,15 +139,15 @@ var<T> swiglu(const var<T>& gate, const var<T>& up)
 
 // y = c tanh(x / c), c > 0: the logits' soft cap (docs/spec.md, "More architecture variants"), one node.
 // dL/dx = g (1 - tanh^2(x / c)) = g (1 - (y / c)^2), from the saved output; y / c is formed first, as
-// 1 / c^2 overflows for caps below 1e-19 in float32.
+// 1 / c^2 overflows for caps below about 5e-20 in float32.
 template <class T>
 var<T> softcap(const var<T>& x, double cap)
 {
     const T c = static_cast<T>(cap);
-    if (!(cap > 0) || !std::isfinite(cap) || !(c > 0) || !std::isfinite(c))
+    if (!(c > 0) || !std::isfinite(c))  // a NaN, a negative or an infinite cap too: c is cap rounded to T
     {
         fail("softcap", "the cap c must be a positive finite number in the logits' type, got " +
-                            std::to_string(cap) + (c > 0 ? "" : " (0 once rounded)"));
+                            std::to_string(cap) + (cap > 0 && c == 0 ? " (0 once rounded)" : ""));
     }
     array<T> y = c * xt::tanh(x.value() / c);
     return detail::record("softcap", {x}, std::move(y), saves_output, [c](auto& ctx) {

@@ -181,7 +181,7 @@ void optimiser<T>::import_state(const named_tensors<T>& tensors)
         }
     }
     const T step = tensors.at(step_name)();
-    constexpr double steps_limit = 9223372036854775807.0;  // 2^63, as a double: past int64's range
+    constexpr double steps_limit = 9223372036854775808.0;  // 2^63: the first whole number past int64's range
     if (!(std::isfinite(step) && step >= 0 && std::floor(step) == step && static_cast<double>(step) < steps_limit))
     {
         fail(op_, "import_state: " + step_name + " must be a whole number from 0 to 2^63 - 1, got " +

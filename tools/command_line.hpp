@@ -26,7 +26,7 @@ enum class cli_message
 
 // CLI11 reads "-1" into an unsigned option as 2^64 - 1, and clamps a decimal number past the type's range
 // to its largest value: an integer option takes this check of its text first ("--batch: must be a count
-// >= 0, got '-1'"; "--steps: 18446744073709551616 is past the largest, 9223372036854775807").
+// >= 0, got '-1'"; "--steps: '18446744073709551616' is past the range of -9223372036854775808 to ...").
 template <class Integer>
 const CLI::Validator& integer_check()
 {

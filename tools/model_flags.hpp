@@ -14,11 +14,6 @@
 
 namespace xgrad::tools
 {
-// Adds the config's flags to `app`, bound to `config`'s fields (their current values are the defaults
-// shown). `with_sizes` false leaves out the sizes (a tool whose sizes come from elsewhere). An enum value
-// (or a number off_when_zero) that is not allowed is a CLI11 ValidationError: "--norm 'x' is not one of
-// layernorm, rmsnorm", "--attention-window '-1' is not a decimal integer >= 0 (0 off)". A bool
-// field's flag sets the opposite of its default (--untied-head).
 namespace detail
 {
 // Reads a flag's text into a field as models::read_field does, its refusal as a CLI11 ValidationError in
@@ -43,6 +38,11 @@ void read_flag(const std::string& flag, const std::string& text, Member& member)
 }
 }  // namespace detail
 
+// Adds the config's flags to `app`, bound to `config`'s fields (their current values are the defaults
+// shown). `with_sizes` false leaves out the sizes (a tool whose sizes come from elsewhere). An enum value
+// (or a number off_when_zero) that is not allowed is a CLI11 ValidationError: "--norm 'x' is not one of
+// layernorm, rmsnorm", "--attention-window '-1' is not a decimal integer >= 0 (0 off)". A bool
+// field's flag sets the opposite of its default (--untied-head).
 inline void add_model_flags(CLI::App& app, models::gpt_config& config, bool with_sizes = true)
 {
     models::visit_config(config, [&app, with_sizes](const models::config_field& f, auto& member) {

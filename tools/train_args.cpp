@@ -157,12 +157,13 @@ sample_command parse_sample_arguments(const std::vector<std::string>& args)
     CLI::App app{"Sample text from a checkpoint written by xgrad-train", "xgrad-sample"};
     app.add_option("--checkpoint", c.checkpoint, "model.safetensors written by xgrad-train")->required();
     app.add_option("--prompt", c.prompt, "text to continue (the model's tokenizer must encode every character)");
-    app.add_option("--tokens", c.run.tokens, "tokens to generate")->capture_default_str();
+    app.add_option("--tokens", c.run.tokens, "tokens to generate")->check(count_check())->capture_default_str();
     app.add_option("--temperature", c.run.temperature, "0 picks the most likely token")
         ->capture_default_str()
         ->check(CLI::Range(0.0, 100.0));
-    app.add_option("--top-k", c.run.top_k, "sample among the k most likely (0: all)")->capture_default_str();
-    app.add_option("--seed", c.run.seed, "seeds the sampling")->capture_default_str();
+    app.add_option("--top-k", c.run.top_k, "sample among the k most likely (0: all)")
+        ->check(count_check())->capture_default_str();
+    app.add_option("--seed", c.run.seed, "seeds the sampling")->check(count_check())->capture_default_str();
     add_run_as_flags(app, c.run_as);
     if (!parse_command_line(app, args, cli_message::first_line))
     {

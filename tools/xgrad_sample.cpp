@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "io/checkpoint.hpp"
-#include "io/escape.hpp"
 #include "tools/tool_errors.hpp"
 #include "tools/train_args.hpp"
 #include "models/gpt_decode.hpp"
@@ -36,25 +35,6 @@ std::shared_ptr<const train::tokenizer> tokenizer_of(const io::checkpoint_reader
                                     " tokens but vocab_size is " + std::to_string(ck.config().vocab_size));
     }
     return t;
-}
-
-// CLI11 reads "-1" into an unsigned option as 2^64 - 1: the counts' own text is checked for a sign first.
-void refuse_negative_counts(const std::vector<std::string>& args)
-{
-    for (std::size_t i = 0; i < args.size(); ++i)
-    {
-        for (const std::string flag : {"--tokens", "--top-k"})
-        {
-            const bool joined = args[i].rfind(flag + "=", 0) == 0;
-            const bool separate = args[i] == flag && i + 1 < args.size();
-            const std::string value = joined ? args[i].substr(flag.size() + 1) : separate ? args[i + 1] : "";
-            if (!value.empty() && value[0] == '-')
-            {
-                throw tools::train_cli::input_error(flag + " " + io::quoted(value) +
-                                                    ": must be a count >= 0");
-            }
-        }
-    }
 }
 
 // The flags' ranges that CLI11 does not check: a temperature that is a number (NaN passes a range check),
@@ -115,7 +95,6 @@ int main(int argc, char** argv)
     try
     {
         const std::vector<std::string> args(argv + 1, argv + argc);
-        refuse_negative_counts(args);
         const tools::train_cli::sample_command command = tools::train_cli::parse_sample_arguments(args);
         if (!command.help)
         {
