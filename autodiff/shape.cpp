@@ -92,4 +92,14 @@ std::vector<std::size_t> broadcast_strides(const shape_t& shape, std::size_t ran
     }
     return strides;
 }
+
+axis_split split_at(const shape_t& shape, std::size_t axis)
+{
+    axis_split s;
+    for (std::size_t i = 0; i < shape.size(); ++i)
+    {
+        (i < axis ? s.outer : i == axis ? s.length : s.inner) *= shape[i];
+    }
+    return s;
+}
 }  // namespace xgrad

@@ -48,6 +48,14 @@ bool broadcasts_to(const shape_t& from, const shape_t& to);
 // broadcast axis (size 1 or missing). Used by kernels that walk a broadcast operand by pointer.
 std::vector<std::size_t> broadcast_strides(const shape_t& shape, std::size_t rank);
 
+// A row-major shape seen around one axis: `outer` blocks, each `length` slices of `inner` elements, so a
+// walk along the axis steps by `inner`.
+struct axis_split
+{
+    std::size_t outer = 1, length = 1, inner = 1;
+};
+axis_split split_at(const shape_t& shape, std::size_t axis);
+
 // Throws std::invalid_argument("<op>: <what>").
 [[noreturn]] void fail(const char* op, const std::string& what);
 }  // namespace xgrad

@@ -5,18 +5,10 @@
 #include <fstream>
 #include <system_error>
 
-#include "io/safetensors.hpp" // format_error
+#include "io/safetensors.hpp" // format_error, fail
 
 namespace xgrad::io
 {
-namespace
-{
-[[noreturn]] void fail(const std::string& source, const std::string& problem)
-{
-    throw format_error(source + ": " + problem);
-}
-} // namespace
-
 std::string read_binary_file(const std::string& path, std::uintmax_t limit)
 {
     std::error_code ec;

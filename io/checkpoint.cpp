@@ -16,11 +16,6 @@ namespace
 {
 const std::string optimiser_prefix = "optim.";
 
-[[noreturn]] void fail(const std::string& path, const std::string& problem)
-{
-    throw format_error(path + ": " + problem);
-}
-
 bool is_optimiser_state(const std::string& name)
 {
     return name.compare(0, optimiser_prefix.size(), optimiser_prefix) == 0;

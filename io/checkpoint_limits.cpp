@@ -12,9 +12,9 @@ namespace xgrad::io
 {
 namespace
 {
-constexpr std::uint64_t saturated = std::numeric_limits<std::uint64_t>::max();
 using models::saturating_add;
 using models::saturating_mul;
+using models::saturated_count_text;
 
 // A decimal integer of digits only; false for anything else (or one past UINT64_MAX).
 bool parse_decimal(const std::string& text, std::uint64_t& out)
@@ -128,22 +128,20 @@ void check_demand(const std::string& path, const std::map<std::string, std::stri
     auto far_beyond = [](std::uint64_t claim, std::uint64_t held) {
         return claim > saturating_add(saturating_mul(2, held), 64);
     };
-    const std::string many = std::to_string(demand.tensors);
     if (far_beyond(demand.tensors, tensors))
     {
         const char* layers = models::key_of(&models::gpt_config::layers);
         throw format_error(path + ": metadata says " + layers + " = " + value_of(metadata, layers) +
-                           ", which needs " + (demand.tensors == saturated ? "over " + many : many) +
+                           ", which needs " + saturated_count_text(demand.tensors) +
                            " tensors; the file holds " + std::to_string(tensors) +
                            " (besides optimiser state)");
     }
     if (far_beyond(demand.values, values))
     {
-        auto count = [](std::uint64_t n) { return (n == saturated ? "over " : "") + std::to_string(n); };
         throw format_error(path + ": metadata says " + demand.largest_fields + ": the model needs " +
-                           count(demand.values) + " parameter values (" + demand.largest_group + " alone " +
-                           count(demand.largest) + "); the file's parameter tensors hold " +
-                           std::to_string(values));
+                           saturated_count_text(demand.values) + " parameter values (" +
+                           demand.largest_group + " alone " + saturated_count_text(demand.largest) +
+                           "); the file's parameter tensors hold " + std::to_string(values));
     }
 }
 }  // namespace

@@ -5,12 +5,17 @@ namespace xgrad::io
 {
 namespace
 {
-void append_hex(std::string& out, unsigned char c)
+void append_hex_digits(std::string& out, unsigned char c)
 {
     static constexpr char hex[] = "0123456789abcdef";
-    out += "\\x";
     out += hex[c >> 4];
     out += hex[c & 0xf];
+}
+
+void append_hex(std::string& out, unsigned char c)
+{
+    out += "\\x";
+    append_hex_digits(out, c);
 }
 }  // namespace
 
@@ -53,6 +58,13 @@ std::string one_line(std::string_view text)
             out += ch;
         }
     }
+    return out;
+}
+
+std::string hex_byte(unsigned char c)
+{
+    std::string out = "0x";
+    append_hex_digits(out, c);
     return out;
 }
 

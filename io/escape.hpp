@@ -16,6 +16,9 @@ std::string escaped(std::string_view bytes);
 // and keeps UTF-8 paths readable (a tool's last line of defence, after the readers' own escaping).
 std::string one_line(std::string_view text);
 
+// "0x1d": one byte in hex, as messages about a single byte name it.
+std::string hex_byte(unsigned char c);
+
 // escaped(bytes) in single quotes, cut after `limit` bytes of input with "..." before the closing quote.
 std::string quoted(std::string_view bytes, std::size_t limit = 60);
 }  // namespace xgrad::io

@@ -24,12 +24,6 @@ namespace
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
-[[noreturn]] void fail(const std::string& source, const std::string& problem)
-{
-    throw format_error(source + ": " + problem);
-}
-
-constexpr std::uint64_t max_header_bytes = 100'000'000;
 constexpr std::uintmax_t max_config_bytes = 1'000'000;
 const std::string metadata_prefix = "xgrad.";
 
@@ -80,14 +74,15 @@ double element(const unsigned char* p, const std::string& dtype)
     return v;
 }
 
-struct entry
+struct tensor_entry
 {
     std::string name, dtype;
     shape_t shape;
     std::uint64_t begin = 0, end = 0;
 };
 
-entry parse_entry(const std::string& path, const std::string& name, const json& v, std::uint64_t buffer)
+tensor_entry parse_entry(const std::string& path, const std::string& name, const json& v,
+                         std::uint64_t buffer)
 {
     const std::string what = "tensor " + printable(name);
     if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets") ||
@@ -96,7 +91,7 @@ entry parse_entry(const std::string& path, const std::string& name, const json& 
     {
         fail(path, what + " is not an object with dtype, shape and data_offsets [begin, end]");
     }
-    entry e{ name, v["dtype"].get<std::string>(), {}, 0, 0 };
+    tensor_entry e{ name, v["dtype"].get<std::string>(), {}, 0, 0 };
     if (float_bytes(e.dtype) == 0)
     {
         fail(path, what + " has dtype " + printable(e.dtype) + "; F16, BF16, F32 and F64 are read");
@@ -342,7 +337,7 @@ safetensors_file read_safetensors_any_float(const std::string& path)
     }
     const std::uint64_t buffer = size - 8 - header_length;
     safetensors_file out;
-    std::vector<entry> entries;
+    std::vector<tensor_entry> entries;
     for (const auto& [name, value] : header.items())
     {
         if (name == "__metadata__")
@@ -364,7 +359,8 @@ safetensors_file read_safetensors_any_float(const std::string& path)
         entries.push_back(parse_entry(path, name, value, buffer));
     }
     std::sort(
-      entries.begin(), entries.end(), [](const entry& a, const entry& b) { return a.begin < b.begin; });
+      entries.begin(), entries.end(),
+      [](const tensor_entry& a, const tensor_entry& b) { return a.begin < b.begin; });
     for (std::size_t i = 1; i < entries.size(); ++i)
     {
         if (entries[i].begin < entries[i - 1].end)
@@ -374,7 +370,7 @@ safetensors_file read_safetensors_any_float(const std::string& path)
                    " overlap");
         }
     }
-    for (const entry& e : entries)
+    for (const tensor_entry& e : entries)
     {
         const std::string bytes = read_exactly(f.get(), 8 + header_length + e.begin, e.end - e.begin, path);
         stored_tensor t{ e.dtype, array<double>::from_shape(e.shape) };

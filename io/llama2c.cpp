@@ -21,11 +21,6 @@ constexpr std::int32_t version_magic = 0x616b3432; // "ak42": version 1 and late
 constexpr std::int32_t max_size_field = 1 << 24;
 constexpr std::size_t header_ints = 7;
 
-[[noreturn]] void fail(const std::string& source, const std::string& problem)
-{
-    throw format_error(source + ": " + problem);
-}
-
 // rows x columns float32 as stored; transposed to (columns, rows) when asked.
 array<double> read_matrix(binary_cursor& c, std::size_t rows, std::size_t columns, bool transpose)
 {

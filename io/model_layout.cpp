@@ -21,12 +21,6 @@ namespace xgrad::io
 namespace
 {
 namespace fs = std::filesystem;
-
-[[noreturn]] void fail(const std::string& source, const std::string& problem)
-{
-    throw format_error(source + ": " + problem);
-}
-
 } // namespace
 
 std::string shape_text(const shape_t& shape)

@@ -31,21 +31,19 @@
 
 namespace xgrad::io
 {
+void fail(const std::string& source, const std::string& problem)
+{
+    throw format_error(source + ": " + problem);
+}
+
 namespace
 {
 using json = nlohmann::json;
 
 constexpr std::size_t length_field_bytes = 8;
-// The reference implementation refuses larger headers; so does this reader, before allocating any.
-constexpr std::uint64_t max_header_bytes = 100'000'000;
 constexpr std::size_t header_alignment = 8;  // the data buffer starts on an 8-byte boundary
 constexpr int max_json_depth = 16;           // a valid header nests 3 deep
 constexpr std::size_t max_dimensions = 64;   // as NumPy's NPY_MAXDIMS; shapes in messages stay short
-
-[[noreturn]] void fail(const std::string& path, const std::string& problem)
-{
-    throw format_error(path + ": " + problem);
-}
 
 // At most `limit` bytes of `s` on one line, every byte outside printable ASCII (and, when asked, the
 // quote and the backslash) as \xNN.

@@ -21,6 +21,13 @@ struct format_error : std::runtime_error
     using std::runtime_error::runtime_error;
 };
 
+// The longest JSON header read: the reference implementation refuses larger ones, and so do the readers
+// here (safetensors_reader, GPT-2's model.safetensors), before allocating any.
+constexpr std::uint64_t max_header_bytes = 100'000'000;
+
+// Throws format_error "source: problem": every reader of io/ refuses a file through this one line.
+[[noreturn]] void fail(const std::string& source, const std::string& problem);
+
 // One tensor: "F32" or "F64" as stored, values widened to double (exact for F32). For writing, the values
 // may instead be the caller's own float or double array, given by pointer and kept alive by the caller
 // through the write: they are written as they are when their type is the dtype (a checkpoint's float32

@@ -10,12 +10,7 @@ namespace xgrad::io
 {
 namespace
 {
-constexpr std::uint64_t saturated = std::numeric_limits<std::uint64_t>::max();
-
-std::string count_text(std::uint64_t n)
-{
-    return n == saturated ? "over " + std::to_string(saturated) : std::to_string(n);
-}
+using models::saturated_count_text;
 
 bool fits(std::uint64_t values, std::size_t value_bytes)
 {
@@ -34,9 +29,9 @@ void check_gpt_size(const models::gpt_config& config, std::size_t value_bytes, c
     }
     if (!fits(demand.values, value_bytes))
     {
-        throw std::invalid_argument(who + ": the model needs " + count_text(demand.values) +
+        throw std::invalid_argument(who + ": the model needs " + saturated_count_text(demand.values) +
                                     " parameter values (the largest group, " + demand.largest_group + ", " +
-                                    count_text(demand.largest) + ": " + demand.largest_fields +
+                                    saturated_count_text(demand.largest) + ": " + demand.largest_fields +
                                     "); at most 2^47 bytes, " + std::to_string(max_size_bytes / value_bytes) +
                                     " values of " + std::to_string(value_bytes) + " bytes");
     }
@@ -58,7 +53,7 @@ void check_array_size(const std::string& who,
     if (overflow || !fits(count, value_bytes))
     {
         throw std::invalid_argument(who + ": " + what + " of shape (" + shape + ") needs " +
-                                    (overflow ? "over " + std::to_string(saturated) : std::to_string(count)) +
+                                    saturated_count_text(overflow ? UINT64_MAX : count) +
                                     " values; at most 2^47 bytes");
     }
 }

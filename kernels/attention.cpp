@@ -59,8 +59,6 @@ constexpr std::size_t tile_q = 64, tile_k = 64;
 constexpr std::size_t strip_rows = 16, min_chunk = 16;
 // The keys of a core's chunks that share one buffer of scores (for_each_panel).
 constexpr std::size_t panel_keys = 512;
-// Below this many multiply-adds, waking threads costs more than it saves.
-constexpr std::uint64_t parallel_threshold = 1 << 21;
 
 // Which keys each query may see (the causal band of visible_keys() and the (broadcast) mask), and where
 // the rows of q, k, v and the output live: heads-major (B, H, T, dh), row stride dh, or token-major
@@ -683,7 +681,7 @@ std::uint64_t visited_multiply_adds(const visibility& vis)
 
 void run_items(std::size_t count, std::uint64_t work, const std::function<void(std::size_t)>& body)
 {
-    if (work < parallel_threshold || num_threads() == 1)
+    if (work < min_parallel_multiply_adds || num_threads() == 1)
     {
         for (std::size_t i = 0; i < count; ++i)
         {

@@ -32,14 +32,12 @@ std::size_t matrix_offset(std::size_t flat, const shape_t& batch, const std::vec
     }
     return offset;
 }
-// Waking a thread costs microseconds: below this many multiply-adds a product stays on one thread.
-constexpr std::uint64_t parallel_threshold = 1 << 21;
 
 // The threads parallel_blocks splits `extent` over: at least 32 rows or columns of C each (a small
 // model's d = 64 splits in two).
 std::size_t block_threads(std::size_t extent, std::uint64_t work)
 {
-    return work < parallel_threshold ? 1
+    return work < min_parallel_multiply_adds ? 1
                                      : std::min<std::size_t>(num_threads(), std::max<std::size_t>(1, extent / 32));
 }
 
@@ -165,7 +163,7 @@ void run_product(const product_plan& q, bool ta, bool tb, array<T>& c, Run&& run
                       matrix_offset(i, q.batch, q.stride_b) * q.b_rows * q.b_cols, q.b_cols, q.summed,
                       matrix_offset(i, q.batch, q.stride_c) * q.m * q.n, q.n});
     };
-    if (q.summed || work < parallel_threshold)
+    if (q.summed || work < min_parallel_multiply_adds)
     {
         for (std::size_t i = 0; i < q.count; ++i)
         {

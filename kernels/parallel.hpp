@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <vector>
 
@@ -13,6 +14,10 @@ int num_threads();
 
 namespace kernels
 {
+// Waking a thread costs microseconds: below this many multiply-adds a product or an attention stays on the
+// calling thread.
+constexpr std::uint64_t min_parallel_multiply_adds = 1 << 21;
+
 // Calls body(i) for i in [0, count), split into contiguous chunks across num_threads() threads.
 void parallel_for(std::size_t count, const std::function<void(std::size_t)>& body);
 

@@ -21,6 +21,11 @@ std::uint64_t saturating_mul(std::uint64_t a, std::uint64_t b)
     return a != 0 && b > UINT64_MAX / a ? UINT64_MAX : a * b;
 }
 
+std::string saturated_count_text(std::uint64_t n)
+{
+    return (n == UINT64_MAX ? "over " : "") + std::to_string(n);
+}
+
 std::uint64_t declared_values(const declaration& d)
 {
     std::uint64_t n = 1;

@@ -258,6 +258,8 @@ gpt_config run_as(const gpt_config& trained, const std::map<std::string, std::st
 // Counts that saturate at UINT64_MAX instead of wrapping (a hostile file's metadata may ask for 2^70).
 std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b);
 std::uint64_t saturating_mul(std::uint64_t a, std::uint64_t b);
+// A saturating count in words: "over 18446744073709551615" for UINT64_MAX, else the number.
+std::string saturated_count_text(std::uint64_t n);
 // The number of values of a declared shape, saturating.
 std::uint64_t declared_values(const declaration& d);
 

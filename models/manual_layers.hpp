@@ -30,22 +30,6 @@ std::size_t rows(const array<T>& x)  // B T: how many rows of C
 // The eps of LayerNorm and RMSNorm (docs/spec.md, "The small GPT"; "Architecture variants").
 constexpr double norm_eps = 1e-5;
 
-template <class T>
-std::string shape_of(const array<T>& a)
-{
-    return shape_str(to_shape(a.shape()));
-}
-
-// std::invalid_argument "<op>: <name> must be <expected>, got <shape>" unless a has that shape.
-template <class T>
-void require_shape(const char* op, const char* name, const array<T>& a, const shape_t& expected)
-{
-    if (to_shape(a.shape()) != expected)
-    {
-        fail(op, std::string(name) + " must be " + shape_str(expected) + ", got " + shape_of(a));
-    }
-}
-
 // Activations are (B, T, C): every row of C numbers is one position of one sequence.
 
 // ---- LayerNorm: y = (x - mean) / sqrt(var + 1e-5) * weight (+ bias) over the last axis -----------------

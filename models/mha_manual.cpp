@@ -61,18 +61,6 @@ dims dims_of(const array<T>& q, const array<T>& k)
     return {q.shape()[0], q.shape()[1], k.shape()[1], q.shape()[2], k.shape()[2], q.shape()[3]};
 }
 
-// Throws std::invalid_argument naming `op`, `what` and both shapes unless `actual` is `expected`.
-template <class T>
-void require_shape(const char* op, const char* what, const array<T>& actual, const shape_t& expected)
-{
-    const shape_t shape = to_shape(actual.shape());
-    if (shape != expected)
-    {
-        throw std::invalid_argument(std::string(op) + ": " + what + " has shape " + shape_str(shape) +
-                                    ", expected " + shape_str(expected));
-    }
-}
-
 // The backward's inputs must be the forward's: q, k, v, p as attention_forward made them, and a
 // gradient of the output's shape.
 template <class T>

@@ -10,6 +10,22 @@
 
 namespace xgrad::models::manual
 {
+template <class T>
+std::string shape_of(const array<T>& a)
+{
+    return shape_str(to_shape(a.shape()));
+}
+
+// std::invalid_argument "<op>: <name> must be <expected>, got <shape>" unless a has that shape.
+template <class T>
+void require_shape(const char* op, const char* name, const array<T>& a, const shape_t& expected)
+{
+    if (to_shape(a.shape()) != expected)
+    {
+        fail(op, std::string(name) + " must be " + shape_str(expected) + ", got " + shape_of(a));
+    }
+}
+
 // Everything the backward needs, saved by the forward.
 template <class T>
 struct mha_cache

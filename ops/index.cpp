@@ -13,29 +13,6 @@ namespace xgrad::ops
 {
 namespace
 {
-// A row-major shape seen along `axis`: `outer` blocks, each `length` slices of `inner` elements.
-struct axis_split
-{
-    std::size_t outer = 1;
-    std::size_t length = 0;
-    std::size_t inner = 1;
-};
-
-axis_split split_at(const shape_t& shape, std::size_t axis)
-{
-    axis_split s;
-    for (std::size_t ax = 0; ax < axis; ++ax)
-    {
-        s.outer *= shape[ax];
-    }
-    s.length = shape[axis];
-    for (std::size_t ax = axis + 1; ax < shape.size(); ++ax)
-    {
-        s.inner *= shape[ax];
-    }
-    return s;
-}
-
 // Copies `count` elements, skipping the call when there is nothing (memcpy of a null pointer is UB).
 template <class T>
 void copy_elements(T* to, const T* from, std::size_t count)

@@ -131,22 +131,6 @@ var<T> mean(const var<T>& x)
 
 namespace
 {
-// x seen as (outer, n, inner) around one axis: a row-major walk along `axis` steps by `inner`.
-struct axis_split
-{
-    std::size_t outer = 1, n = 1, inner = 1;
-};
-
-axis_split split_at(const shape_t& shape, std::size_t axis)
-{
-    axis_split s;
-    for (std::size_t i = 0; i < shape.size(); ++i)
-    {
-        (i < axis ? s.outer : i == axis ? s.n : s.inner) *= shape[i];
-    }
-    return s;
-}
-
 // Which entry max keeps: a NaN over anything, else a strictly larger value (so ties keep the first).
 template <class T>
 bool replaces_max(T candidate, T current)
@@ -172,9 +156,9 @@ array<T> to_first_max(const array<T>& x, const array<T>& max, const array<T>& g_
         {
             const std::size_t k = o * s.inner + i;
             const bool nan = std::isnan(top[k]);
-            for (std::size_t j = 0; j < s.n; ++j)
+            for (std::size_t j = 0; j < s.length; ++j)
             {
-                const std::size_t at = (o * s.n + j) * s.inner + i;
+                const std::size_t at = (o * s.length + j) * s.inner + i;
                 if (nan ? std::isnan(in[at]) : in[at] == top[k])
                 {
                     dx.flat(at) = g[k];
@@ -211,10 +195,10 @@ var<T> max(const var<T>& x, std::size_t axis, bool keep_dims)
     T* out = y.data();
     for (std::size_t o = 0; o < s.outer; ++o)
     {
-        const T* block = in + o * s.n * s.inner;
+        const T* block = in + o * s.length * s.inner;
         T* top = out + o * s.inner;
         std::copy(block, block + s.inner, top);
-        for (std::size_t j = 1; j < s.n; ++j)
+        for (std::size_t j = 1; j < s.length; ++j)
         {
             for (std::size_t i = 0; i < s.inner; ++i)
             {

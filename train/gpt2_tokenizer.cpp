@@ -27,7 +27,7 @@ namespace
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-[[noreturn]] void fail(const std::string& source, const std::string& problem)
+[[noreturn]] void throw_invalid(const std::string& source, const std::string& problem)
 {
     throw std::invalid_argument(source + ": " + problem);
 }
@@ -136,13 +136,6 @@ std::size_t valid_prefix(const std::string& text, std::size_t at, std::size_t& n
     return n;
 }
 
-std::string hex_byte(unsigned char c)
-{
-    char hex[8];
-    std::snprintf(hex, sizeof hex, "0x%02x", c);
-    return hex;
-}
-
 // ---- vocab.json: a streaming parse, so that no document tree is built ---------------------------------
 
 // Receives vocab.json's events: one flat object of piece -> non-negative integer, nothing else.
@@ -172,13 +165,13 @@ public:
     {
         if (k.size() > gpt2_limits::max_piece_bytes)
         {
-            fail(source_,
+            throw_invalid(source_,
                  "piece " + io::quoted(k) + " is " + std::to_string(k.size()) + " bytes long, more than " +
                    std::to_string(gpt2_limits::max_piece_bytes));
         }
         if (entries.size() == gpt2_limits::max_tokens)
         {
-            fail(source_, "holds more than " + std::to_string(gpt2_limits::max_tokens) + " tokens");
+            throw_invalid(source_, "holds more than " + std::to_string(gpt2_limits::max_tokens) + " tokens");
         }
         key_ = k;
         return true;
@@ -212,21 +205,23 @@ public:
     bool end_array() override { return true; }
     bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception&) override
     {
-        fail(source_, "is not valid JSON (at byte " + std::to_string(position) + ")");
+        throw_invalid(source_, "is not valid JSON (at byte " + std::to_string(position) + ")");
     }
 
 private:
     [[noreturn]] void not_flat(const char* what)
     {
-        fail(source_, std::string("holds ") + what + " inside the object; expected an object of piece -> id");
+        throw_invalid(source_,
+                      std::string("holds ") + what + " inside the object; expected an object of piece -> id");
     }
     bool not_id(const char* what)
     {
         if (depth_ == 0)
         {
-            fail(source_, std::string("is ") + what + ", not a JSON object of piece -> id");
+            throw_invalid(source_, std::string("is ") + what + ", not a JSON object of piece -> id");
         }
-        fail(source_, "the id of piece " + io::quoted(key_) + " is " + what + ", not a non-negative integer");
+        throw_invalid(source_,
+                      "the id of piece " + io::quoted(key_) + " is " + what + ", not a non-negative integer");
     }
     std::string source_, key_;
     int depth_ = 0;
@@ -237,16 +232,16 @@ std::string read_bounded_file(const std::string& path)
     std::error_code ec;
     if (!fs::is_regular_file(path, ec))
     {
-        fail(path, fs::exists(path, ec) ? "is not a regular file" : "does not exist");
+        throw_invalid(path, fs::exists(path, ec) ? "is not a regular file" : "does not exist");
     }
     const auto size = fs::file_size(path, ec);
     if (ec)
     {
-        fail(path, "cannot read (" + ec.message() + ")");
+        throw_invalid(path, "cannot read (" + ec.message() + ")");
     }
     if (size > gpt2_limits::max_file_bytes)
     {
-        fail(path,
+        throw_invalid(path,
              "is " + std::to_string(size) + " bytes, more than the " +
                std::to_string(gpt2_limits::max_file_bytes) + " GPT-2's tokenizer files may have");
     }
@@ -254,7 +249,7 @@ std::string read_bounded_file(const std::string& path)
     std::string bytes(size, '\0');
     if (!in.read(bytes.data(), static_cast<std::streamsize>(size)))
     {
-        fail(path, "cannot read");
+        throw_invalid(path, "cannot read");
     }
     return bytes;
 }
@@ -317,7 +312,7 @@ void gpt2_tokenizer::tables::read_vocabulary(const std::string& source)
     json::sax_parse(vocab_json, &reader, json::input_format_t::json, true);
     if (reader.entries.empty())
     {
-        fail(source, "has no tokens");
+        throw_invalid(source, "has no tokens");
     }
     const std::size_t n = reader.entries.size();
     std::vector<const std::string*> piece_of(n, nullptr);
@@ -326,20 +321,20 @@ void gpt2_tokenizer::tables::read_vocabulary(const std::string& source)
     {
         if (id >= n)
         {
-            fail(source,
+            throw_invalid(source,
                  "piece " + io::quoted(piece) + " has id " + std::to_string(id) + ", outside 0.." +
                    std::to_string(n - 1) + " for " + std::to_string(n) +
                    " tokens (ids must be 0..V-1, each once)");
         }
         if (piece_of[id])
         {
-            fail(source,
+            throw_invalid(source,
                  "pieces " + io::quoted(*piece_of[id]) + " and " + io::quoted(piece) + " share id " +
                    std::to_string(id));
         }
         if (!id_of.emplace(piece, static_cast<std::int32_t>(id)).second)
         {
-            fail(source, "piece " + io::quoted(piece) + " appears twice");
+            throw_invalid(source, "piece " + io::quoted(piece) + " appears twice");
         }
         piece_of[id] = &id_of.find(piece)->first;
     }
@@ -352,8 +347,8 @@ void gpt2_tokenizer::tables::read_vocabulary(const std::string& source)
         const auto it = id_of.find(utf8_of(code_point[b]));
         if (it == id_of.end())
         {
-            fail(source,
-                 "has no token for byte " + hex_byte(static_cast<unsigned char>(b)) + " (its piece " +
+            throw_invalid(source,
+                 "has no token for byte " + io::hex_byte(static_cast<unsigned char>(b)) + " (its piece " +
                    io::quoted(utf8_of(code_point[b])) + ")");
         }
         byte_token[b] = it->second;
@@ -387,7 +382,7 @@ void gpt2_tokenizer::tables::read_merges(const std::string& source)
 {
     if (merges_txt.rfind("#version", 0) != 0)
     {
-        fail(source, "does not start with its \"#version\" line (encoder.py skips the first line)");
+        throw_invalid(source, "does not start with its \"#version\" line (encoder.py skips the first line)");
     }
     std::size_t line_start = merges_txt.find('\n');
     std::int32_t rank = 0;
@@ -409,11 +404,12 @@ void gpt2_tokenizer::tables::read_merges(const std::string& source)
         const std::string where = "line " + std::to_string(number);
         if (parts.size() != 2)
         {
-            fail(source, where + " is " + io::quoted(line) + ", not two pieces separated by a space");
+            throw_invalid(source,
+                          where + " is " + io::quoted(line) + ", not two pieces separated by a space");
         }
         if (static_cast<std::size_t>(rank) == gpt2_limits::max_tokens)
         {
-            fail(source, "holds more than " + std::to_string(gpt2_limits::max_tokens) + " merges");
+            throw_invalid(source, "holds more than " + std::to_string(gpt2_limits::max_tokens) + " merges");
         }
         std::int32_t ids[3];
         const std::string pieces[3] = { parts[0], parts[1], parts[0] + parts[1] };
@@ -422,7 +418,7 @@ void gpt2_tokenizer::tables::read_merges(const std::string& source)
             const auto it = id_of.find(pieces[k]);
             if (it == id_of.end())
             {
-                fail(source,
+                throw_invalid(source,
                      where + ": " + (k < 2 ? "piece " : "the merged piece ") + io::quoted(pieces[k]) +
                        " is not in the vocabulary");
             }
@@ -602,7 +598,7 @@ std::shared_ptr<const gpt2_tokenizer> gpt2_tokenizer::from_files(const std::stri
     {
         if (bytes->size() > gpt2_limits::max_file_bytes)
         {
-            fail(*name,
+            throw_invalid(*name,
                  "is " + std::to_string(bytes->size()) + " bytes, more than the " +
                    std::to_string(gpt2_limits::max_file_bytes) + " GPT-2's tokenizer files may have");
         }
@@ -636,7 +632,7 @@ std::vector<std::string> gpt2_tokenizer::pretokenize(const std::string& text) co
         const std::size_t length = utf8_character_length(text, i);
         if (length == 0)
         {
-            throw std::invalid_argument("byte " + hex_byte(static_cast<unsigned char>(text[i])) +
+            throw std::invalid_argument("byte " + io::hex_byte(static_cast<unsigned char>(text[i])) +
                                         " at position " + std::to_string(i) + " is not valid UTF-8");
         }
         i += length;
@@ -701,7 +697,7 @@ std::vector<std::int32_t> gpt2_tokenizer::encode_text(const std::string& text, b
             }
             if (!allow_invalid)
             {
-                throw std::invalid_argument("byte " + hex_byte(static_cast<unsigned char>(text[i])) +
+                throw std::invalid_argument("byte " + io::hex_byte(static_cast<unsigned char>(text[i])) +
                                             " at position " + std::to_string(i) + " is not valid UTF-8");
             }
             for_each_piece(t.pattern, text, run, i, encode_piece);
@@ -790,7 +786,8 @@ std::shared_ptr<const gpt2_tokenizer> gpt2_tokenizer_from_metadata(const metadat
         const auto it = metadata.find(keys[k]);
         if (it == metadata.end())
         {
-            fail(source, std::string("metadata \"tokenizer\" is gpt2 but \"") + keys[k] + "\" is missing");
+            throw_invalid(source,
+                          std::string("metadata \"tokenizer\" is gpt2 but \"") + keys[k] + "\" is missing");
         }
         try
         {
@@ -798,7 +795,7 @@ std::shared_ptr<const gpt2_tokenizer> gpt2_tokenizer_from_metadata(const metadat
         }
         catch (const std::invalid_argument&)
         {
-            fail(source, std::string("metadata \"") + keys[k] + "\" is not base64");
+            throw_invalid(source, std::string("metadata \"") + keys[k] + "\" is not base64");
         }
     }
     return gpt2_tokenizer::from_files(files[0],
@@ -828,7 +825,7 @@ void read_hf_gpt2_tokenizer(const std::string& folder, metadata_map& metadata)
     const bool merges = fs::exists(fs::path(folder) / "merges.txt", ec);
     if (vocab != merges)
     {
-        fail((fs::path(folder) / (vocab ? "vocab.json" : "merges.txt")).string(),
+        throw_invalid((fs::path(folder) / (vocab ? "vocab.json" : "merges.txt")).string(),
              std::string("has no ") + (vocab ? "merges.txt" : "vocab.json") +
                " beside it (GPT-2's tokenizer is the two files)");
     }

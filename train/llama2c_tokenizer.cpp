@@ -22,11 +22,6 @@ namespace fs = std::filesystem;
 
 constexpr std::uintmax_t max_tokenizer_bytes = 256u << 20;
 
-[[noreturn]] void fail(const std::string& source, const std::string& problem)
-{
-    throw io::format_error(source + ": " + problem);
-}
-
 struct vocabulary_file
 {
     std::vector<std::string> pieces;
@@ -40,7 +35,7 @@ vocabulary_file read_tokenizer_bin(const std::string& path, std::size_t vocab)
     const std::int32_t max_length = c.next<std::int32_t>("max_token_length");
     if (max_length <= 0 || max_length > (1 << 16))
     {
-        fail(path, "max_token_length is " + std::to_string(max_length));
+        io::fail(path, "max_token_length is " + std::to_string(max_length));
     }
     vocabulary_file v;
     for (std::size_t i = 0; i < vocab; ++i)
@@ -48,7 +43,7 @@ vocabulary_file read_tokenizer_bin(const std::string& path, std::size_t vocab)
         const std::string token = "token " + std::to_string(i);
         if (c.at == bytes.size())
         {
-            fail(path,
+            io::fail(path,
                  "holds " + std::to_string(i) + " tokens; model.bin's vocab_size is " +
                    std::to_string(vocab));
         }
@@ -56,7 +51,7 @@ vocabulary_file read_tokenizer_bin(const std::string& path, std::size_t vocab)
         const std::int32_t length = c.next<std::int32_t>("a length");
         if (length < 0 || length > max_length || bytes.size() - c.at < std::size_t(length))
         {
-            fail(path,
+            io::fail(path,
                  token + " has length " + std::to_string(length) + " (max_token_length " +
                    std::to_string(max_length) + ", " + std::to_string(bytes.size() - c.at) + " bytes left)");
         }
@@ -65,7 +60,7 @@ vocabulary_file read_tokenizer_bin(const std::string& path, std::size_t vocab)
     }
     if (c.at != bytes.size())
     {
-        fail(path, "holds more than model.bin's vocab_size of " + std::to_string(vocab) + " tokens");
+        io::fail(path, "holds more than model.bin's vocab_size of " + std::to_string(vocab) + " tokens");
     }
     return v;
 }
@@ -85,13 +80,13 @@ std::string vocabulary_metadata(const std::string& folder, const vocabulary_file
         }
         catch (const std::invalid_argument& e)
         {
-            fail(model_path, e.what());
+            io::fail(model_path, e.what());
         }
         for (std::size_t i = 0; i < v.pieces.size(); ++i)
         {
             if (sp->size() != v.pieces.size() || sp->piece(i) != v.pieces[i])
             {
-                fail(model_path,
+                io::fail(model_path,
                      "disagrees with tokenizer.bin (" + std::to_string(sp->size()) + " pieces against " +
                        std::to_string(v.pieces.size()) + ", first difference at token " + std::to_string(i) +
                        ")");

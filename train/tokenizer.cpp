@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "io/escape.hpp"
 #include "train/gpt2_tokenizer.hpp"
 #include "train/option_error.hpp"
 #include "train/sentencepiece_model_check.hpp"
@@ -21,16 +22,6 @@ void SetMinLogLevel(int level); // in libsentencepiece, not declared by its publ
 
 namespace xgrad::train
 {
-namespace
-{
-std::string hex_byte(unsigned char c)
-{
-    char hex[8];
-    std::snprintf(hex, sizeof hex, "0x%02x", c);
-    return hex;
-}
-} // namespace
-
 // ---- bytes ----------------------------------------------------------------------------------------
 
 byte_vocabulary byte_vocabulary::of_text(const std::string& text)
@@ -140,7 +131,7 @@ std::vector<std::int32_t> byte_vocabulary::encode(const std::string& text) const
         const int id = id_of_[static_cast<unsigned char>(text[i])];
         if (id < 0)
         {
-            throw std::invalid_argument("byte " + hex_byte(static_cast<unsigned char>(text[i])) +
+            throw std::invalid_argument("byte " + io::hex_byte(static_cast<unsigned char>(text[i])) +
                                         " at position " + std::to_string(i) +
                                         " is not in the model's vocabulary");
         }
@@ -407,7 +398,7 @@ std::vector<std::int32_t> sentencepiece_tokenizer::encode_lines(const std::strin
                     if (processor_->sp.IsUnknown(processor_->sp.PieceToId(c == " " ? word_mark : c)))
                     {
                         throw std::invalid_argument("the character starting with byte " +
-                                                    hex_byte(static_cast<unsigned char>(text[i])) +
+                                                    io::hex_byte(static_cast<unsigned char>(text[i])) +
                                                     " at position " + std::to_string(i) +
                                                     " is not in the tokenizer's vocabulary");
                     }

@@ -100,7 +100,7 @@ def mha_case():
 def test_manual_mha_backward_checks_the_gradient_against_the_cache(shape):
     X, Ws = mha_case()
     out, cache = models.manual.mha_forward(X, X, X, *Ws, heads=2)
-    with pytest.raises(ValueError, match=r"^mha_backward: grad_output has shape \(.*\), expected \(2, 3, 4\)$"):
+    with pytest.raises(ValueError, match=r"^mha_backward: grad_output must be \(2, 3, 4\), got \(.*\)$"):
         models.manual.mha_backward(np.ones(shape), cache)
     g = models.manual.mha_backward(np.ones(out.shape), cache)  # the right shape still works
     assert g["W_O"].shape == (4, 4)
