@@ -11,6 +11,8 @@
 #include "models/mha.hpp"
 #include "test_util.hpp"
 
+namespace test_anomaly
+{
 using namespace xgrad;
 using namespace xgrad::test;
 
@@ -401,3 +403,4 @@ TEST_CASE("an exploding learning rate: anomaly mode stops at the op that overflo
     CHECK_FALSE(sane.anomaly.has_value());
     CHECK(sane.first_non_finite_loss < 0);
 }
+}  // namespace test_anomaly

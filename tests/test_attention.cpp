@@ -14,6 +14,8 @@
 #include "kernels/parallel.hpp"
 #include "models/mha_manual.hpp"
 
+namespace test_attention
+{
 using namespace xgrad;
 using namespace xgrad::models;
 
@@ -389,3 +391,4 @@ TEST_CASE("fused attention: two threads give bit-identical results to one")
         CHECK(max_rel_diff(one[i], two[i]) == 0.0);
     }
 }
+}  // namespace test_attention

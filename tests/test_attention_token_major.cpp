@@ -11,6 +11,8 @@
 #include "models/masks.hpp"
 #include "models/mha.hpp"
 
+namespace test_attention_token_major
+{
 using namespace xgrad;
 using namespace xgrad::models;
 
@@ -147,3 +149,4 @@ TEST_CASE("token-major attention: bad shapes, head counts and masks throw, namin
     CHECK_THROWS_WITH_AS(ops::attention_token_major(q, k, k, 2, 1, &wrong), doctest::Contains("does not broadcast"),
                          std::invalid_argument);
 }
+}  // namespace test_attention_token_major

@@ -16,6 +16,8 @@
 #include "models/mha.hpp"
 #include "ops/composed.hpp"
 
+namespace test_attention_window
+{
 using namespace xgrad;
 using namespace xgrad::test;
 
@@ -490,3 +492,4 @@ TEST_CASE("windowed attention: a window without causal throws, naming the op")
                          doctest::Contains("needs causal = true"), std::invalid_argument);
     CHECK(t.size() == 2);  // nothing recorded by the refused calls
 }
+}  // namespace test_attention_window

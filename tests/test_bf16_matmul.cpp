@@ -16,6 +16,8 @@
 #include "kernels/precision.hpp"
 #include "test_util.hpp"
 
+namespace test_bf16_matmul
+{
 using namespace xgrad;
 
 namespace
@@ -277,3 +279,4 @@ TEST_CASE("matmul_takes_rounded: only at bf16 precision, only for products oneDN
     CHECK(kernels::bf16::matmul_takes_rounded(big, false, w, false) == bf16_supported());
     CHECK_FALSE(kernels::bf16::matmul_takes_rounded(small, false, w_small, false));
 }
+}  // namespace test_bf16_matmul

@@ -20,6 +20,8 @@
 #include "train/llama2c_tokenizer.hpp"
 #include "train/tokenizer.hpp"
 
+namespace test_convert
+{
 using namespace xgrad;
 using xgrad::test::read_bytes;
 using xgrad::test::temp_dir;
@@ -589,3 +591,4 @@ TEST_CASE("converted models compute the logits PyTorch computes from the source 
         CHECK(xgrad::test::max_relative_difference(r.logits.value(), expected) < 1e-12); // measured: ~2.5e-15
     }
 }
+}  // namespace test_convert

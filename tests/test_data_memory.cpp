@@ -17,6 +17,8 @@
 #include "train/text_data.hpp"
 #include "test_util.hpp"
 
+namespace test_data_memory
+{
 using namespace xgrad::train;
 namespace fs = std::filesystem;
 
@@ -128,3 +130,4 @@ TEST_CASE("the run's estimate counts the loaded tokens")
     need.workspace = UINT64_MAX - 5;
     CHECK(with_training_data(need, c).workspace == UINT64_MAX);
 }
+}  // namespace test_data_memory

@@ -11,6 +11,8 @@
 #include "io/npy.hpp"
 #include "test_util.hpp"
 
+namespace test_escape
+{
 using namespace xgrad;
 using xgrad::test::temp_dir;
 
@@ -141,3 +143,4 @@ TEST_CASE("the .npy reader escapes every byte of the file it quotes, wherever it
     CHECK(all_printable(message));
     CHECK(message.find("bad magic string '\\x93NUMP\\x1d'") != std::string::npos);
 }
+}  // namespace test_escape

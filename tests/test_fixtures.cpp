@@ -18,6 +18,8 @@
 #include "io/npy.hpp"
 #include "source_dir.hpp"
 
+namespace test_fixtures
+{
 using namespace xgrad;
 using namespace xgrad::models;
 namespace fs = std::filesystem;
@@ -272,3 +274,4 @@ TEST_CASE("hand-derived backward: output, attention and every gradient equal PyT
         check_against_torch(f, run_manual(f));
     }
 }
+}  // namespace test_fixtures

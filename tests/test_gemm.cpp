@@ -14,6 +14,8 @@
 
 #include "kernels/gemm.hpp"
 
+namespace test_gemm
+{
 namespace
 {
 using xgrad::kernels::gemm_backend;
@@ -283,3 +285,4 @@ TEST_CASE("gemm: the door's rule sends each product to the fastest backend built
         }
     }
 }
+}  // namespace test_gemm

@@ -14,6 +14,8 @@
 
 #include "models/gpt.hpp"
 
+namespace test_gpt
+{
 using namespace xgrad;
 using namespace xgrad::models;
 using xgrad::test::random_ids;
@@ -628,3 +630,4 @@ TEST_CASE("float32 agrees with float64: logits, loss and gradients")
         XGRAD_CHECK_CLOSE(widen(g32[i]), g64[i], 1e-3, 1e-4 * test::max_abs(g64[i]));
     }
 }
+}  // namespace test_gpt

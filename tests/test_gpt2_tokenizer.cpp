@@ -17,6 +17,8 @@
 #include "train/option_error.hpp"
 #include "train/text_data.hpp"
 
+namespace test_gpt2_tokenizer
+{
 using namespace xgrad::train;
 using xgrad::test::read_bytes;
 using xgrad::test::temp_dir;
@@ -410,3 +412,4 @@ TEST_CASE("--tokenizer gpt2:DIR trains on the folder's two files")
                 "tokenizer gpt2:/nonexistent: /nonexistent/vocab.json: does not exist") == 0);
     }
 }
+}  // namespace test_gpt2_tokenizer

@@ -14,6 +14,8 @@
 #include "test_util.hpp"
 #include "train/memory_estimate.hpp"
 
+namespace test_gpt_config
+{
 using namespace xgrad;
 using namespace xgrad::models;
 
@@ -291,3 +293,4 @@ TEST_CASE("converters refuse by name what their format cannot express")
     CHECK(value == "1");
     CHECK(first_difference(gqa, gqa).empty());
 }
+}  // namespace test_gpt_config

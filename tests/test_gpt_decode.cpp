@@ -10,6 +10,8 @@
 #include "models/gpt_decode.hpp"
 #include "test_util.hpp"
 
+namespace test_gpt_decode
+{
 using namespace xgrad;
 using namespace xgrad::models;
 using xgrad::test::max_relative_difference;
@@ -344,3 +346,4 @@ TEST_CASE("token_sampler draws as draw_token does, from the same seed")
         }
     }
 }
+}  // namespace test_gpt_decode

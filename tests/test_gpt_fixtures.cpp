@@ -22,6 +22,8 @@
 #include "models/manual_faults.hpp"
 #include "source_dir.hpp"
 
+namespace test_gpt_fixtures
+{
 using namespace xgrad;
 using namespace xgrad::models;
 namespace fs = std::filesystem;
@@ -314,3 +316,4 @@ TEST_CASE("the fixtures catch each deliberate mistake of the hand-derived backwa
         CHECK(worst > 1e-3);
     }
 }
+}  // namespace test_gpt_fixtures

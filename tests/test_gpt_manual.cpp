@@ -13,6 +13,8 @@
 #include "models/manual_faults.hpp"
 #include "test_util.hpp"
 
+namespace test_gpt_manual
+{
 using namespace xgrad;
 using namespace xgrad::models;
 using xgrad::test::f64;
@@ -1055,3 +1057,4 @@ TEST_CASE("the variants' rules are used only by their variants, and each says wh
     CHECK(manual::breakable_rules(plain).size() == 7);
     CHECK(manual::breakable_rules().size() == 16);
 }
+}  // namespace test_gpt_manual

@@ -18,6 +18,8 @@
 #include "source_dir.hpp"
 #include "test_util.hpp"
 
+namespace test_gpt_variant_fixtures
+{
 using namespace xgrad;
 using namespace xgrad::models;
 namespace fs = std::filesystem;
@@ -172,3 +174,4 @@ TEST_CASE("GPT variants in float32: tape (fused and composed) and manual equal P
 {
     check_every_path<float>(1e-4);
 }
+}  // namespace test_gpt_variant_fixtures

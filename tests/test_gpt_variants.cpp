@@ -17,6 +17,8 @@
 #include "source_dir.hpp"
 #include "test_util.hpp"
 
+namespace test_gpt_variants
+{
 using namespace xgrad;
 using namespace xgrad::models;
 using xgrad::test::max_relative_difference;
@@ -667,3 +669,4 @@ TEST_CASE("the tape equals PyTorch on every variant fixture: logits, loss and ev
     }
     CHECK(cases >= 9);
 }
+}  // namespace test_gpt_variants

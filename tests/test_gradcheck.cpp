@@ -8,6 +8,8 @@
 #include "autodiff/record.hpp"
 #include "test_util.hpp"
 
+namespace test_gradcheck
+{
 using namespace xgrad;
 using namespace xgrad::test;
 
@@ -253,3 +255,4 @@ TEST_CASE("compare: the one measure of how far apart two arrays are")
     CHECK_THROWS_WITH_AS(compare(f64(xt::zeros<double>({2})), f64(xt::zeros<double>({3}))),
                          doctest::Contains("compare"), std::invalid_argument);
 }
+}  // namespace test_gradcheck

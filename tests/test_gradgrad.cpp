@@ -4,6 +4,8 @@
 #include "autodiff/record.hpp"
 #include "test_util.hpp"
 
+namespace test_gradgrad
+{
 using namespace xgrad;
 using namespace xgrad::test;
 
@@ -214,3 +216,4 @@ TEST_CASE("gradgradcheck fails on a wrong second derivative")
     CHECK(gradcheck(f, { X }).ok);
     CHECK_FALSE(gradgradcheck(f, { X }).ok);
 }
+}  // namespace test_gradgrad

@@ -15,6 +15,8 @@
 #include "source_dir.hpp"
 #include "test_util.hpp"
 
+namespace test_gradgrad_models
+{
 using namespace xgrad;
 using namespace xgrad::test;
 namespace fs = std::filesystem;
@@ -357,3 +359,4 @@ TEST_CASE("second order: the hand-derived H v of cross-entropy over a linear lay
     REQUIRE(wrong.diverged());
     CHECK(wrong.first_divergence()->name == "H_z r_z");
 }
+}  // namespace test_gradgrad_models

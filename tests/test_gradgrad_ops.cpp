@@ -11,6 +11,8 @@
 #include "source_dir.hpp"
 #include "test_util.hpp"
 
+namespace test_gradgrad_ops
+{
 using namespace xgrad;
 using namespace xgrad::test;
 
@@ -411,3 +413,4 @@ TEST_CASE("gradgradcheck: the fused ops' second derivatives equal their composed
                       1e-12,
                       1e-13);
 }
+}  // namespace test_gradgrad_ops

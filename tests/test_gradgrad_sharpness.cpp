@@ -4,6 +4,8 @@
 #include "autodiff/grad.hpp"
 #include "test_util.hpp"
 
+namespace test_gradgrad_sharpness
+{
 using namespace xgrad;
 using namespace xgrad::test;
 
@@ -158,3 +160,4 @@ TEST_CASE("sharpness: a tiny model's top eigenvalue equals its dense Hessian's")
     CAPTURE(e.iterations);
     CHECK(std::abs(e.value - eigenvalues[0]) <= 1e-6 * std::abs(eigenvalues[0]));
 }
+}  // namespace test_gradgrad_sharpness

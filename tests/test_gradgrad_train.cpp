@@ -9,6 +9,8 @@
 #include "train/plots.hpp"
 #include "train/trainer.hpp"
 
+namespace test_gradgrad_train
+{
 using namespace xgrad;
 using namespace xgrad::train;
 using namespace xgrad::test;
@@ -74,3 +76,4 @@ TEST_CASE("sharpness_every 0 (the default): the column stays empty")
         CHECK(line.back() == ','); // the sharpness cell is empty
     }
 }
+}  // namespace test_gradgrad_train

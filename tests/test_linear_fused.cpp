@@ -7,6 +7,8 @@
 
 #include "ops/composed.hpp"
 
+namespace test_linear_fused
+{
 using namespace xgrad;
 
 namespace
@@ -67,3 +69,4 @@ TEST_CASE("fused linear: bad shapes throw, naming the op and the shapes")
     CHECK_THROWS_WITH_AS(ops::linear(row, w, b), doctest::Contains("x (4)"), std::invalid_argument);
     CHECK_THROWS_WITH_AS(ops::linear(w, w, b), doctest::Contains("linear"), std::invalid_argument);
 }
+}  // namespace test_linear_fused

@@ -17,6 +17,8 @@
 #include "models/gpt.hpp"
 #include "ops/composed.hpp"
 
+namespace test_linear_gelu
+{
 using namespace xgrad;
 
 namespace
@@ -321,3 +323,4 @@ TEST_CASE("gpt_forward, every_activation = false: the MLP's merged node gives th
         }
     }
 }
+}  // namespace test_linear_gelu

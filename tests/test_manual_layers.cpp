@@ -10,6 +10,8 @@
 #include "models/mha.hpp"
 #include "test_util.hpp"
 
+namespace test_manual_layers
+{
 using namespace xgrad;
 using namespace xgrad::test;
 namespace manual = xgrad::models::manual;
@@ -348,3 +350,4 @@ TEST_CASE("each deliberate mistake of models/manual_faults.hpp gives a gradient 
     CHECK(far(manual::faults::swiglu_sigmoid_slope(G, x, up).gate, manual::swiglu_backward(G, x, up).gate));
     CHECK(far(manual::faults::bias_first_sequence(G), manual::bias_backward(G)));
 }
+}  // namespace test_manual_layers

@@ -18,6 +18,8 @@
 #include "train/memory_estimate.hpp"
 #include "train/trainer.hpp"
 
+namespace test_memory_estimate
+{
 using namespace xgrad;
 using namespace xgrad::train;
 using xgrad::test::temp_dir;
@@ -226,3 +228,4 @@ TEST_CASE("the training estimate bounds the measured peak resident memory, withi
         CHECK(static_cast<double>(estimate) <= 2.5 * static_cast<double>(measured));
     }
 }
+}  // namespace test_memory_estimate

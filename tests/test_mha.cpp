@@ -14,6 +14,8 @@
 #include "models/mha_manual.hpp"
 #include "kernels/parallel.hpp"
 
+namespace test_mha
+{
 using namespace xgrad;
 using namespace xgrad::models;
 
@@ -445,3 +447,4 @@ TEST_CASE("NaN in an input propagates the same way through tape and manual")
         }
     }
 }
+}  // namespace test_mha

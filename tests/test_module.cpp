@@ -7,6 +7,8 @@
 #include "io/checkpoint.hpp"
 #include "test_util.hpp"
 
+namespace test_module
+{
 using namespace xgrad;
 
 namespace
@@ -130,3 +132,4 @@ TEST_CASE("item: the value of a one-element var; anything else is an error namin
     CHECK(test::contains(message, "item"));
     CHECK(test::contains(message, "(2, 3)"));
 }
+}  // namespace test_module

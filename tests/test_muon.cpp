@@ -22,6 +22,8 @@
 #include "source_dir.hpp"
 #include "test_util.hpp"
 
+namespace test_muon
+{
 using namespace xgrad;
 using namespace xgrad::optim;
 using xgrad::test::normal_array;
@@ -610,3 +612,4 @@ TEST_CASE("muon_with_adamw: Muon on the chosen matrices, AdamW on the rest, one 
             doctest::Contains("'blocks.0.b'"), std::invalid_argument);
     }
 }
+}  // namespace test_muon

@@ -15,6 +15,8 @@
 #include "kernels/parallel.hpp"
 #include "ops/composed.hpp"
 
+namespace test_norm_rows
+{
 using namespace xgrad;
 
 namespace
@@ -248,3 +250,4 @@ TEST_CASE("layer_norm and rms_norm: dw and db, summed per block of rows, are the
         }
     }
 }
+}  // namespace test_norm_rows

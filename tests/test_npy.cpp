@@ -15,6 +15,8 @@
 #include "test_util.hpp"
 #include "io/npy.hpp"
 
+namespace test_npy
+{
 using namespace xgrad;
 using xgrad::test::read_bytes;
 using xgrad::test::temp_dir;
@@ -397,3 +399,4 @@ TEST_CASE("npy integer ids: int64 and int32 round trips, NumPy's layout, and the
     CHECK(message_of([&] { npy::load_ids(dir / "b.npy"); }).find("(bool) is not supported; an integer array") !=
           std::string::npos);
 }
+}  // namespace test_npy

@@ -15,6 +15,8 @@
 #include "kernels/parallel.hpp"
 #include "test_util.hpp"
 
+namespace test_ops
+{
 using namespace xgrad;
 using namespace xgrad::test;
 
@@ -999,3 +1001,4 @@ TEST_CASE("masked_softmax with scale 0: every kept entry weighs the same, masked
         XGRAD_CHECK_CLOSE(y.value(), expected, 1e-15, 0.0);
     }
 }
+}  // namespace test_ops

@@ -9,6 +9,8 @@
 
 #include "test_util.hpp"
 
+namespace test_ops_index
+{
 using namespace xgrad;
 using namespace xgrad::test;
 
@@ -431,3 +433,4 @@ TEST_CASE("embedding: an id outside [0, V) or a weight that is not 2-D names the
                     std::invalid_argument);
     CHECK(t.size() == 4);  // the three weights made above, nothing else
 }
+}  // namespace test_ops_index

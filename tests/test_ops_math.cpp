@@ -11,6 +11,8 @@
 #include "ops/composed.hpp"
 #include "test_util.hpp"
 
+namespace test_ops_math
+{
 using namespace xgrad;
 using namespace xgrad::test;
 
@@ -1021,3 +1023,4 @@ TEST_CASE("a failed op leaves the tape unchanged")
     CHECK_THROWS(ops::composed::cross_entropy(a, ids_t{0, 2, 1}));
     CHECK(t.size() == 2);
 }
+}  // namespace test_ops_math

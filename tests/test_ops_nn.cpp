@@ -12,6 +12,8 @@
 #include "ops/composed.hpp"
 #include "test_util.hpp"
 
+namespace test_ops_nn
+{
 using namespace xgrad;
 using namespace xgrad::test;
 
@@ -881,3 +883,4 @@ TEST_CASE("layer_norm equals composed::layer_norm in value and the gradients of 
         }
     }
 }
+}  // namespace test_ops_nn

@@ -7,6 +7,8 @@
 
 #include "test_util.hpp"
 
+namespace test_ops_numpy
+{
 using namespace xgrad;
 using namespace xgrad::test;
 
@@ -194,3 +196,4 @@ TEST_CASE("the NumPy-shaped ops are twice differentiable: gradgradcheck of each"
         {random_array({2, 2}, 14)});
     CHECK_MESSAGE(scatter_report.ok, scatter_report.summary());
 }
+}  // namespace test_ops_numpy

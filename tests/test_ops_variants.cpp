@@ -18,6 +18,8 @@
 #include "source_dir.hpp"
 #include "test_util.hpp"
 
+namespace test_ops_variants
+{
 using namespace xgrad;
 using namespace xgrad::test;
 namespace fs = std::filesystem;
@@ -574,3 +576,4 @@ TEST_CASE("PyTorch fixtures: every fused op and its composed twin give torch's v
         }
     }
 }
+}  // namespace test_ops_variants

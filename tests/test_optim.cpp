@@ -20,6 +20,8 @@
 #include "optim/optim.hpp"
 #include "source_dir.hpp"
 
+namespace test_optim
+{
 using namespace xgrad;
 using namespace xgrad::optim;
 namespace fs = std::filesystem;
@@ -817,3 +819,4 @@ TEST_CASE("NaN in a gradient reaches only its own coordinate")
     CHECK(std::isnan(params[0].value()(1)));
     CHECK(std::isfinite(params[0].value()(2)));
 }
+}  // namespace test_optim

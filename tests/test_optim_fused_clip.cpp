@@ -14,6 +14,8 @@
 
 #include "optim/optim.hpp"
 
+namespace test_optim_fused_clip
+{
 using namespace xgrad;
 
 namespace
@@ -124,3 +126,4 @@ TEST_CASE("clip_factor: 1 when nothing is clipped, max_norm / (norm + 1e-6) othe
     CHECK_THROWS_WITH_AS(optim::clip_factor(1.0, std::nan("")), doctest::Contains("max_norm"),
                          std::invalid_argument);
 }
+}  // namespace test_optim_fused_clip

@@ -19,6 +19,8 @@
 #include "kernels/precision.hpp"
 #include "test_util.hpp"
 
+namespace test_precision
+{
 using xgrad::matmul_precision;
 using xgrad::precision_scope;
 
@@ -404,3 +406,4 @@ TEST_CASE("the fused attention at bf16 rounds every operand of its products: Q, 
     }
     set_num_threads(1);
 }
+}  // namespace test_precision

@@ -26,6 +26,8 @@
 #include "io/safetensors.hpp"
 #include "test_util.hpp"
 
+namespace test_safetensors
+{
 using namespace xgrad;
 using xgrad::test::read_bytes;
 using xgrad::test::temp_dir;
@@ -860,3 +862,4 @@ TEST_CASE("checkpoint_demand_of counts the tensors of docs/spec.md for every var
     m.erase("heads");
     CHECK_FALSE(io::checkpoint_demand_of(m, d));
 }
+}  // namespace test_safetensors

@@ -10,6 +10,8 @@
 #include "train/sentencepiece_model_check.hpp"
 #include "train/tokenizer.hpp"
 
+namespace test_sentencepiece_model_check
+{
 using namespace xgrad::train;
 
 namespace
@@ -132,3 +134,4 @@ TEST_CASE("a checkpoint's tokenizer_model with a character map is refused naming
                                            "precompiled_charsmap"),
                          std::invalid_argument);
 }
+}  // namespace test_sentencepiece_model_check

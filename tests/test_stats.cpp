@@ -8,6 +8,8 @@
 
 #include "experiment/stats.hpp"
 
+namespace test_stats
+{
 using namespace xgrad::train::stats;
 
 namespace
@@ -153,3 +155,4 @@ TEST_CASE("the paired test works on the differences")
     CHECK(c.p == doctest::Approx(2 * t_cdf_by_integration(-c.t, 4)).epsilon(1e-9));
     CHECK_THROWS_WITH_AS(paired({1, 2}, {1}), doctest::Contains("differ in size"), std::invalid_argument);
 }
+}  // namespace test_stats

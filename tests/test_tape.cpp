@@ -8,6 +8,8 @@
 #include "autodiff/record.hpp"
 #include "test_util.hpp"
 
+namespace test_tape
+{
 using namespace xgrad;
 using namespace xgrad::test;
 
@@ -672,3 +674,4 @@ TEST_CASE("a backward rule reads only the values it declared: reading more is a 
         CHECK(contains(e.what(), "product backward reads input 1"));
     }
 }
+}  // namespace test_tape

@@ -7,6 +7,8 @@
 #include "test_util.hpp"
 #include "train/text_data.hpp"
 
+namespace test_text_data
+{
 using namespace xgrad;
 using namespace xgrad::train;
 
@@ -118,3 +120,4 @@ TEST_CASE("validation windows are evenly spaced, at most the cap, every window w
     CHECK(validation_offsets(20, 16, 64) == std::vector<std::size_t>{0, 1, 2, 3});
     CHECK(validation_offsets(17, 16, 64) == std::vector<std::size_t>{0});
 }
+}  // namespace test_text_data

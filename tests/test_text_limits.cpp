@@ -10,6 +10,8 @@
 #include "test_util.hpp"
 #include "train/text_data.hpp"
 
+namespace test_text_limits
+{
 using namespace xgrad;
 using xgrad::test::temp_dir;
 
@@ -25,3 +27,4 @@ TEST_CASE("text_corpus::load refuses /dev/zero and a FIFO at once")
     CHECK_THROWS_WITH_AS(train::text_corpus::load(dir / "missing.txt", 4), doctest::Contains("cannot read"),
                          std::runtime_error);
 }
+}  // namespace test_text_limits

@@ -10,6 +10,8 @@
 #include "train/text_data.hpp"
 #include "train/tokenizer.hpp"
 
+namespace test_tokenizer
+{
 using namespace xgrad;
 using namespace xgrad::train;
 
@@ -249,3 +251,4 @@ TEST_CASE("a text without newlines trains: lines longer than SentencePiece's sen
     std::string one_word(10000, 'a');
     CHECK(trained("bpe:16", one_word)->decode(trained("bpe:16", one_word)->encode(one_word)) == one_word);
 }
+}  // namespace test_tokenizer

@@ -13,6 +13,8 @@
 #include "train/progress.hpp"
 #include "train/trainer.hpp"
 
+namespace test_train
+{
 using namespace xgrad;
 using namespace xgrad::train;
 using xgrad::test::temp_dir;
@@ -438,3 +440,4 @@ TEST_CASE("a small bf16 training run ends within 0.05 nats of float32's validati
         CHECK(bf16.val_loss != fp32.val_loss);
     }
 }
+}  // namespace test_train

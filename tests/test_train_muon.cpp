@@ -11,6 +11,8 @@
 #include "test_util.hpp"
 #include "train/trainer.hpp"
 
+namespace test_train_muon
+{
 using namespace xgrad;
 using namespace xgrad::train;
 using xgrad::test::temp_dir;
@@ -193,3 +195,4 @@ TEST_CASE("bad Muon options are refused by name before anything is written")
     CHECK(error_of(o).find("muon_momentum must be in [0, 1)") == 0);
     CHECK_FALSE(fs::exists(dir / "run"));
 }
+}  // namespace test_train_muon

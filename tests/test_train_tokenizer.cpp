@@ -16,6 +16,8 @@
 #include "train/tokenizer.hpp"
 #include "train/trainer.hpp"
 
+namespace test_train_tokenizer
+{
 using namespace xgrad;
 using namespace xgrad::train;
 using xgrad::test::temp_dir;
@@ -163,3 +165,4 @@ TEST_CASE("--time ends the run at the step that passes it, with validation and a
     o.tokenizer = "bpe:x";
     CHECK_THROWS_WITH_AS(run_training(o), doctest::Contains("tokenizer: 'bpe:x'"), std::invalid_argument);
 }
+}  // namespace test_train_tokenizer

@@ -8,6 +8,8 @@
 #include "models/gpt.hpp"
 #include "test_util.hpp"
 
+namespace test_user_threads
+{
 using namespace xgrad;
 using namespace xgrad::models;
 
@@ -73,3 +75,4 @@ TEST_CASE("two user threads training at once match the same work done one after 
     }
     set_num_threads(1);
 }
+}  // namespace test_user_threads
