@@ -84,14 +84,7 @@ void model_layout::to_metadata(std::map<std::string, std::string>& m) const
     }
 }
 
-std::map<std::string, shape_t> model_layout::tensor_shapes() const
-{
-    std::map<std::string, shape_t> s;
-    models::for_each_gpt_parameter(*this, [&s](const std::string& name, const models::declaration& d) {
-        s[name] = d.shape;
-    });
-    return s;
-}
+std::map<std::string, shape_t> model_layout::tensor_shapes() const { return models::gpt_tensor_shapes(*this); }
 
 void check_tensors(safetensors_file& file, const model_layout& layout, const std::string& source)
 {

@@ -27,7 +27,7 @@ struct model_layout : models::gpt_config
 
     std::size_t head_dim() const { return head_width(); }
     std::size_t hidden() const { return hidden_width(); }
-    // Every parameter's name and shape, as the variant declares them (models/gpt.hpp).
+    // Every parameter's name and shape, as the variant declares them (models::gpt_tensor_shapes).
     std::map<std::string, shape_t> tensor_shapes() const;
 };
 

@@ -221,19 +221,20 @@ gpt_result<T> gpt_forward(tape<T>& t, const gpt_parameters<T>& params, const ids
     return r;
 }
 
+std::map<std::string, shape_t> gpt_tensor_shapes(const gpt_config& c)
+{
+    std::map<std::string, shape_t> shapes;
+    for_each_gpt_parameter(c, [&shapes](const std::string& name, const declaration& d) {
+        shapes[name] = d.shape;
+    });
+    return shapes;
+}
+
 gpt_config run_as(const gpt_config& trained, const std::map<std::string, std::string>& values)
 {
     const gpt_config c = config_with_values(trained, values);
     c.validate("run_as");
-    using tensor_list = std::vector<std::pair<std::string, shape_t>>;
-    auto tensors_of = [](const gpt_config& config) {
-        tensor_list out;
-        for_each_gpt_parameter(config, [&out](const std::string& name, const declaration& d) {
-            out.emplace_back(name, d.shape);
-        });
-        return out;
-    };
-    if (tensors_of(c) != tensors_of(trained))
+    if (gpt_tensor_shapes(c) != gpt_tensor_shapes(trained))
     {
         std::string asked, had;
         const std::string key = first_difference(c, trained, &asked);

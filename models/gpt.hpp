@@ -248,6 +248,9 @@ void for_each_gpt_parameter(const gpt_config& c, F&& f)
     gpt_parameters<float>::declare_head(c, named(""));
 }
 
+// Every parameter's name and shape, as the variant `c` declares them (for_each_gpt_parameter's walk).
+std::map<std::string, shape_t> gpt_tensor_shapes(const gpt_config& c);
+
 // The model of a checkpoint trained as `trained`, run as another variant on the same tensors: `values` (key
 // -> text) are the later variants' values that xgrad-sample's and xgrad-gpt-npy's flags chose (--qk-norm,
 // --mlp, --logit-softcap, --attention-window; docs/spec.md, "More architecture variants"). A value whose
