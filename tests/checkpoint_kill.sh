@@ -15,12 +15,24 @@ practice_text 9 5000 "kill the writer mid-sentence and the old checkpoint must s
 args=(--data "$dir/text.txt" --out "$dir/run" --layers 4 --d-model 128 --heads 4 --block 16 --batch 2
       --eval-every 0 --eval-windows 8 --save-every 1 --sample-tokens 0 --no-plots --quiet --decay-steps 100000)
 "$train" "${args[@]}" --steps 1  # a first checkpoint
+# pause SECONDS: waits without a fork (a read that times out), as tests/hostile/replay.sh does.
+exec {pause_fd}<> <(:)
+pause() { read -r -t "$1" -u "$pause_fd" _ || true; }
 RANDOM=42
 landed_in_write=0
 for i in $(seq 1 "$kills"); do
+    touch "$dir/launched"
     "$train" "${args[@]}" --resume --steps 100000 &
     pid=$!
-    sleep "0.$((RANDOM % 9 + 1))$((RANDOM % 10))"
+    # The kill lands at a random moment of the training loop, not of its start: once the run has replaced
+    # the checkpoint (it writes one every step), after a further 0 to 99 ms, a few steps' time. At most
+    # 10 s of waiting for that first checkpoint, or until the run ends by itself.
+    for ((waited = 0; waited < 1000; waited++)); do
+        [ "$dir/run/model.safetensors" -nt "$dir/launched" ] && break
+        kill -0 "$pid" 2>/dev/null || break
+        pause 0.01
+    done
+    pause "0.0$((RANDOM % 10))"
     if compgen -G "$dir/run/*.tmp*" > /dev/null || compgen -G "$dir/run/.*tmp*" > /dev/null; then
         landed_in_write=$((landed_in_write + 1))
     fi

@@ -19,7 +19,11 @@ runs=("heads=1/seed-1" "heads=2/seed-1" "heads=1/seed-2" "heads=2/seed-2")
 fail() { echo "$1"; exit 1; }
 rows() { [ -f "$1/log.csv" ] && echo $(($(wc -l < "$1/log.csv") - 1)) || echo 0; }
 
-"$program" "${grid[@]}" --out "$dir/one"
+# The one-process grid to compare with runs beside the two processes rather than before them: the test
+# holds both cores (PROCESSORS 2), and the three processes keep them busy.
+"$program" "${grid[@]}" --out "$dir/one" &
+one=$!
+trap 'kill $one 2> /dev/null || true' EXIT  # a failure below leaves no grid running
 
 # Two processes, killed once both have a run under way past a checkpoint.
 "${mpirun[@]}" "$program" "${grid[@]}" --out "$dir/two" &
@@ -42,6 +46,7 @@ done
 [ $unfinished -gt 0 ] || fail "every run had finished before the kill"
 
 "${mpirun[@]}" "$program" "${grid[@]}" --out "$dir/two"
+wait $one || fail "the one-process grid failed"
 for run in "${runs[@]}"; do
     d="$dir/two/$run"
     [ -f "$d/finished" ] || fail "$run did not finish"
