@@ -121,10 +121,12 @@ void read_field(const std::string& key, const std::string& text, double& out)
     out = x;
 }
 
+// Zero in any spelling ("0", "00") is off, as a size may carry leading zeros ("016"); the rest is a size.
 void read_field(const std::string& key, const std::string& text, off_when_zero<std::size_t>& out)
 {
-    std::size_t n = 1;
-    if (text != "0")
+    const bool zero = !text.empty() && text.find_first_not_of('0') == std::string::npos;
+    std::size_t n = 0;
+    if (!zero)
     {
         try
         {
@@ -135,7 +137,7 @@ void read_field(const std::string& key, const std::string& text, off_when_zero<s
             throw variant_error(key, text, allowed_text(out));
         }
     }
-    out = text == "0" ? 0 : n;
+    out = n;
 }
 
 void read_field(const std::string& key, const std::string& text, off_when_zero<double>& out)

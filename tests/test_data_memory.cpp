@@ -10,9 +10,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 
 #include "train/data_memory.hpp"
+#include "train/memory_estimate.hpp"
 #include "train/option_error.hpp"
 #include "train/text_data.hpp"
 #include "test_util.hpp"
@@ -110,6 +112,21 @@ TEST_CASE("a data file whose loading exceeds --max-memory is refused before it i
     CHECK_NOTHROW(require_data_memory(path, "3M", {}));
     CHECK_NOTHROW(require_data_memory(path + ".missing", "1M", {}));  // the loader names a missing file
     CHECK_NOTHROW(require_data_memory(path, "lots", {}));             // the run's own check names the flag
+    fs::remove(path);
+}
+
+TEST_CASE("the refusal of a small file against a small --max-memory gives sizes in KiB, not 0.0 MiB")
+{
+    const std::string path = write_text("xgrad_data_memory_4800.txt", 4800);
+    const std::string expected = "data " + path + ": loading its 4800 bytes needs about 9.4 KiB (the text "
+                                 "and a token per byte), more than the 1.0 KiB available (max_memory); use a "
+                                 "smaller file, or max_memory BYTES to insist";
+    CHECK_THROWS_WITH_AS(require_data_memory(path, "1K", {}), expected.c_str(), option_error);
+    CHECK(bytes_text(812) == "812 bytes");
+    CHECK(bytes_text(1023) == "1023 bytes");
+    CHECK(bytes_text(1024) == "1.0 KiB");
+    CHECK(bytes_text(std::uint64_t(3) << 40) == "3.0 TiB");
+    CHECK(bytes_text(std::numeric_limits<std::uint64_t>::max()) == "more than 16 EiB");
     fs::remove(path);
 }
 

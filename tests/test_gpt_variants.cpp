@@ -290,6 +290,10 @@ TEST_CASE("config metadata: the sizes always, other fields when not the default,
     later.logit_softcap = 0.0;  // off: the default, not written
     CHECK(config_metadata(later).count("logit_softcap") == 0);
     CHECK(config_metadata(later).at("model_keys") == "mlp,qk_norm");
+    // A decimal integer >= 0 in any spelling: zero with leading zeros is off, a size with them is the size.
+    CHECK(config_with_values(sizes(), {{"attention_window", "00"}}).attention_window.value == 0);
+    CHECK(config_with_values(sizes(), {{"attention_window", "0"}}).attention_window.value == 0);
+    CHECK(config_with_values(sizes(), {{"attention_window", "008"}}).attention_window.value == 8);
 
     const std::map<std::string, std::string> bad[] = {
         {{"norm", "batchnorm"}},   {{"position", "alibi"}},  {{"mlp", "relu"}},       {{"bias", "some"}},

@@ -78,6 +78,10 @@ expect_refusal "batch past uint64" "--batch: '18446744073709551616' is past the 
 expect_refusal "warm-up of -1" "--warmup must be >= 0" "${common[@]}" --out "$dir/a" --warmup -1
 expect_refusal "decay of -1" "--decay-steps >= 1" "${common[@]}" --out "$dir/a" --decay-steps -1
 expect_refusal "negative heads" "--heads: must be a count >= 0, got '-2'" "${bare[@]}" --out "$dir/a" --heads -2
+expect_refusal "negative sharpness period" "--sharpness-every: must be a count >= 0, got '-1'" "${common[@]}" \
+    --out "$dir/a" --sharpness-every -1
+expect_refusal "sharpness period past int64" "--sharpness-every: '9223372036854775808' is past the range of" \
+    "${common[@]}" --out "$dir/a" --sharpness-every 9223372036854775808
 expect_refusal "NaN rope base, learned positions" "rope_base must be a positive number" "${common[@]}" \
     --out "$dir/a" --rope-base nan
 # Whose fault a failure is: 2 a value the library refuses (said as the flag), a run larger than the memory

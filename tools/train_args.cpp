@@ -50,8 +50,8 @@ void add_train_flags(CLI::App& app, train::train_options& o, std::int64_t& warmu
       ->capture_default_str();
     app.add_flag("--detect-anomaly", o.detect_anomaly, "stop at the first op that makes a NaN or Inf");
     app.add_option("--sharpness-every", o.sharpness_every, "every N steps, log the top Hessian eigenvalue of the "
-                   "loss on a fixed batch (sharpness column, sharpness.png; 0: never)")->check(CLI::NonNegativeNumber)
-        ->capture_default_str();
+                   "loss on a fixed batch (sharpness column, sharpness.png; 0: never)")
+        ->check(integer_check<std::int64_t>())->check(count_check())->capture_default_str();
     app.add_option("--sharpness-iters", o.sharpness_iters, "power-iteration steps per sharpness estimate")
         ->check(count_check())->capture_default_str();
     app.add_flag("--quiet", quiet, "no progress output");

@@ -1,6 +1,5 @@
 #include "train/data_memory.hpp"
 
-#include <cstdio>
 #include <filesystem>
 #include <limits>
 #include <stdexcept>
@@ -11,16 +10,6 @@
 
 namespace xgrad::train
 {
-namespace
-{
-std::string mebibytes(std::uint64_t bytes)
-{
-    char text[48];
-    std::snprintf(text, sizeof text, "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
-    return text;
-}
-} // namespace
-
 std::uint64_t text_data_bytes(std::uint64_t file_bytes, const tokenizer_spec& spec)
 {
     const std::size_t vocab = spec.type == tokenizer_spec::kind::bytes ? 256 : spec.vocab_size;
@@ -54,8 +43,8 @@ void require_data_memory(const std::string& path, const std::string& max_memory,
         const std::string source =
           budget.source == "max_memory" ? "{}" : option_error::literal(budget.source);
         throw option_error("{} " + option_error::literal(path) + ": loading its " + std::to_string(size) +
-                             " bytes needs about " + mebibytes(need) +
-                             " (the text and a token per byte), more than the " + mebibytes(budget.bytes) +
+                             " bytes needs about " + bytes_text(need) +
+                             " (the text and a token per byte), more than the " + bytes_text(budget.bytes) +
                              " available (" + source + "); use a smaller file, or {} BYTES to insist",
                            budget.source == "max_memory"
                              ? std::vector<std::string>{ "data", "max_memory", "max_memory" }

@@ -63,24 +63,6 @@ std::uint64_t activation_values(const gpt_sizes& s,
     return mul(mul(batch, tokens), per_token);
 }
 
-std::string bytes_str(std::uint64_t bytes)
-{
-    if (bytes == saturated)
-    {
-        return "more than 16 EiB";
-    }
-    const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-    double v = static_cast<double>(bytes);
-    std::size_t u = 0;
-    while (v >= 1024 && u + 1 < sizeof units / sizeof *units)
-    {
-        v /= 1024;
-        ++u;
-    }
-    char buf[32];
-    std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
-    return buf;
-}
 
 // A number with an optional K, M, G or T suffix (powers of 1024); false for anything else.
 bool parse_bytes(const std::string& text, std::uint64_t& out)
@@ -171,6 +153,25 @@ std::uint64_t cgroup_headroom()
 }
 }  // namespace
 
+std::string bytes_text(std::uint64_t bytes)
+{
+    if (bytes == saturated)
+    {
+        return "more than 16 EiB";
+    }
+    const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    double v = static_cast<double>(bytes);
+    std::size_t u = 0;
+    while (v >= 1024 && u + 1 < sizeof units / sizeof *units)
+    {
+        v /= 1024;
+        ++u;
+    }
+    char buf[32];
+    std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+    return buf;
+}
+
 std::uint64_t memory_estimate::total() const
 {
     return add(add(add(parameters, gradients), add(optimiser, weight_work)), add(activations, workspace));
@@ -178,7 +179,7 @@ std::uint64_t memory_estimate::total() const
 
 std::string memory_estimate::describe() const
 {
-    std::string s = bytes_str(total()) + " (parameters " + bytes_str(parameters);
+    std::string s = bytes_text(total()) + " (parameters " + bytes_text(parameters);
     const std::pair<const char*, std::uint64_t> parts[] = {{"gradients", gradients},
                                                            {"Adam state", optimiser},
                                                            {"working copies of the weights", weight_work},
@@ -188,7 +189,7 @@ std::string memory_estimate::describe() const
     {
         if (bytes > 0)
         {
-            s += ", " + std::string(name) + " " + bytes_str(bytes);
+            s += ", " + std::string(name) + " " + bytes_text(bytes);
         }
     }
     return s + (shape.empty() ? "" : "; " + shape) + ")";
@@ -319,7 +320,7 @@ std::string memory_shortfall(const memory_estimate& need,
         return "";
     }
     return what + " needs about " + need.describe() + " by an estimate from the sizes, more than the " +
-           bytes_str(budget.bytes) + " available (" + budget.source + "); " + remedy;
+           bytes_text(budget.bytes) + " available (" + budget.source + "); " + remedy;
 }
 
 void require_memory(const memory_estimate& need,

@@ -28,6 +28,10 @@ struct memory_estimate
     std::string shape;  // the batch the activations are for, in words
 };
 
+// A byte count in the largest binary unit that keeps it at 1 or more: "812 bytes", "9.4 KiB", "1.2 GiB"
+// ("more than 16 EiB" when the count saturated).
+std::string bytes_text(std::uint64_t bytes);
+
 // The sizes an estimate needs, from a model configuration: V, block_size, L, d, H, G, the MLP's width and
 // the parameter count, counted from the model's own declarations (saturating).
 struct gpt_sizes

@@ -14,7 +14,6 @@ layer_norm dropout attention attention_token_major linear linear_gelu linear_gel
 architecture variants': erf silu gelu_exact swiglu rms_norm rope softcap.
 """
 
-import numbers
 
 import numpy as np
 
@@ -349,9 +348,7 @@ def dropout(x, p, seed=0, training=True):
 
 def _window(op, window):
     """The sliding window as an int >= 0 (0 = none), or ValueError naming the op."""
-    if isinstance(window, bool) or not isinstance(window, numbers.Integral) or window < 0:
-        raise ValueError("%s: window must be an integer >= 0 (0 = no window), got %r" % (op, window))
-    return int(window)
+    return whole_number("%s: window" % op, window)
 
 
 def attention(q, k, v, mask=None, causal=False, window=0):

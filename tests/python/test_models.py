@@ -410,6 +410,11 @@ def test_negative_sizes_are_value_errors():
         m.sample([1], tokens=-3)
     with pytest.raises(ValueError):
         m.sample([1], temperature=float("nan"))
+    # Whole numbers, not whatever int() makes of a value: 2.5 tokens, a bool, a string are refused by name.
+    for kwargs, what in (({"tokens": 2.5}, "tokens"), ({"top_k": True}, "top_k"), ({"seed": "4"}, "seed"),
+                         ({"seed": 2 ** 64}, "seed"), ({"temperature": "hot"}, "temperature")):
+        with pytest.raises(ValueError, match="GPT.sample: " + what):
+            m.sample([1], **kwargs)
 
 
 VARIANT_CASES = ["gpt2_bias_all", "llama", "llama_gqa", "llama_t1", "mqa_rope_bias_all", "nanogpt_bias_none",

@@ -134,9 +134,9 @@ def test_attention_window_needs_causal_and_a_count():
     with pytest.raises(ValueError, match="needs causal"):
         ops.attention(x, x, x, window=2)
     for bad in (-1, 1.5, True, "2"):
-        with pytest.raises(ValueError, match="window must be an integer >= 0"):
+        with pytest.raises(ValueError, match=r"window must be an integer in \[0, "):
             ops.attention(x, x, x, causal=True, window=bad)
-        with pytest.raises(ValueError, match="window must be an integer >= 0"):
+        with pytest.raises(ValueError, match=r"window must be an integer in \[0, "):
             ops.attention_token_major(t.input(np.ones((1, 3, 2))), t.input(np.ones((1, 3, 2))),
                                       t.input(np.ones((1, 3, 2))), 1, 1, causal=True, window=bad)
 

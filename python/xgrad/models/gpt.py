@@ -9,11 +9,12 @@ token embedding, optional grouped-query heads; safetensors checkpoints; the hand
 """
 
 import json
+import numbers
 
 import numpy as np
 
 from .. import _core
-from .._tape import Parameter, Tape, Var, _core_class, _dtype_of, as_ids, as_token_list
+from .._tape import Parameter, Tape, Var, _core_class, _dtype_of, as_ids, as_token_list, whole_number
 from ..divergence import first_divergence
 
 
@@ -193,11 +194,14 @@ class GPT:
         """Continues ``prompt`` through a KV cache: ``tokens`` new ids drawn at ``temperature`` (0: the most
         likely) among the ``top_k`` most likely (0: all), seeded. ``prompt``: token ids (returns ids) or
         text (returns the continuation as text; needs the model's vocabulary)."""
-        if int(tokens) < 0 or int(top_k) < 0 or int(seed) < 0 or not temperature >= 0:
-            raise ValueError("GPT.sample: tokens, top_k, seed and temperature must be >= 0")
+        tokens = whole_number("GPT.sample: tokens", tokens)
+        top_k = whole_number("GPT.sample: top_k", top_k)
+        seed = whole_number("GPT.sample: seed", seed, high=2**64)
+        if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not temperature >= 0:
+            raise ValueError("GPT.sample: temperature must be a number >= 0, got %r" % (temperature,))
         text = isinstance(prompt, (str, bytes))
         ids = self.encode(prompt) if text else as_token_list(prompt, "GPT.sample prompt")
-        out = self._m.sample(ids, int(tokens), float(temperature), int(top_k), int(seed))
+        out = self._m.sample(ids, tokens, float(temperature), top_k, seed)
         return self.decode(out) if text else out
 
     def _need_vocabulary(self):
