@@ -5,6 +5,8 @@
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=practice_text.sh
 source "$(dirname "$0")/practice_text.sh"
+# shellcheck source-path=SCRIPTDIR source=poll.sh
+source "$(dirname "$0")/poll.sh"
 train=$1
 sample=$2
 dir=$3
@@ -15,9 +17,6 @@ practice_text 9 5000 "kill the writer mid-sentence and the old checkpoint must s
 args=(--data "$dir/text.txt" --out "$dir/run" --layers 4 --d-model 128 --heads 4 --block 16 --batch 2
       --eval-every 0 --eval-windows 8 --save-every 1 --sample-tokens 0 --no-plots --quiet --decay-steps 100000)
 "$train" "${args[@]}" --steps 1  # a first checkpoint
-# pause SECONDS: waits without a fork (a read that times out), as tests/hostile/replay.sh does.
-exec {pause_fd}<> <(:)
-pause() { read -r -t "$1" -u "$pause_fd" _ || true; }
 RANDOM=42
 landed_in_write=0
 for i in $(seq 1 "$kills"); do

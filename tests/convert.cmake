@@ -1,10 +1,3 @@
-# The xgrad-convert command-line checks (tests/convert_tool_test.cpp): a doctest program that runs the tool.
-if(TARGET xgrad-convert)
-  add_executable(convert_tool_test ${CMAKE_CURRENT_LIST_DIR}/convert_tool_test.cpp)
-  target_link_libraries(convert_tool_test PRIVATE xgrad xgrad_doctest xgrad_test_source_dir)
-  add_dependencies(convert_tool_test xgrad-convert)
-  add_test(NAME convert_tool COMMAND convert_tool_test)
-endif()
 # tools/nanogpt_convert.py, round trip through xgrad's strict reader; skipped where PyTorch is missing.
 if(TARGET xgrad-convert)
   add_test(NAME nanogpt_convert

@@ -14,6 +14,8 @@
 #include "test_util.hpp"
 #include "train/tokenizer.hpp"
 
+namespace convert_tool_test
+{
 using namespace xgrad;
 using xgrad::test::listing;
 using xgrad::test::read_bytes;
@@ -123,3 +125,4 @@ TEST_CASE("a tokenizer in the metadata that does not parse or disagrees with the
     with_metadata({ { "tokenizer", "tiktoken" } }, "allowed: bytes, sentencepiece");
     with_metadata({ { "norm", "batchnorm" } }, "\"norm\" is 'batchnorm'; allowed: layernorm, rmsnorm");
 }
+}  // namespace convert_tool_test

@@ -6,6 +6,8 @@
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=practice_text.sh
 source "$(dirname "$0")/practice_text.sh"
+# shellcheck source-path=SCRIPTDIR source=poll.sh
+source "$(dirname "$0")/poll.sh"
 program=$1
 dir=$2
 rm -rf "$dir" && mkdir -p "$dir"
@@ -17,7 +19,6 @@ grid=(--data "$dir/text.txt" --axis heads=1,2 --seeds 2 --steps $steps --jobs 1 
 mpirun=(mpirun --allow-run-as-root --oversubscribe -np 2)
 runs=("heads=1/seed-1" "heads=2/seed-1" "heads=1/seed-2" "heads=2/seed-2")
 fail() { echo "$1"; exit 1; }
-rows() { [ -f "$1/log.csv" ] && echo $(($(wc -l < "$1/log.csv") - 1)) || echo 0; }
 
 # The one-process grid to compare with runs beside the two processes rather than before them: the test
 # holds both cores (PROCESSORS 2), and the three processes keep them busy.
@@ -28,15 +29,16 @@ trap 'kill $one 2> /dev/null || true' EXIT  # a failure below leaves no grid run
 # Two processes, killed once both have a run under way past a checkpoint.
 "${mpirun[@]}" "$program" "${grid[@]}" --out "$dir/two" &
 launcher=$!
+past_checkpoint() { logged_steps "$1" && ((steps_logged >= 50)); }
 for _ in $(seq 3000); do  # up to 60 s
-    [ "$(rows "$dir/two/heads=1/seed-1")" -ge 50 ] && [ "$(rows "$dir/two/heads=2/seed-1")" -ge 50 ] && break
-    sleep 0.02
+    past_checkpoint "$dir/two/heads=1/seed-1" && past_checkpoint "$dir/two/heads=2/seed-1" && break
+    pause 0.02
 done
 kill -9 $launcher
 wait $launcher 2> /dev/null || true
 for _ in $(seq 100); do  # up to 10 s for the ranks and their children to go
     pgrep -f -- "--out $dir/two" > /dev/null || break
-    sleep 0.1
+    pause 0.1
 done
 pgrep -f -- "--out $dir/two" > /dev/null && fail "processes of the grid outlived the killed mpirun"
 unfinished=0

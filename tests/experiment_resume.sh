@@ -6,6 +6,8 @@
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=practice_text.sh
 source "$(dirname "$0")/practice_text.sh"
+# shellcheck source-path=SCRIPTDIR source=poll.sh
+source "$(dirname "$0")/poll.sh"
 program=$1
 dir=$3
 rm -rf "$dir" && mkdir -p "$dir"
@@ -15,27 +17,27 @@ grid=(--data "$dir/text.txt" --out "$dir/out" --axis heads=1,2 --seeds 2 --steps
       --set d-model=16 --set block=16 --set batch=4 --set eval-every=100 --set eval-windows=4 --set save-every=20
       --set no-plots=true --quiet)
 fail() { echo "$1"; exit 1; }
-rows() { [ -f "$1/log.csv" ] && echo $(($(wc -l < "$1/log.csv") - 1)) || echo 0; }
 
 "$program" "${grid[@]}" &
 runner=$!
 first="$dir/out/heads=1/seed-1"
 second="$dir/out/heads=2/seed-1"
 for _ in $(seq 3000); do  # up to 60 s: the first run finished and the second past a checkpoint
-    [ -f "$first/finished" ] && [ "$(rows "$second")" -ge 50 ] && break
-    sleep 0.02
+    [ -f "$first/finished" ] && logged_steps "$second" && ((steps_logged >= 50)) && break
+    pause 0.02
 done
 [ -f "$first/finished" ] || fail "the first run did not finish in time"
 kill -9 $runner
 wait $runner 2> /dev/null || true
 for _ in $(seq 100); do  # up to 10 s for the children to notice (a loaded machine is slow to schedule them)
     pgrep -f -- "--out $dir/out/" > /dev/null || break
-    sleep 0.1
+    pause 0.1
 done
 if pgrep -f -- "--out $dir/out/" > /dev/null; then
     fail "xgrad-train children outlived the killed runner"
 fi
-killed_at=$(rows "$second")
+logged_steps "$second"
+killed_at=$steps_logged
 [ "$killed_at" -lt $steps ] || fail "the second run had finished before the kill (rows: $killed_at)"
 [ ! -f "$second/finished" ] || fail "the second run is marked finished"
 

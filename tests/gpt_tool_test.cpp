@@ -27,6 +27,8 @@
 #include "io/safetensors.hpp"
 #include "models/gpt.hpp"
 
+namespace gpt_tool_test
+{
 using namespace xgrad;
 using xgrad::test::listing;
 using xgrad::test::max_relative_difference;
@@ -605,3 +607,4 @@ TEST_CASE("xgrad-gpt-npy runs every variant's checkpoint: logits and loss as the
         }
     }
 }
+}  // namespace gpt_tool_test

@@ -17,6 +17,8 @@
 #include "source_dir.hpp"
 #include "test_util.hpp"
 
+namespace gpt_variant_tool_test
+{
 using namespace xgrad;
 namespace fs = std::filesystem;
 
@@ -159,3 +161,4 @@ TEST_CASE("xgrad-gpt-npy refuses a variant flag whose model has other tensors, i
           "xgrad-gpt-npy: run_as: mlp = swiglu needs other tensors than the checkpoint's, trained with mlp = relu2\n");
     CHECK_FALSE(fs::exists(out.path / "run"));
 }
+}  // namespace gpt_variant_tool_test

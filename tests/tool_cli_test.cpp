@@ -26,6 +26,8 @@
 
 #include "io/npy.hpp"
 
+namespace tool_cli_test
+{
 using namespace xgrad;
 using xgrad::test::quote;
 using xgrad::test::read_bytes;
@@ -596,3 +598,4 @@ TEST_CASE("xgrad-mha-npy --detect-anomaly: the same files when nothing is anomal
     const auto unwatched = run_good(scratch, in, scratch.path / "unwatched", "--heads 2", want, "float64");
     CHECK_FALSE(std::isfinite(unwatched.at("output")(0, 0, 0)));
 }
+}  // namespace tool_cli_test

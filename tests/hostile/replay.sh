@@ -32,8 +32,8 @@ read_resident_kib() {
         if [ "$key" = "VmRSS:" ]; then rss=$value; fi
     done <"/proc/$1/status"; } 2>/dev/null
 }
-exec {pause_fd}<> <(:)
-pause() { read -r -t 0.01 -u "$pause_fd" _ || true; }
+# shellcheck source=../poll.sh
+source "$here/../poll.sh"
 shopt -s nullglob dotglob
 # entries PATH: sets `entries` to the names in the folder PATH; to PATH's own name when it is a file (a
 # tool that writes its output folder as a file left a file too); to none when PATH does not exist.
@@ -77,7 +77,7 @@ watch() {
         now_ms
         if [ $((ms - start)) -gt "$limit_ms" ]; then killed="still running after ${limit_ms} ms"; fi
         if [ -n "$killed" ]; then kill -9 "$pid" 2>/dev/null; break; fi
-        pause
+        pause 0.01
     done
     wait "$pid"
     status=$?
