@@ -1,7 +1,8 @@
-// Fuzz target: the safetensors reader (io/safetensors.hpp). A file the reader accepts must be written
-// back by write_safetensors and read again to the same metadata, names, dtypes, shapes and values; a file
-// it refuses must give format_error with one printable line that names the file. Anything else (another
-// exception, a crash, a sanitizer report) is a bug.
+// Fuzz target: the safetensors reader (io/safetensors.hpp), in both of its modes. In either, a file it
+// refuses must give format_error with one printable line that names the file. A file the default mode
+// (F32 and F64) accepts must be written back by write_safetensors and read again to the same metadata,
+// names, dtypes, shapes and values, and the any_float mode (F16 and BF16 too) must read it the same way.
+// Anything else (another exception, a crash, a sanitizer report) is a bug.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -32,24 +33,55 @@ bool same_values(const array<double>& a, const array<double>& b)
     }
     return true;
 }
+
+bool same_files(const io::safetensors_file& a, const io::safetensors_file& b)
+{
+    if (a.metadata != b.metadata || a.tensors.size() != b.tensors.size())
+    {
+        return false;
+    }
+    for (const auto& [name, t] : a.tensors)
+    {
+        const auto found = b.tensors.find(name);
+        if (found == b.tensors.end() || found->second.dtype != t.dtype || !same_values(found->second.values, t.values))
+        {
+            return false;
+        }
+    }
+    return true;
+}
+
+// Reads `path` in the mode `accepted` into `file`; false when the reader refuses it, as it must: with a
+// format_error of one printable line that starts with the path.
+bool read_or_refuse(const std::string& path, io::accepted_dtypes accepted, io::safetensors_file& file)
+{
+    try
+    {
+        file = io::read_safetensors(path, accepted);
+        return true;
+    }
+    catch (const io::format_error& e)
+    {
+        const std::string message = e.what();
+        fuzz::require(message.rfind(path + ": ", 0) == 0, "message does not start with the path", message);
+        fuzz::require(fuzz::printable(message), "message holds a byte that is not printable ASCII", message);
+        return false;
+    }
+}
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size)
 {
     static const fuzz::scratch_file input("safetensors-input"), copy("safetensors-copy");
     input.write(data, size);
+    io::safetensors_file any_float;
+    const bool any_float_read = read_or_refuse(input.path, io::accepted_dtypes::any_float, any_float);
     io::safetensors_file file;
-    try
+    if (!read_or_refuse(input.path, io::accepted_dtypes::f32_and_f64, file))
     {
-        file = io::read_safetensors(input.path);
-    }
-    catch (const io::format_error& e)
-    {
-        const std::string message = e.what();
-        fuzz::require(message.rfind(input.path + ": ", 0) == 0, "message does not start with the path", message);
-        fuzz::require(fuzz::printable(message), "message holds a byte that is not printable ASCII", message);
         return 0;
     }
+    fuzz::require(any_float_read && same_files(any_float, file), "any_float reads an F32/F64 file differently");
     io::write_safetensors(copy.path, file);
     const io::safetensors_file again = io::read_safetensors(copy.path);
     fuzz::require(again.metadata == file.metadata, "metadata changed in a write and read");

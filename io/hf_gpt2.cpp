@@ -1,16 +1,11 @@
 // The GPT-2 layout to and from xgrad's names: c_attn split into W_Q, W_K, W_V (columns) and joined back,
-// other names renamed; config.json from and to the sizes; half-precision safetensors widened on reading.
+// other names renamed; config.json from and to the sizes. model.safetensors is read by the strict reader
+// (io/safetensors.hpp), which also accepts the half-precision dtypes Hugging Face stores.
 #include "io/hf_gpt2.hpp"
 
 #include <cstdint>
-#include <cstdio>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <memory>
-#include <set>
 #include <stdexcept>
-#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -26,123 +21,6 @@ namespace fs = std::filesystem;
 
 constexpr std::uintmax_t max_config_bytes = 1'000'000;
 const std::string metadata_prefix = "xgrad.";
-
-std::size_t float_bytes(const std::string& dtype)
-{
-    return dtype == "F64" ? 8 : dtype == "F32" ? 4 : dtype == "F16" || dtype == "BF16" ? 2 : 0;
-}
-
-double half_to_double(std::uint16_t h)
-{
-    const int exponent = (h >> 10) & 0x1f;
-    const int mantissa = h & 0x3ff;
-    const double sign = (h & 0x8000) ? -1.0 : 1.0;
-    if (exponent == 0)
-    {
-        return sign * std::ldexp(mantissa, -24);
-    }
-    if (exponent == 31)
-    {
-        return mantissa ? std::nan("") : sign * INFINITY;
-    }
-    return sign * std::ldexp(mantissa + 1024, exponent - 25);
-}
-
-double element(const unsigned char* p, const std::string& dtype)
-{
-    if (dtype == "F64")
-    {
-        double v;
-        std::memcpy(&v, p, 8);
-        return v;
-    }
-    if (dtype == "F32")
-    {
-        float v;
-        std::memcpy(&v, p, 4);
-        return v;
-    }
-    std::uint16_t bits;
-    std::memcpy(&bits, p, 2);
-    if (dtype == "F16")
-    {
-        return half_to_double(bits);
-    }
-    const std::uint32_t wide = std::uint32_t(bits) << 16; // BF16: the top half of a float32
-    float v;
-    std::memcpy(&v, &wide, 4);
-    return v;
-}
-
-struct tensor_entry
-{
-    std::string name, dtype;
-    shape_t shape;
-    std::uint64_t begin = 0, end = 0;
-};
-
-tensor_entry parse_entry(const std::string& path, const std::string& name, const json& v,
-                         std::uint64_t buffer)
-{
-    const std::string what = "tensor " + printable(name);
-    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets") ||
-        !v["dtype"].is_string() || !v["shape"].is_array() || !v["data_offsets"].is_array() ||
-        v["data_offsets"].size() != 2)
-    {
-        fail(path, what + " is not an object with dtype, shape and data_offsets [begin, end]");
-    }
-    tensor_entry e{ name, v["dtype"].get<std::string>(), {}, 0, 0 };
-    if (float_bytes(e.dtype) == 0)
-    {
-        fail(path, what + " has dtype " + printable(e.dtype) + "; F16, BF16, F32 and F64 are read");
-    }
-    std::uint64_t count = 1;
-    bool overflow = false;
-    for (const json& s : v["shape"])
-    {
-        if (!s.is_number_unsigned())
-        {
-            fail(path, what + ": shape must hold non-negative integers");
-        }
-        e.shape.push_back(s.get<std::size_t>());
-        overflow = overflow || __builtin_mul_overflow(count, s.get<std::uint64_t>(), &count);
-    }
-    std::uint64_t bytes = 0;
-    overflow = overflow || __builtin_mul_overflow(count, float_bytes(e.dtype), &bytes);
-    for (const json& o : v["data_offsets"])
-    {
-        if (!o.is_number_unsigned())
-        {
-            fail(path, what + ": data_offsets must hold non-negative integers");
-        }
-    }
-    e.begin = v["data_offsets"][0].get<std::uint64_t>();
-    e.end = v["data_offsets"][1].get<std::uint64_t>();
-    if (overflow || e.end < e.begin || e.end > buffer || e.end - e.begin != bytes)
-    {
-        fail(path,
-             what + " has data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
-               "] that do not hold shape " + shape_text(e.shape) + " of " + e.dtype + " inside the " +
-               std::to_string(buffer) + "-byte buffer");
-    }
-    return e;
-}
-
-struct file_closer
-{
-    void operator()(std::FILE* f) const { std::fclose(f); }
-};
-
-std::string read_exactly(std::FILE* f, std::uint64_t offset, std::uint64_t bytes, const std::string& path)
-{
-    std::string out(bytes, '\0');
-    if (std::fseek(f, static_cast<long>(offset), SEEK_SET) != 0 ||
-        (bytes && std::fread(out.data(), 1, bytes, f) != bytes))
-    {
-        fail(path, "cannot read " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset));
-    }
-    return out;
-}
 
 json parse_json_file(const std::string& path)
 {
@@ -301,96 +179,12 @@ stored_tensor zeros(std::size_t n)
 }
 } // namespace
 
-safetensors_file read_safetensors_any_float(const std::string& path)
-{
-    std::error_code ec;
-    const std::uint64_t size = fs::file_size(path, ec);
-    if (ec)
-    {
-        fail(path, "cannot read (" + ec.message() + ")");
-    }
-    std::unique_ptr<std::FILE, file_closer> f(std::fopen(path.c_str(), "rb"));
-    if (!f || size < 8)
-    {
-        fail(path, f ? "is shorter than the 8-byte header length" : "cannot open");
-    }
-    std::uint64_t header_length = 0;
-    std::memcpy(&header_length, read_exactly(f.get(), 0, 8, path).data(), 8);
-    if (header_length > size - 8 || header_length > max_header_bytes)
-    {
-        fail(path,
-             "header length " + std::to_string(header_length) + " exceeds the file's " +
-               std::to_string(size) + " bytes");
-    }
-    json header;
-    try
-    {
-        header = parse_json_bounded<json>(read_exactly(f.get(), 8, header_length, path), path + ": header");
-    }
-    catch (const std::invalid_argument& e)
-    {
-        throw format_error(e.what());
-    }
-    if (!header.is_object())
-    {
-        fail(path, "header is not a JSON object");
-    }
-    const std::uint64_t buffer = size - 8 - header_length;
-    safetensors_file out;
-    std::vector<tensor_entry> entries;
-    for (const auto& [name, value] : header.items())
-    {
-        if (name == "__metadata__")
-        {
-            if (!value.is_object())
-            {
-                fail(path, "__metadata__ is not an object of strings");
-            }
-            for (const auto& [k, v] : value.items())
-            {
-                if (!v.is_string())
-                {
-                    fail(path, "metadata " + printable(k) + " is not a string");
-                }
-                out.metadata[k] = v.get<std::string>();
-            }
-            continue;
-        }
-        entries.push_back(parse_entry(path, name, value, buffer));
-    }
-    std::sort(
-      entries.begin(), entries.end(),
-      [](const tensor_entry& a, const tensor_entry& b) { return a.begin < b.begin; });
-    for (std::size_t i = 1; i < entries.size(); ++i)
-    {
-        if (entries[i].begin < entries[i - 1].end)
-        {
-            fail(path,
-                 "tensors " + printable(entries[i - 1].name) + " and " + printable(entries[i].name) +
-                   " overlap");
-        }
-    }
-    for (const tensor_entry& e : entries)
-    {
-        const std::string bytes = read_exactly(f.get(), 8 + header_length + e.begin, e.end - e.begin, path);
-        stored_tensor t{ e.dtype, array<double>::from_shape(e.shape) };
-        const std::size_t width = float_bytes(e.dtype);
-        for (std::size_t i = 0; i < t.values.size(); ++i)
-        {
-            t.values.data()[i] =
-              element(reinterpret_cast<const unsigned char*>(bytes.data()) + i * width, e.dtype);
-        }
-        out.tensors.emplace(e.name, std::move(t));
-    }
-    return out;
-}
-
 safetensors_file read_hf_gpt2(const std::string& folder, model_layout& layout)
 {
     const std::string config_path = (fs::path(folder) / "config.json").string();
     const std::string weights_path = (fs::path(folder) / "model.safetensors").string();
     const json config = parse_json_file(config_path);
-    safetensors_file hf = read_safetensors_any_float(weights_path);
+    safetensors_file hf = read_safetensors(weights_path, accepted_dtypes::any_float);
 
     layout = model_layout{};
     layout.d_model = config_size(config, "n_embd", config_path);

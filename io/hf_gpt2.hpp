@@ -12,16 +12,12 @@
 
 namespace xgrad::io
 {
-// Reads a safetensors file whose tensors may also be F16 or BF16 (widened to double exactly; `dtype`
-// keeps the stored name). Everything else is checked as read_safetensors checks it, before any tensor
-// is read, so no allocation exceeds what the file's size justifies. Throws format_error naming the file.
-safetensors_file read_safetensors_any_float(const std::string& path);
-
-// The folder's model in xgrad's names and shapes (F16 and BF16 tensors widened to F32), its metadata: the
-// sizes and variant from config.json and the tensors, plus any "xgrad.*" metadata a conversion from xgrad
-// stored (the prefix dropped). Throws format_error naming the file and the key or tensor: a config.json that
-// does not parse or disagrees with the tensors, a setting GPT-2 has but xgrad does not compute, a missing or
-// extra tensor.
+// The folder's model in xgrad's names and shapes, its metadata: the sizes and variant from config.json and
+// the tensors, plus any "xgrad.*" metadata a conversion from xgrad stored (the prefix dropped).
+// model.safetensors is read by read_safetensors with accepted_dtypes::any_float, every check included; its
+// F16 and BF16 tensors are widened to F32. Throws format_error naming the file and the key or tensor: a
+// config.json that does not parse or disagrees with the tensors, a setting GPT-2 has but xgrad does not
+// compute, a missing or extra tensor, a damaged safetensors file.
 safetensors_file read_hf_gpt2(const std::string& folder, model_layout& layout);
 
 // Writes `model` (xgrad's names, checked against `layout`) as the folder `folder`, atomically

@@ -1,8 +1,9 @@
 // The safetensors reader and writer. Reading checks the whole header before a byte of data is read:
 // the length against the file, the JSON, every entry's dtype, shape and byte range, and that the ranges
 // tile the data buffer exactly (the format's rule: no holes, no overlaps, no trailing bytes, so that a
-// file cannot carry hidden content). Writing goes to a temporary file beside the target, which is
-// flushed to disk and then renamed over it.
+// file cannot carry hidden content). Half-precision data (Hugging Face's F16 and BF16) is widened on
+// reading. Writing goes to a temporary file beside the target, which is flushed to disk and then renamed
+// over it.
 #include "io/safetensors.hpp"
 
 #include <fcntl.h>
@@ -10,12 +11,13 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <limits>
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <set>
 #include <type_traits>
@@ -72,9 +74,21 @@ std::string list_str(std::uint64_t a, std::uint64_t b)
     return "[" + std::to_string(a) + ", " + std::to_string(b) + "]";
 }
 
+// The bytes of one value of each dtype this file reads; 0 for any other.
 std::size_t dtype_bytes(const std::string& dtype)
 {
-    return dtype == "F64" ? 8 : dtype == "F32" ? 4 : 0;
+    return dtype == "F64" ? 8 : dtype == "F32" ? 4 : dtype == "F16" || dtype == "BF16" ? 2 : 0;
+}
+
+bool accepts(accepted_dtypes accepted, const std::string& dtype)
+{
+    const bool half = dtype == "F16" || dtype == "BF16";
+    return dtype == "F32" || dtype == "F64" || (half && accepted == accepted_dtypes::any_float);
+}
+
+std::string accepted_names(accepted_dtypes accepted)
+{
+    return accepted == accepted_dtypes::any_float ? "F16, BF16, F32 and F64" : "F32 and F64";
 }
 
 // ---- the header -----------------------------------------------------------------------------------
@@ -172,7 +186,8 @@ std::uint64_t non_negative_integer(const std::string& path, const std::string& w
     return v.get<std::uint64_t>();
 }
 
-entry read_entry(const std::string& path, const std::string& name, const json& v, std::uint64_t buffer_size)
+entry read_entry(const std::string& path, const std::string& name, const json& v, std::uint64_t buffer_size,
+                 accepted_dtypes accepted)
 {
     const std::string tensor = "tensor " + printable(name);
     if (!v.is_object())
@@ -203,9 +218,10 @@ entry read_entry(const std::string& path, const std::string& name, const json& v
         fail(path, tensor + ": dtype must be a string, it is " + json_kind(dtype));
     }
     e.dtype = dtype.get<std::string>();
-    if (dtype_bytes(e.dtype) == 0)
+    if (!accepts(accepted, e.dtype))
     {
-        fail(path, tensor + " has dtype " + printable(e.dtype) + "; only F32 and F64 are supported");
+        fail(path, tensor + " has dtype " + printable(e.dtype) + "; only " + accepted_names(accepted) +
+                     " are supported");
     }
 
     const json& shape = v.at("shape");
@@ -316,6 +332,60 @@ std::size_t read_at(int fd, void* out, std::size_t bytes, std::uint64_t offset)
         done += static_cast<std::size_t>(n);
     }
     return done;
+}
+
+// Reads `count` values stored as S at `offset` of the file into `out`, in chunks through a small buffer,
+// each value widened by `widen` and then converted to T once. False where the file ends early.
+template <class S, class T, class Widen>
+bool read_converted(int fd, std::uint64_t offset, std::size_t count, T* out, Widen widen)
+{
+    constexpr std::size_t chunk = 1 << 14;
+    std::vector<S> buffer(std::min(count, chunk));
+    for (std::size_t done = 0; done < count;)
+    {
+        const std::size_t n = std::min(chunk, count - done);
+        if (read_at(fd, buffer.data(), n * sizeof(S), offset + done * sizeof(S)) != n * sizeof(S))
+        {
+            return false;
+        }
+        for (std::size_t k = 0; k < n; ++k)
+        {
+            out[done + k] = static_cast<T>(widen(buffer[k]));
+        }
+        done += n;
+    }
+    return true;
+}
+
+float float_from_bits(std::uint32_t bits)
+{
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+// F16, IEEE 754 binary16: a sign bit, 5 exponent bits (bias 15) and 10 fraction bits. Every value is a
+// float exactly; infinities and NaNs (the exponent all ones) keep their sign and payload in float's
+// wider fields.
+float half_to_float(std::uint16_t h)
+{
+    const std::uint32_t sign = h & 0x8000u;
+    const int exponent = (h >> 10) & 0x1f;
+    const int fraction = h & 0x3ff;
+    if (exponent == 0x1f)
+    {
+        return float_from_bits((sign << 16) | 0x7f800000u | (static_cast<std::uint32_t>(fraction) << 13));
+    }
+    // Zero and the subnormals are fraction * 2^-24; a normal number has an implicit leading 1 (1024).
+    const float magnitude = exponent == 0 ? std::ldexp(static_cast<float>(fraction), -24)
+                                          : std::ldexp(static_cast<float>(1024 + fraction), exponent - 25);
+    return sign ? -magnitude : magnitude;
+}
+
+// BF16, bfloat16: the top 16 bits of a float32 (its sign, its 8 exponent bits, 7 of its fraction bits).
+float bfloat16_to_float(std::uint16_t b)
+{
+    return float_from_bits(static_cast<std::uint32_t>(b) << 16);
 }
 
 // An open file descriptor, closed on every path out of the reader's constructor until it is kept.
@@ -498,13 +568,12 @@ std::string header_for(const std::string& path, const safetensors_file& file)
             throw std::invalid_argument("write_safetensors: " + path +
                                         ": '__metadata__' cannot name a tensor");
         }
-        const std::size_t item = dtype_bytes(t.dtype);
-        if (item == 0)
+        if (!accepts(accepted_dtypes::f32_and_f64, t.dtype))
         {
             throw std::invalid_argument("write_safetensors: " + path + ": tensor " + printable(name) +
                                         " has dtype " + printable(t.dtype) + " (F32 or F64 are written)");
         }
-        const std::uint64_t bytes = count_to_write(t) * item;
+        const std::uint64_t bytes = count_to_write(t) * dtype_bytes(t.dtype);
         header[name] = {{"dtype", t.dtype},
                         {"shape", shape_to_write(t)},
                         {"data_offsets", {offset, offset + bytes}}};
@@ -540,7 +609,7 @@ std::size_t tensor_info::count() const
     return n;
 }
 
-safetensors_reader::safetensors_reader(const std::string& path) : path_(path)
+safetensors_reader::safetensors_reader(const std::string& path, accepted_dtypes accepted) : path_(path)
 {
     // stat before opening: opening a FIFO for reading would block until someone writes to it.
     struct stat st
@@ -608,7 +677,7 @@ safetensors_reader::safetensors_reader(const std::string& path) : path_(path)
         }
         else
         {
-            entries.push_back(read_entry(path, name, value, buffer_size));
+            entries.push_back(read_entry(path, name, value, buffer_size, accepted));
         }
     }
     check_coverage(path, entries, buffer_size);
@@ -631,30 +700,31 @@ void safetensors_reader::read(const std::string& name, T* out) const
     const tensor_info& t = tensors_.at(name);
     const std::uint64_t at = data_start_ + t.begin;
     const std::size_t count = t.count();
-    auto cannot = [&] {
-        fail(path_, "cannot read the data of tensor " + printable(name) + " (file changed while reading?)");
-    };
+    const auto as_is = [](auto v) { return v; };
+    bool complete = false;
     if (t.dtype == (std::is_same<T, float>::value ? "F32" : "F64"))
     {
-        if (read_at(fd_, out, count * sizeof(T), at) != count * sizeof(T))
-        {
-            cannot();
-        }
-        return;
+        complete = read_at(fd_, out, count * sizeof(T), at) == count * sizeof(T);  // T itself: no conversion
     }
-    // The other dtype: chunks of it read into a small buffer, each converted into `out` once.
-    using stored = std::conditional_t<std::is_same<T, float>::value, double, float>;
-    constexpr std::size_t chunk = 1 << 14;
-    std::vector<stored> buffer(std::min(count, chunk));
-    for (std::size_t done = 0; done < count;)
+    else if (t.dtype == "F32")
     {
-        const std::size_t n = std::min(chunk, count - done);
-        if (read_at(fd_, buffer.data(), n * sizeof(stored), at + done * sizeof(stored)) != n * sizeof(stored))
-        {
-            cannot();
-        }
-        std::copy(buffer.begin(), buffer.begin() + static_cast<std::ptrdiff_t>(n), out + done);
-        done += n;
+        complete = read_converted<float>(fd_, at, count, out, as_is);
+    }
+    else if (t.dtype == "F64")
+    {
+        complete = read_converted<double>(fd_, at, count, out, as_is);
+    }
+    else if (t.dtype == "F16")
+    {
+        complete = read_converted<std::uint16_t>(fd_, at, count, out, half_to_float);
+    }
+    else  // BF16, the only other dtype the header's check lets through
+    {
+        complete = read_converted<std::uint16_t>(fd_, at, count, out, bfloat16_to_float);
+    }
+    if (!complete)
+    {
+        fail(path_, "cannot read the data of tensor " + printable(name) + " (file changed while reading?)");
     }
 }
 
@@ -671,9 +741,9 @@ template void safetensors_reader::read(const std::string&, double*) const;
 template array<float> safetensors_reader::read(const std::string&) const;
 template array<double> safetensors_reader::read(const std::string&) const;
 
-safetensors_file read_safetensors(const std::string& path)
+safetensors_file read_safetensors(const std::string& path, accepted_dtypes accepted)
 {
-    const safetensors_reader reader(path);
+    const safetensors_reader reader(path, accepted);
     safetensors_file out;
     out.metadata = reader.metadata();
     for (const auto& [name, t] : reader.tensors())

@@ -166,8 +166,9 @@ TEST_CASE("hf-gpt2 -> xgrad -> hf-gpt2 and xgrad -> hf-gpt2 -> xgrad are bit-exa
     io::safetensors_file m = io::read_hf_gpt2(fixtures + "hf_f32", layout);
     io::write_safetensors(dir / "a.safetensors", m);
     io::write_hf_gpt2(dir / "hf", m, layout);
-    const auto original = io::read_safetensors_any_float(fixtures + "hf_f32/model.safetensors");
-    const auto again = io::read_safetensors_any_float(dir / "hf/model.safetensors");
+    const auto original =
+      io::read_safetensors(fixtures + "hf_f32/model.safetensors", io::accepted_dtypes::any_float);
+    const auto again = io::read_safetensors(dir / "hf/model.safetensors", io::accepted_dtypes::any_float);
     for (const auto& [name, t] : original.tensors)
     {
         CAPTURE(name);
@@ -206,7 +207,7 @@ TEST_CASE("the default model and bias = none go to GPT-2 with zero biases and co
         layout.tied_head = false;
         const io::safetensors_file m = random_model(layout, 3);
         io::write_hf_gpt2(dir / "hf", m, layout);
-        const auto hf = io::read_safetensors_any_float(dir / "hf/model.safetensors");
+        const auto hf = io::read_safetensors(dir / "hf/model.safetensors", io::accepted_dtypes::any_float);
         CHECK(xt::all(xt::equal(hf.tensors.at("h.1.attn.c_attn.bias").values, 0.0)));
         CHECK(hf.tensors.at("lm_head.weight").values == xt::transpose(m.tensors.at("lm_head").values));
         io::model_layout back;
@@ -560,15 +561,16 @@ TEST_CASE("a damaged GPT-2 safetensors file is refused, naming the tensor")
         CAPTURE(e);
         CHECK(e.find(expected) != std::string::npos);
     };
-    with_file(file.substr(0, 5), "shorter than the 8-byte header length");
+    with_file(file.substr(0, 5), "5 bytes, too short for the 8-byte header length");
     std::string long_header = file;
     const std::uint64_t n = file.size();
     std::memcpy(long_header.data(), &n, 8);
-    with_file(long_header, "exceeds the file's");
-    with_file(file.substr(0, file.size() - 2), "inside the");
+    with_file(long_header, "runs past the end of the file");
+    with_file(file.substr(0, file.size() - 2), "outside the data buffer");
+    with_file(file + "XY", "(trailing bytes; the format allows none)");
     std::string dtype = file;
     dtype.replace(dtype.find("\"F16\""), 5, "\"I16\"");
-    with_file(dtype, "F16, BF16, F32 and F64 are read");
+    with_file(dtype, "has dtype 'I16'; only F16, BF16, F32 and F64 are supported");
 }
 
 TEST_CASE("converted models compute the logits PyTorch computes from the source layout")

@@ -10,11 +10,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -61,11 +63,12 @@ std::string le_bytes(const std::vector<S>& values)
 }
 
 // Reading `path` throws format_error: one line, "<path>: ...", containing `needle`.
-void check_rejected(const std::string& path, const std::string& needle)
+void check_rejected(const std::string& path, const std::string& needle,
+                    io::accepted_dtypes accepted = io::accepted_dtypes::f32_and_f64)
 {
     try
     {
-        io::read_safetensors(path);
+        io::read_safetensors(path, accepted);
         FAIL("no error for " << path << " (expected '" << needle << "')");
     }
     catch (const io::format_error& e)
@@ -113,6 +116,12 @@ std::string error_of(F&& f)
         return e.what();
     }
     return "(no exception)";
+}
+
+// The same value: equal with the same sign (so -0.0 is not 0.0), or both NaN.
+bool same_value(double a, double b)
+{
+    return (std::isnan(a) && std::isnan(b)) || (a == b && std::signbit(a) == std::signbit(b));
 }
 
 bool starts_with(const std::string& s, const std::string& prefix)
@@ -359,6 +368,163 @@ TEST_CASE("safetensors strict reading: every malformed file names the file and t
         write_bytes(path, u64_le(200'000'000));
         fs::resize_file(path, 200'000'100);  // sparse: the length fits in the file
         check_rejected(path, "header length 200000000 is over the limit of 100000000 bytes");
+    }
+}
+
+// ---- half precision: Hugging Face's F16 and BF16 -----------------------------------------------------
+
+TEST_CASE("accepted_dtypes::any_float widens F16 and BF16 exactly, read as float and as double")
+{
+    temp_dir dir;
+    const std::string path = dir / "half.safetensors";
+    const double inf = std::numeric_limits<double>::infinity();
+    // Each value worked out from its bits. F16: sign, 5 exponent bits (bias 15), 10 fraction bits; an
+    // exponent of 0 means fraction * 2^-24. BF16: the top half of a float32 (8 exponent bits, bias 127).
+    const std::vector<std::uint16_t> f16 = {
+      0x3c00,  // exponent 15, fraction 0: 1
+      0xc000,  // negative, exponent 16: -2
+      0x3555,  // exponent 13, fraction 0x155 = 341: (1 + 341/1024) * 2^-2 = 1365/4096
+      0x7bff,  // the largest finite: exponent 30, fraction 1023: (2 - 2^-10) * 2^15 = 65504
+      0x0400,  // the smallest normal: 2^-14
+      0x0001,  // the smallest subnormal: 1 * 2^-24
+      0x83ff,  // the largest subnormal, negative: -1023 * 2^-24
+      0x8000,  // -0
+      0x7c00,  // +infinity
+      0xfc00,  // -infinity
+      0x7e01,  // a NaN (exponent all ones, fraction not 0)
+    };
+    const std::vector<double> f16_values = {1.0,     -2.0,    1365.0 / 4096.0, 65504.0, 0x1p-14, 0x1p-24,
+                                            -0x1.ff8p-15, -0.0, inf,             -inf,    std::nan("")};
+    const std::vector<std::uint16_t> bf16 = {
+      0x3f80,  // float32 0x3f800000: 1
+      0xc0a0,  // 0xc0a00000: negative, exponent 129, fraction 0x20/128: -(1 + 1/4) * 2^2 = -5
+      0x4049,  // 0x40490000: exponent 128, fraction 0x49 = 73: (1 + 73/128) * 2 = 201/64
+      0x7f7f,  // the largest finite: exponent 254, fraction 127: (2 - 2^-7) * 2^127
+      0x0080,  // the smallest normal: 2^-126
+      0x0001,  // 0x00010000, a subnormal float32: 2^16 * 2^-149 = 2^-133
+      0x8000,  // -0
+      0x7f80,  // +infinity
+      0xff80,  // -infinity
+      0x7fc0,  // a NaN
+    };
+    const std::vector<double> bf16_values = {1.0, -5.0, 201.0 / 64.0, 0x1.fep127, 0x1p-126, 0x1p-133, -0.0, inf,
+                                             -inf, std::nan("")};
+    const std::string header = R"({"__metadata__":{"format":"pt"},)"
+                               R"("h":{"dtype":"F16","shape":[11],"data_offsets":[0,22]},)"
+                               R"("b":{"dtype":"BF16","shape":[2,5],"data_offsets":[22,42]}})";
+    write_bytes(path, st_file(header, le_bytes(f16) + le_bytes(bf16)));
+
+    const auto check_values = [](const auto& got, const std::vector<double>& want)
+    {
+        REQUIRE(got.size() == want.size());
+        for (std::size_t k = 0; k < want.size(); ++k)
+        {
+            CAPTURE(k);
+            CHECK(same_value(static_cast<double>(got.data()[k]), want[k]));
+        }
+    };
+    const io::safetensors_file f = io::read_safetensors(path, io::accepted_dtypes::any_float);
+    CHECK(f.metadata.at("format") == "pt");
+    CHECK(f.tensors.at("h").dtype == "F16");
+    CHECK(f.tensors.at("b").dtype == "BF16");
+    CHECK(to_shape(f.tensors.at("b").values.shape()) == shape_t{2, 5});
+    check_values(f.tensors.at("h").values, f16_values);
+    check_values(f.tensors.at("b").values, bf16_values);
+
+    const io::safetensors_reader reader(path, io::accepted_dtypes::any_float);
+    CHECK(reader.tensors().at("h").dtype == "F16");
+    check_values(reader.read<float>("h"), f16_values);
+    check_values(reader.read<double>("h"), f16_values);
+    check_values(reader.read<float>("b"), bf16_values);
+    check_values(reader.read<double>("b"), bf16_values);
+}
+
+TEST_CASE("any_float reads every F16 and BF16 bit pattern, in order, through more than one chunk")
+{
+    // All 65536 patterns of each: the non-negative ones up to infinity increase strictly, each negative
+    // pattern is its positive one negated, and every pattern above infinity is a NaN.
+    temp_dir dir;
+    const std::string path = dir / "all.safetensors";
+    std::vector<std::uint16_t> patterns(65536);
+    for (std::size_t k = 0; k < patterns.size(); ++k)
+    {
+        patterns[k] = static_cast<std::uint16_t>(k);
+    }
+    const std::string header = R"({"h":{"dtype":"F16","shape":[65536],"data_offsets":[0,131072]},)"
+                               R"("b":{"dtype":"BF16","shape":[65536],"data_offsets":[131072,262144]}})";
+    write_bytes(path, st_file(header, le_bytes(patterns) + le_bytes(patterns)));
+    const io::safetensors_reader reader(path, io::accepted_dtypes::any_float);
+    struct half_dtype
+    {
+        std::string tensor;
+        std::size_t infinity;  // the pattern of +infinity
+    };
+    for (const half_dtype& d : {half_dtype{"h", 0x7c00}, half_dtype{"b", 0x7f80}})
+    {
+        CAPTURE(d.tensor);
+        const std::size_t infinity = d.infinity;
+        const array<double> v = reader.read<double>(d.tensor);
+        const array<float> narrow = reader.read<float>(d.tensor);
+        std::size_t increasing = 0, mirrored = 0, nans = 0, as_float = 0;
+        for (std::size_t k = 0; k < 0x8000; ++k)
+        {
+            increasing += k == 0 || k > infinity || v(k) > v(k - 1);
+            mirrored += same_value(v(k | 0x8000), -v(k));
+            nans += k > infinity && std::isnan(v(k));
+        }
+        for (std::size_t k = 0; k < v.size(); ++k)
+        {
+            as_float += same_value(narrow(k), v(k));
+        }
+        CHECK(v(infinity) == std::numeric_limits<double>::infinity());
+        CHECK(increasing == 0x8000);
+        CHECK(mirrored == 0x8000);
+        CHECK(nans == 0x7fff - infinity);
+        CHECK(as_float == 65536);
+    }
+}
+
+TEST_CASE("each mode refuses the dtypes it does not accept, naming those it does; any_float is as strict")
+{
+    temp_dir dir;
+    const auto any_float = io::accepted_dtypes::any_float;
+    const std::string two_f16 = le_bytes<std::uint16_t>({0x3c00, 0x4000});
+    const std::string half_entry = R"({"dtype":"F16","shape":[2],"data_offsets":[0,4]})";
+    struct bad_file
+    {
+        std::string name, bytes, needle;
+        io::accepted_dtypes accepted;
+    };
+    const std::vector<bad_file> cases = {
+      {"F16 in xgrad's mode", st_file(with_entry(half_entry), two_f16),
+       "tensor 't' has dtype 'F16'; only F32 and F64 are supported", io::accepted_dtypes::f32_and_f64},
+      {"BF16 in xgrad's mode", st_file(with_entry(R"({"dtype":"BF16","shape":[2],"data_offsets":[0,4]})"), two_f16),
+       "tensor 't' has dtype 'BF16'; only F32 and F64 are supported", io::accepted_dtypes::f32_and_f64},
+      {"I16", st_file(with_entry(R"({"dtype":"I16","shape":[2],"data_offsets":[0,4]})"), two_f16),
+       "tensor 't' has dtype 'I16'; only F16, BF16, F32 and F64 are supported", any_float},
+      {"a hole between tensors",
+       st_file(R"({"a":{"dtype":"F16","shape":[1],"data_offsets":[0,2]},)"
+               R"("b":{"dtype":"BF16","shape":[1],"data_offsets":[4,6]}})",
+               two_f16 + two_f16.substr(0, 2)),
+       "bytes [2, 4] of the data buffer belong to no tensor", any_float},
+      {"trailing bytes", st_file(with_entry(half_entry), two_f16 + "XY"),
+       "the data buffer has 6 bytes but the tensors cover 4 (trailing bytes", any_float},
+      {"wrong length for the shape",
+       st_file(with_entry(R"({"dtype":"BF16","shape":[3],"data_offsets":[0,4]})"), two_f16),
+       "data_offsets [0, 4] (4 bytes) but shape (3) of BF16 needs 6 bytes", any_float},
+      {"unknown field",
+       st_file(with_entry(R"({"dtype":"F16","shape":[2],"data_offsets":[0,4],"scale":2})"), two_f16),
+       "tensor 't' has an unknown field 'scale'", any_float},
+      {"duplicate tensor", st_file("{\"t\":" + half_entry + ",\"t\":" + half_entry + "}", two_f16),
+       "header JSON has the key 't' twice in one object", any_float},
+    };
+    int k = 0;
+    for (const bad_file& c : cases)
+    {
+        CAPTURE(c.name);
+        const std::string path = dir / ("bad" + std::to_string(k++) + ".safetensors");
+        write_bytes(path, c.bytes);
+        check_rejected(path, c.needle, c.accepted);
     }
 }
 
