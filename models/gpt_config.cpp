@@ -97,13 +97,22 @@ std::string allowed_text(off_when_zero<std::size_t>) { return "a decimal integer
 std::string allowed_text(off_when_zero<double>) { return "a decimal number >= 0 (0 off)"; }
 
 // Sizes are decimal integers that fit 64 bits; what they multiply to is checked by the readers' own
-// limits (io/checkpoint_limits.hpp, io/size_limits.hpp), which saturate instead of wrapping.
+// limits (io/checkpoint_limits.hpp, io/size_limits.hpp), which saturate instead of wrapping. Leading zeros
+// are allowed ("016", "00"). False for any other text.
+namespace
+{
+bool read_decimal(const std::string& text, std::size_t& n)
+{
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+    return !text.empty() && ec == std::errc() && end == text.data() + text.size() &&
+           text.find_first_not_of("0123456789") == std::string::npos;
+}
+}  // namespace
+
 void read_field(const std::string& key, const std::string& text, std::size_t& out)
 {
     std::size_t n = 0;
-    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
-    if (text.empty() || ec != std::errc() || end != text.data() + text.size() ||
-        text.find_first_not_of("0123456789") != std::string::npos || n == 0)
+    if (!read_decimal(text, n) || n == 0)
     {
         throw variant_error(key, text, allowed_text(out));
     }
@@ -121,23 +130,14 @@ void read_field(const std::string& key, const std::string& text, double& out)
     out = x;
 }
 
-// Zero in any spelling ("0", "00") is off, as a size may carry leading zeros ("016"); the rest is a size.
 void read_field(const std::string& key, const std::string& text, off_when_zero<std::size_t>& out)
 {
-    const bool zero = !text.empty() && text.find_first_not_of('0') == std::string::npos;
     std::size_t n = 0;
-    if (!zero)
+    if (!read_decimal(text, n))
     {
-        try
-        {
-            read_field(key, text, n);
-        }
-        catch (const variant_error&)
-        {
-            throw variant_error(key, text, allowed_text(out));
-        }
+        throw variant_error(key, text, allowed_text(out));
     }
-    out = n;
+    out = n;  // 0, in any spelling ("0", "00"), is off
 }
 
 void read_field(const std::string& key, const std::string& text, off_when_zero<double>& out)

@@ -63,7 +63,6 @@ std::uint64_t activation_values(const gpt_sizes& s,
     return mul(mul(batch, tokens), per_token);
 }
 
-
 // A number with an optional K, M, G or T suffix (powers of 1024); false for anything else.
 bool parse_bytes(const std::string& text, std::uint64_t& out)
 {

@@ -14,7 +14,6 @@ layer_norm dropout attention attention_token_major linear linear_gelu linear_gel
 architecture variants': erf silu gelu_exact swiglu rms_norm rope softcap.
 """
 
-
 import numpy as np
 
 from . import _core
