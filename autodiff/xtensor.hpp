@@ -1,5 +1,6 @@
-// The one place xgrad includes xtensor. xtensor 0.24 uses flat header paths; a later upgrade
-// (which moved them under xtensor/containers/, ...) only has to touch this file.
+// Where xgrad includes xtensor's arrays, builders, views and maths. xtensor 0.24 uses flat header paths;
+// a later version moved them (under xtensor/containers/, ...): an upgrade touches this file and the few
+// that take one more facility of their own (shape.hpp's small vector, a reducer, noalias, adapt).
 #pragma once
 
 #include <cstdint>
