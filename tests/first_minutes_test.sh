@@ -47,6 +47,8 @@ expect "the demo's line" $?
 [[ "$out" == *"./dev test 0 min 0"?" s ("*"installed packages): within its budget of 360 s"* ]]
 expect "the suite's line" $?
 [[ "$out" == *"a stub"* && "$out" == *"cores; ccache off"* ]]; expect "the commit and the machine" $?
+run again --repo quick --dir both demo
+[ $status = 0 ] && [ ! -e both/test ]; expect "a folder it made before is made again" $?
 
 stub_repo slow 'sleep 1.1'
 run over --repo slow --dir over --test-budget 0 test
@@ -60,13 +62,16 @@ run failed --repo broken --dir failed demo
 [[ "$err" == "first_minutes: ./dev demo failed after "*" s (see $work/failed/demo.log)" ]]; expect "the failure" $?
 grep -q "it broke" failed/demo.log; expect "the log keeps ./dev's output" $?
 
-# Refusals: one line on stderr, status 2, nothing run.
-for args in "--bogus" "--demo-budget 1.5" "--test-budget -1" "--dir" "--repo $work/nowhere demo" "tests"; do
+# Refusals: one line on stderr, status 2, nothing run, nothing removed.
+mkdir -p work_of_someone && echo "keep me" >work_of_someone/notes.txt
+echo "a file" >a_file
+for args in "--repo quick --dir work_of_someone" "--repo quick --dir a_file" "--bogus" "--demo-budget 1.5" \
+    "--test-budget -1" "--dir" "--repo $work/nowhere demo" "tests"; do
     # shellcheck disable=SC2086  # the arguments are split on purpose
     run refused $args
     [ $status = 2 ] || fail "'$args' should be refused with status 2, got $status"
     [ "$(wc -l <refused.err)" = 1 ] && [[ "$err" == "first_minutes: "*" (see --help)" ]]
     expect "'$args': one line on stderr" $?
 done
-[ ! -e first-minutes ]; expect "a refusal runs nothing" $?
+[ "$(<work_of_someone/notes.txt)" = "keep me" ] && [ "$(<a_file)" = "a file" ]; expect "a refusal removes nothing" $?
 echo "first_minutes: the lines, the verdicts and the refusals are right"

@@ -6,7 +6,8 @@
 #   tools/first_minutes.sh [--repo DIR] [--dir DIR] [--demo-budget S] [--test-budget S] [demo] [test]
 #
 # Runs demo then test (both by default), each in a clone of its own under DIR (default
-# build-first-minutes/ in the repository, removed and made again), and prints one line each: wall time,
+# build-first-minutes/ in the repository; removed and made again, so it must be new, empty or made by this
+# script before), and prints one line each: wall time,
 # CPU time and whether it installed packages (only the first command on a fresh machine does: run `test`
 # alone there to time it with apt-get). Exit status 0 when every command succeeded within its budget, 1
 # when one failed or took longer, 2 for a bad argument.
@@ -39,15 +40,22 @@ while (($#)); do
             shift 2
             ;;
         demo | test) commands+=("$1"); shift ;;
-        -h | --help) sed -n '2,12p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,13p' "$0"; exit 0 ;;
         *) usage_error "unknown argument '${1:0:40}'" ;;
     esac
 done
 ((${#commands[@]})) || commands=(demo test)
 git -C "$repo" rev-parse --verify -q HEAD >/dev/null 2>&1 || usage_error "--repo '${repo:0:80}' is not a git repository"
 
+# DIR is removed and made again, so it must be new, empty or one this script made (it holds the mark):
+# never a folder of someone's work given by mistake.
+mark=.first-minutes
+if [ -e "$dir" ] && [ ! -e "$dir/$mark" ] && [ -n "$(ls -A "$dir" 2>/dev/null || echo not-a-folder)" ]; then
+    usage_error "--dir '${dir:0:80}' holds files this script did not make; give a new or empty folder"
+fi
 rm -rf "$dir"
 mkdir -p "$dir"
+touch "$dir/$mark"
 dir=$(cd "$dir" && pwd)
 model=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
 git -C "$repo" log -1 --format='%h %s' | cut -c1-100
