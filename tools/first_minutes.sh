@@ -7,10 +7,9 @@
 #
 # Runs demo then test (both by default), each in a clone of its own under DIR (default
 # build-first-minutes/ in the repository; removed and made again, so it must be new, empty or made by this
-# script before), and prints one line each: wall time,
-# CPU time and whether it installed packages (only the first command on a fresh machine does: run `test`
-# alone there to time it with apt-get). Exit status 0 when every command succeeded within its budget, 1
-# when one failed or took longer, 2 for a bad argument.
+# script before), and prints one line each: wall time, CPU time and whether it installed packages (only
+# the first command on a fresh machine does: run `test` alone there to time it with apt-get). Exit status
+# 0 when every command succeeded within its budget, 1 when one failed or took longer, 2 for a bad argument.
 set -euo pipefail
 
 demo_budget=240  # seconds
@@ -40,7 +39,7 @@ while (($#)); do
             shift 2
             ;;
         demo | test) commands+=("$1"); shift ;;
-        -h | --help) sed -n '2,13p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,12p' "$0"; exit 0 ;;
         *) usage_error "unknown argument '${1:0:40}'" ;;
     esac
 done
