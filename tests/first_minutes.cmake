@@ -1,5 +1,5 @@
-# tools/first_minutes.sh (./dev first-minutes) on stub repositories whose ./dev only returns: its report,
-# verdicts and refusals, in a second. Its real run builds everything twice from scratch, minutes
+# tools/first_minutes.sh (./dev first-minutes) on small repositories whose ./dev only returns at once: its
+# report, verdicts and refusals, in a second. Its real run builds everything twice from scratch, minutes
 # (docs/performance.md).
 find_program(XGRAD_GIT git)
 if(XGRAD_GIT)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# tools/first_minutes.sh on stub repositories whose ./dev only returns: its lines, verdicts, exit statuses
-# and refusals, in a second (the real measurement takes minutes: docs/performance.md, "The build").
+# tools/first_minutes.sh on small repositories of its own whose ./dev only returns at once: its lines,
+# verdicts, exit statuses and refusals, in a second (the real measurement takes minutes: docs/performance.md, "The build").
 # Usage: first_minutes_test.sh DIR
 set -euo pipefail
 script=$(cd "$(dirname "$0")/.." && pwd)/tools/first_minutes.sh
@@ -9,14 +9,14 @@ rm -rf "$work" && mkdir -p "$work"
 cd "$work"
 fail() { echo "first_minutes_test: $1"; exit 1; }
 
-# stub_repo NAME BODY: a git repository NAME whose ./dev runs BODY.
-stub_repo() {
+# fake_repo NAME BODY: a git repository NAME whose ./dev runs BODY.
+fake_repo() {
     mkdir "$1"
     printf '#!/usr/bin/env bash\n%s\n' "$2" >"$1/dev"
     chmod +x "$1/dev"
     git -C "$1" init -q
     git -C "$1" add dev
-    git -C "$1" -c user.name=stub -c user.email=stub@localhost commit -qm "a stub"
+    git -C "$1" -c user.name=xgrad-test -c user.email=test@localhost commit -qm "a fake ./dev"
 }
 # run NAME ARGS...: runs the script, sets `status`, `out` (stdout) and `err` (stderr).
 run() {
@@ -33,8 +33,8 @@ expect() {  # expect WHAT CONDITION-STATUS: fails with WHAT and the script's out
 
 # ccache off, a clone of the repository's HEAD (not the repository itself), the command as an argument;
 # `test` says it installed a package, as ./dev does.
-# shellcheck disable=SC2016  # the stub's script, expanded when the stub runs
-stub_repo quick '[ "${CCACHE_DISABLE:-}" = 1 ] || exit 9
+# shellcheck disable=SC2016  # the fake ./dev's script, expanded when it runs
+fake_repo quick '[ "${CCACHE_DISABLE:-}" = 1 ] || exit 9
 [ "$PWD" != "'"$work"'/quick" ] || exit 8
 touch "ran_$1"
 [ "$1" = test ] && echo "installing: a-package"
@@ -46,17 +46,17 @@ run both --repo quick --dir both
 expect "the demo's line" $?
 [[ "$out" == *"./dev test 0 min 0"?" s ("*"installed packages): within its budget of 360 s"* ]]
 expect "the suite's line" $?
-[[ "$out" == *"a stub"* && "$out" == *"cores; ccache off"* ]]; expect "the commit and the machine" $?
+[[ "$out" == *"a fake ./dev"* && "$out" == *"cores; ccache off"* ]]; expect "the commit and the machine" $?
 run again --repo quick --dir both demo
 [ $status = 0 ] && [ ! -e both/test ]; expect "a folder it made before is made again" $?
 
-stub_repo slow 'sleep 1.1'
+fake_repo slow 'sleep 1.1'
 run over --repo slow --dir over --test-budget 0 test
 [ $status = 1 ] || fail "over budget should exit 1, got $status"
 [[ "$out" == *"./dev test 0 min 0"[12]" s "*"OVER its budget of 0 s by "[12]" s"* ]]; expect "the verdict" $?
 [[ "$out" != *"./dev demo"* ]]; expect "only the command asked for runs" $?
 
-stub_repo broken 'echo "it broke"; exit 3'
+fake_repo broken 'echo "it broke"; exit 3'
 run failed --repo broken --dir failed demo
 [ $status = 1 ] || fail "a failing ./dev should exit 1, got $status"
 [[ "$err" == "first_minutes: ./dev demo failed after "*" s (see $work/failed/demo.log)" ]]; expect "the failure" $?
