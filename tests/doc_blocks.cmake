@@ -3,8 +3,7 @@
 # the Python blocks and the transcripts. Plus one ctest that every docs/spec.md citation names a heading
 # there and that nothing points outside the repository. The blocks use train/ too: not with
 # XGRAD_BUILD_TRAIN=OFF.
-find_program(XGRAD_PYTHON3 NAMES python3)
-if(XGRAD_PYTHON3 AND XGRAD_BUILD_TRAIN)
+if(Python3_EXECUTABLE AND XGRAD_BUILD_TRAIN)  # CMakeLists.txt: Debian's python3 first
   # Pages whose blocks carry no markers yet; each leaves this list once its blocks are marked.
   set(XGRAD_DOC_BLOCKS_PENDING performance.md experiments.md python.md)
 
@@ -18,18 +17,18 @@ if(XGRAD_PYTHON3 AND XGRAD_BUILD_TRAIN)
     endif()
     set(dir ${CMAKE_CURRENT_BINARY_DIR}/doc_blocks/${stem})
     add_custom_command(OUTPUT ${dir}/doc_blocks.cpp ${dir}/blocks.json
-      COMMAND ${XGRAD_PYTHON3} ${XGRAD_DOC_SCRIPT} extract ${page} ${dir} --source ${PROJECT_SOURCE_DIR}
+      COMMAND ${Python3_EXECUTABLE} ${XGRAD_DOC_SCRIPT} extract ${page} ${dir} --source ${PROJECT_SOURCE_DIR}
       DEPENDS ${page} ${XGRAD_DOC_SCRIPT}
       COMMENT "Extracting the code blocks of ${page_name}")
     add_executable(doc_blocks_${stem} ${dir}/doc_blocks.cpp)
     target_include_directories(doc_blocks_${stem} PRIVATE ${dir} ${CMAKE_CURRENT_LIST_DIR})
     target_link_libraries(doc_blocks_${stem} PRIVATE xgrad xgrad_doctest)
     add_test(NAME doc_blocks_${stem}
-      COMMAND ${XGRAD_PYTHON3} ${XGRAD_DOC_SCRIPT} run ${dir} --source ${PROJECT_SOURCE_DIR}
+      COMMAND ${Python3_EXECUTABLE} ${XGRAD_DOC_SCRIPT} run ${dir} --source ${PROJECT_SOURCE_DIR}
               --build ${PROJECT_BINARY_DIR} --exe $<TARGET_FILE:doc_blocks_${stem}>)
     xgrad_not_under_sanitizers(doc_blocks_${stem})  # the docs' examples, run whole
   endforeach()
 
-  add_test(NAME doc_blocks_selftest COMMAND ${XGRAD_PYTHON3} ${XGRAD_DOC_SCRIPT} selftest)
-  add_test(NAME doc_citations COMMAND ${XGRAD_PYTHON3} ${XGRAD_DOC_SCRIPT} citations --source ${PROJECT_SOURCE_DIR})
+  add_test(NAME doc_blocks_selftest COMMAND ${Python3_EXECUTABLE} ${XGRAD_DOC_SCRIPT} selftest)
+  add_test(NAME doc_citations COMMAND ${Python3_EXECUTABLE} ${XGRAD_DOC_SCRIPT} citations --source ${PROJECT_SOURCE_DIR})
 endif()

@@ -1,10 +1,9 @@
 # The GPT described once (tools/check_one_description.py): each config key and parameter name spelled in
 # one C++ file (and a key in at most one Python file) outside the tests, docs and foreign-format mappings;
 # and the check's own self-test, which must find a restating file added to the tree.
-find_program(XGRAD_PYTHON3_FOR_CHECKS NAMES python3)
-if(XGRAD_PYTHON3_FOR_CHECKS)
+if(Python3_EXECUTABLE)  # CMakeLists.txt: Debian's python3 first
   add_test(NAME one_description
-           COMMAND ${XGRAD_PYTHON3_FOR_CHECKS} ${PROJECT_SOURCE_DIR}/tools/check_one_description.py ${PROJECT_SOURCE_DIR})
+           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tools/check_one_description.py ${PROJECT_SOURCE_DIR})
   add_test(NAME one_description_self_test
-           COMMAND ${XGRAD_PYTHON3_FOR_CHECKS} ${PROJECT_SOURCE_DIR}/tools/check_one_description.py --self-test)
+           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tools/check_one_description.py --self-test)
 endif()
