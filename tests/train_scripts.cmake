@@ -10,8 +10,8 @@ if(TARGET xgrad-train)
   add_test(NAME checkpoint_kill
     COMMAND ${CMAKE_CURRENT_LIST_DIR}/checkpoint_kill.sh $<TARGET_FILE:xgrad-train> $<TARGET_FILE:xgrad-sample>
             ${CMAKE_CURRENT_BINARY_DIR}/checkpoint_kill)
-  # COST: the suite's longest single-core test (40 kills, about 24 s) starts early, with hostile_files, so
-  # that it does not end the suite alone (tests/hostile.cmake).
+  # COST: one of the suite's longest single-core tests (20 kills, about 10 s) starts early, with
+  # hostile_files, so that it does not end the suite alone (tests/hostile.cmake).
   set_tests_properties(checkpoint_kill PROPERTIES TIMEOUT 600 COST 1000)
-  xgrad_not_under_sanitizers(checkpoint_kill)  # training runs killed at random moments
+  xgrad_not_under_sanitizers(checkpoint_kill)  # training runs killed inside their writes
 endif()
