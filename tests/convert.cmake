@@ -1,7 +1,7 @@
 # tools/nanogpt_convert.py, round trip through xgrad's strict reader; skipped where PyTorch is missing.
 if(TARGET xgrad-convert)
   add_test(NAME nanogpt_convert
-    COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/nanogpt_convert_test.py $<TARGET_FILE:xgrad-convert>
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/nanogpt_convert_test.py $<TARGET_FILE:xgrad-convert>
             ${CMAKE_CURRENT_BINARY_DIR}/nanogpt_convert)
   set_tests_properties(nanogpt_convert PROPERTIES SKIP_RETURN_CODE 77)
 endif()
