@@ -20,9 +20,10 @@ practice_text 9 5000 "kill the writer mid-sentence and the old checkpoint must s
 args=(--data "$dir/text.txt" --out "$dir/run" --layers 4 --d-model 128 --heads 4 --block 16 --batch 2
       --eval-every 0 --eval-windows 8 --save-every 1 --sample-tokens 0 --no-plots --quiet --decay-steps 100000)
 "$train" "${args[@]}" --steps 1  # a first checkpoint
-# Whether a temporary checkpoint exists: a write is under way (io/safetensors.cpp writes the file under a
-# temporary name beside the checkpoint, then renames it over the checkpoint).
-writing() { compgen -G "$dir/run/*.tmp*" > /dev/null || compgen -G "$dir/run/.*tmp*" > /dev/null; }
+# Whether a temporary checkpoint exists: a write is under way (io/safetensors.cpp writes the file as
+# .model.safetensors.tmp-XXXXXX beside the checkpoint, then renames it over the checkpoint; the name
+# train/trainer.cpp clears after a kill). log.csv's own temporary is not a checkpoint's write.
+writing() { compgen -G "$dir/run/.model.safetensors.tmp-*" > /dev/null; }
 RANDOM=42
 landed_in_write=0
 for i in $(seq 1 "$kills"); do
@@ -32,8 +33,8 @@ for i in $(seq 1 "$kills"); do
     # The kill is aimed into a write of the training loop, not of its start: once the run has replaced the
     # checkpoint (it writes one every step; at most 10 s of waiting, or until the run ends by itself), at
     # its next write (at most 1 s more), after a further 0 to 9 ms. A write of this checkpoint takes
-    # about 25 ms, a training step about 5 ms: before, kills at random moments of the loop landed in a
-    # write about half the time (21 of 40).
+    # about 10 to 25 ms, a training step about 5 ms: kills at random moments of the loop landed in a
+    # write about half the time (24 of 40).
     for ((waited = 0; waited < 1000; waited++)); do
         [ "$dir/run/model.safetensors" -nt "$dir/launched" ] && break
         kill -0 "$pid" 2>/dev/null || break

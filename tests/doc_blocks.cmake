@@ -23,8 +23,9 @@ if(Python3_EXECUTABLE AND XGRAD_BUILD_TRAIN)  # CMakeLists.txt: Debian's python3
     add_executable(doc_blocks_${stem} ${dir}/doc_blocks.cpp)
     target_include_directories(doc_blocks_${stem} PRIVATE ${dir} ${CMAKE_CURRENT_LIST_DIR})
     target_link_libraries(doc_blocks_${stem} PRIVATE xgrad xgrad_doctest)
-    # The test programs' precompiled header (doctest, test_util.hpp: what the blocks include): the pages
-    # with many blocks compile in half the time (docs/performance.md, "The build").
+    # The test programs' precompiled header (doctest, test_util.hpp: what the blocks include): README.md's
+    # page compiles in half the time, the smallest pages a few tenths of a second slower
+    # (docs/performance.md, "The build").
     xgrad_precompiled_headers(doc_blocks_${stem} xgrad_test_header)
     add_test(NAME doc_blocks_${stem}
       COMMAND ${Python3_EXECUTABLE} ${XGRAD_DOC_SCRIPT} run ${dir} --source ${PROJECT_SOURCE_DIR}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tools/first_minutes.sh on small repositories of its own whose ./dev only returns at once: its lines,
-# verdicts, exit statuses and refusals, in a second (the real measurement takes minutes: docs/performance.md, "The build").
+# verdicts, exit statuses and refusals, in a second (the real measurement takes minutes:
+# docs/performance.md, "The build").
 # Usage: first_minutes_test.sh DIR
 set -euo pipefail
 script=$(cd "$(dirname "$0")/.." && pwd)/tools/first_minutes.sh

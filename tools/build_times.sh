@@ -42,7 +42,7 @@ while (($#)); do
         --dir) dir=$2; shift 2 ;;
         --top) top=$2; shift 2 ;;
         --) shift; break ;;
-        -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+        -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0"; exit 0 ;;  # its opening comment
         *) targets+=(--target "$1"); shift ;;
     esac
 done

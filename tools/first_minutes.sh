@@ -41,7 +41,7 @@ while (($#)); do
             ;;
         demo | test) commands+=("$1"); shift ;;
         -h | --help)
-            sed -n '2,13p' "$0"
+            awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0"  # the opening comment
             echo "# budgets: demo $demo_budget s, test $test_budget s"
             exit 0
             ;;
