@@ -48,11 +48,25 @@ std::vector<T> random_vector(std::size_t n, unsigned seed)
     return v;
 }
 
-// C = op(A) op(B) + beta C by the definition, summed in long double.
+// One problem's operands and their product op(A) op(B) by the definition, summed in long double: made once
+// per problem, and every backend and beta of the problem is checked against it.
 template <class T>
-void reference(const problem& p, const std::vector<T>& a, std::size_t lda, const std::vector<T>& b, std::size_t ldb,
-               T beta, std::vector<T>& c, std::size_t ldc)
+struct operands
 {
+    std::size_t lda, ldb, ldc;
+    std::vector<T> a, b;
+    std::vector<long double> product;  // m x n, row-major
+};
+
+template <class T>
+operands<T> make_operands(const problem& p, unsigned seed)
+{
+    const std::size_t a_rows = p.ta ? p.k : p.m, a_cols = p.ta ? p.m : p.k;
+    const std::size_t b_rows = p.tb ? p.n : p.k, b_cols = p.tb ? p.k : p.n;
+    operands<T> o{a_cols + p.pad_a, b_cols + p.pad_b, p.n + p.pad_c, {}, {}, {}};
+    o.a = random_vector<T>(std::max<std::size_t>(a_rows * o.lda, 1), seed);
+    o.b = random_vector<T>(std::max<std::size_t>(b_rows * o.ldb, 1), seed + 1);
+    o.product.assign(p.m * p.n, 0.0L);
     for (std::size_t i = 0; i < p.m; ++i)
     {
         for (std::size_t j = 0; j < p.n; ++j)
@@ -60,27 +74,24 @@ void reference(const problem& p, const std::vector<T>& a, std::size_t lda, const
             long double acc = 0;
             for (std::size_t q = 0; q < p.k; ++q)
             {
-                const T av = p.ta ? a[q * lda + i] : a[i * lda + q];
-                const T bv = p.tb ? b[j * ldb + q] : b[q * ldb + j];
+                const T av = p.ta ? o.a[q * o.lda + i] : o.a[i * o.lda + q];
+                const T bv = p.tb ? o.b[j * o.ldb + q] : o.b[q * o.ldb + j];
                 acc += static_cast<long double>(av) * bv;
             }
-            T& out = c[i * ldc + j];
-            out = static_cast<T>(acc + (beta == T(0) ? 0.0L : static_cast<long double>(beta) * out));
+            o.product[i * p.n + j] = acc;
         }
     }
+    return o;
 }
 
-// Runs one problem through `backend` (or the calibrated door when backend is null) and compares every
-// entry of C, padding included (a GEMM must not write outside its m x n block).
+// Runs one problem through `backend` (or the calibrated door when backend is null) on a fresh C and
+// compares every entry of C = op(A) op(B) + beta C with the definition, padding included (a GEMM must not
+// write outside its m x n block).
 template <class T>
-void check(const problem& p, const gemm_backend* backend, T beta, unsigned seed)
+void check(const problem& p, const operands<T>& o, const gemm_backend* backend, T beta, unsigned seed)
 {
-    const std::size_t a_rows = p.ta ? p.k : p.m, a_cols = p.ta ? p.m : p.k;
-    const std::size_t b_rows = p.tb ? p.n : p.k, b_cols = p.tb ? p.k : p.n;
-    const std::size_t lda = a_cols + p.pad_a, ldb = b_cols + p.pad_b, ldc = p.n + p.pad_c;
-    const auto a = random_vector<T>(std::max<std::size_t>(a_rows * lda, 1), seed);
-    const auto b = random_vector<T>(std::max<std::size_t>(b_rows * ldb, 1), seed + 1);
-    auto c = random_vector<T>(std::max<std::size_t>(p.m * ldc, 1), seed + 2);
+    const std::size_t ldc = o.ldc;
+    auto c = random_vector<T>(std::max<std::size_t>(p.m * ldc, 1), seed);
     if (beta == T(0))
     {
         // beta = 0 overwrites C: a NaN already there must not leak into the result.
@@ -93,14 +104,23 @@ void check(const problem& p, const gemm_backend* backend, T beta, unsigned seed)
         }
     }
     auto expected = c;
-    reference(p, a, lda, b, ldb, beta, expected, ldc);
+    for (std::size_t i = 0; i < p.m; ++i)
+    {
+        for (std::size_t j = 0; j < p.n; ++j)
+        {
+            T& out = expected[i * ldc + j];
+            const long double kept = beta == T(0) ? 0.0L : static_cast<long double>(beta) * out;
+            out = static_cast<T>(o.product[i * p.n + j] + kept);
+        }
+    }
     if (backend)
     {
-        xgrad::kernels::gemm_with(*backend, p.ta, p.tb, p.m, p.n, p.k, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
+        xgrad::kernels::gemm_with(*backend, p.ta, p.tb, p.m, p.n, p.k, o.a.data(), o.lda, o.b.data(), o.ldb, beta,
+                                  c.data(), ldc);
     }
     else
     {
-        xgrad::kernels::gemm(p.ta, p.tb, p.m, p.n, p.k, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
+        xgrad::kernels::gemm(p.ta, p.tb, p.m, p.n, p.k, o.a.data(), o.lda, o.b.data(), o.ldb, beta, c.data(), ldc);
     }
     const double tolerance = (sizeof(T) == 4 ? 2e-6 : 1e-14) * (static_cast<double>(p.k) + 2);
     double worst = 0;
@@ -168,6 +188,7 @@ void check_every_backend()
     unsigned seed = 1;
     for (const problem& p : problems())
     {
+        const operands<T> o = make_operands<T>(p, seed += 2);
         for (gemm_backend backend : xgrad::kernels::all_gemm_backends)
         {
             if (!xgrad::kernels::gemm_backend_supports(backend, sizeof(T) == 8, p.m, p.n, p.k))
@@ -176,12 +197,12 @@ void check_every_backend()
             }
             for (T beta : {T(0), T(1), T(0.5)})
             {
-                check<T>(p, &backend, beta, seed += 3);
+                check<T>(p, o, &backend, beta, ++seed);
             }
         }
         for (T beta : {T(0), T(1)})
         {
-            check<T>(p, nullptr, beta, seed += 3);
+            check<T>(p, o, nullptr, beta, ++seed);
         }
     }
 }
