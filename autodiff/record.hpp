@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "autodiff/evaluate.hpp"
 #include "autodiff/tape.hpp"
 
 namespace xgrad
@@ -83,12 +84,12 @@ public:
     const array<T>& input(std::size_t k) const { return saved(saves_input(k), input_node(k)).value(); }
     bool needs_grad(std::size_t k) const { return input_node(k).requires_grad; }
     // Adds g into input k's gradient, first summing away any broadcasting (sum_to). An xtensor expression
-    // is evaluated into an array first.
+    // is evaluated into an array first (autodiff/evaluate.hpp).
     void accumulate(std::size_t k, array<T>&& g);
     template <class E>
     void accumulate(std::size_t k, const xt::xexpression<E>& g)
     {
-        accumulate(k, array<T>(g.derived_cast()));
+        accumulate(k, evaluate(g));
     }
 
 private:

@@ -45,7 +45,7 @@ auto twin_form(Twin twin)
 template <class T>
 var<T> relu(const var<T>& x)
 {
-    array<T> y = xt::maximum(x.value(), T(0));
+    array<T> y = evaluate(xt::maximum(x.value(), T(0)));
     return detail::record("relu", {x}, std::move(y), saves_output, [](auto& ctx) {
         ctx.accumulate(0, rule::where_positive(ctx.output(), ctx.grad()));
     });
@@ -132,7 +132,7 @@ var<T> swiglu(const var<T>& gate, const var<T>& up)
                               {
                                   array<T> silu_a = map_values(a, static_cast<const array<T>*>(nullptr),
                                                                silu_forward{});
-                                  ctx.accumulate(1, array<T>(ctx.grad() * silu_a));
+                                  ctx.accumulate(1, ctx.grad() * silu_a);
                               }
                           }, twin));
 }
@@ -149,7 +149,7 @@ var<T> softcap(const var<T>& x, double cap)
         fail("softcap", "the cap c must be a positive finite number in the logits' type, got " +
                             std::to_string(cap) + (cap > 0 && c == 0 ? " (0 once rounded)" : ""));
     }
-    array<T> y = c * xt::tanh(x.value() / c);
+    array<T> y = evaluate(c * xt::tanh(x.value() / c));
     return detail::record("softcap", {x}, std::move(y), saves_output, [c](auto& ctx) {
         const auto tanh_x = ctx.output() / c;
         ctx.accumulate(0, ctx.grad() * (T(1) - tanh_x * tanh_x));

@@ -216,7 +216,7 @@ var<T> masked_softmax(const var<T>& x, const mask_t* mask, T scale)
     const shape_t shape = x.shape();
     const std::size_t n = shape.at(last_axis("masked_softmax", shape)), rows = n ? x.value().size() / n : 0;
     const array<T> kept = mask ? array<T>(xt::cast<T>(xt::broadcast(*mask, shape))) : array<T>(xt::ones<T>(shape));
-    array<T> shift = scale * x.value();
+    array<T> shift = evaluate(scale * x.value());
     shape_t row_shape = shape;
     row_shape.back() = 1;
     array<T> empty_rows = xt::zeros<T>(row_shape);

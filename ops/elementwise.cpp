@@ -76,7 +76,7 @@ template <class T>
 var<T> sub(const var<T>& a, const var<T>& b)
 {
     check_broadcast("sub", a, b);
-    array<T> c = a.value() - b.value();
+    array<T> c = evaluate(a.value() - b.value());
     return detail::record("sub", {a, b}, std::move(c), saves_nothing, [](auto& ctx) {
         ctx.accumulate(1, -ctx.grad());
         ctx.accumulate(0, ctx.take_grad());
@@ -88,7 +88,7 @@ template <class T>
 var<T> mul(const var<T>& a, const var<T>& b)
 {
     check_broadcast("mul", a, b);
-    array<T> c = a.value() * b.value();
+    array<T> c = evaluate(a.value() * b.value());
     return detail::record("mul", {a, b}, std::move(c), saves_input0 | saves_input1, [](auto& ctx) {
         if (ctx.needs_grad(0))
         {
@@ -105,7 +105,7 @@ var<T> mul(const var<T>& a, const var<T>& b)
 template <class T>
 var<T> scale(const var<T>& x, T factor)
 {
-    array<T> y = factor * x.value();
+    array<T> y = evaluate(factor * x.value());
     return detail::record("scale", {x}, std::move(y), saves_nothing, [factor](auto& ctx) {
         ctx.accumulate(0, factor * ctx.grad());
     });
@@ -115,7 +115,7 @@ var<T> scale(const var<T>& x, T factor)
 template <class T>
 var<T> neg(const var<T>& x)
 {
-    array<T> y = -x.value();
+    array<T> y = evaluate(-x.value());
     return detail::record("neg", {x}, std::move(y), saves_nothing,
                           [](auto& ctx) { ctx.accumulate(0, -ctx.grad()); });
 }
@@ -124,7 +124,7 @@ var<T> neg(const var<T>& x)
 template <class T>
 var<T> exp(const var<T>& x)
 {
-    array<T> y = xt::exp(x.value());
+    array<T> y = evaluate(xt::exp(x.value()));
     return detail::record("exp", {x}, std::move(y), saves_output, [](auto& ctx) {
         ctx.accumulate(0, ctx.grad() * ctx.output());
     });
@@ -134,7 +134,7 @@ var<T> exp(const var<T>& x)
 template <class T>
 var<T> log(const var<T>& x)
 {
-    array<T> y = xt::log(x.value());
+    array<T> y = evaluate(xt::log(x.value()));
     return detail::record("log", {x}, std::move(y), saves_input0, [](auto& ctx) {
         ctx.accumulate(0, ctx.grad() / ctx.input(0));
     });
@@ -144,7 +144,7 @@ var<T> log(const var<T>& x)
 template <class T>
 var<T> tanh(const var<T>& x)
 {
-    array<T> y = xt::tanh(x.value());
+    array<T> y = evaluate(xt::tanh(x.value()));
     return detail::record("tanh", {x}, std::move(y), saves_output, [](auto& ctx) {
         const auto& y = ctx.output();
         ctx.accumulate(0, ctx.grad() * (T(1) - y * y));
@@ -156,7 +156,7 @@ template <class T>
 var<T> div(const var<T>& a, const var<T>& b)
 {
     check_broadcast("div", a, b);
-    array<T> c = a.value() / b.value();
+    array<T> c = evaluate(a.value() / b.value());
     const unsigned saved = saves_input1 | (b.requires_grad() ? saves_output : saves_nothing);
     return detail::record("div", {a, b}, std::move(c), saved, [](auto& ctx) {
         const auto& b = ctx.input(1);
@@ -175,7 +175,7 @@ var<T> div(const var<T>& a, const var<T>& b)
 template <class T>
 var<T> add_scalar(const var<T>& x, T c)
 {
-    array<T> y = x.value() + c;
+    array<T> y = evaluate(x.value() + c);
     return detail::record("add_scalar", {x}, std::move(y), saves_nothing,
                           [](auto& ctx) { ctx.accumulate(0, ctx.take_grad()); });
 }
@@ -184,7 +184,7 @@ var<T> add_scalar(const var<T>& x, T c)
 template <class T>
 var<T> sqrt(const var<T>& x)
 {
-    array<T> y = xt::sqrt(x.value());
+    array<T> y = evaluate(xt::sqrt(x.value()));
     return detail::record("sqrt", {x}, std::move(y), saves_output, [](auto& ctx) {
         ctx.accumulate(0, ctx.grad() / (T(2) * ctx.output()));
     });
@@ -194,7 +194,7 @@ var<T> sqrt(const var<T>& x)
 template <class T>
 var<T> rsqrt(const var<T>& x)
 {
-    array<T> y = T(1) / xt::sqrt(x.value());
+    array<T> y = evaluate(T(1) / xt::sqrt(x.value()));
     return detail::record("rsqrt", {x}, std::move(y), saves_output, [](auto& ctx) {
         const auto& y = ctx.output();
         ctx.accumulate(0, T(-0.5) * ctx.grad() * y * y * y);
@@ -205,7 +205,7 @@ var<T> rsqrt(const var<T>& x)
 template <class T>
 var<T> pow(const var<T>& x, T exponent)
 {
-    array<T> y = xt::pow(x.value(), exponent);
+    array<T> y = evaluate(xt::pow(x.value(), exponent));
     const unsigned saved = exponent == T(0) ? saves_nothing : saves_input0;
     return detail::record("pow", {x}, std::move(y), saved, [exponent](auto& ctx) {
         if (exponent == T(0))

@@ -24,9 +24,9 @@ var<T> constant_factor(const var<T>& v, const E& values)
 template <class T>
 var<T> abs(const var<T>& x)
 {
-    array<T> y = xt::abs(x.value());
+    array<T> y = evaluate(xt::abs(x.value()));
     auto on_arrays = [](backward_context<T>& ctx) {
-        ctx.accumulate(0, array<T>(ctx.grad() * xt::sign(ctx.input(0))));
+        ctx.accumulate(0, ctx.grad() * xt::sign(ctx.input(0)));
     };
     auto on_vars = [](graph_context<T>& ctx) {
         const var<T> in = ctx.input(0);
@@ -40,9 +40,9 @@ var<T> abs(const var<T>& x)
 template <class T>
 var<T> sin(const var<T>& x)
 {
-    array<T> y = xt::sin(x.value());
+    array<T> y = evaluate(xt::sin(x.value()));
     auto on_arrays = [](backward_context<T>& ctx) {
-        ctx.accumulate(0, array<T>(ctx.grad() * xt::cos(ctx.input(0))));
+        ctx.accumulate(0, ctx.grad() * xt::cos(ctx.input(0)));
     };
     auto on_vars = [](graph_context<T>& ctx) {
         ctx.accumulate(0, ops::mul(ctx.grad(), ops::cos(ctx.input(0))));
@@ -55,9 +55,9 @@ var<T> sin(const var<T>& x)
 template <class T>
 var<T> cos(const var<T>& x)
 {
-    array<T> y = xt::cos(x.value());
+    array<T> y = evaluate(xt::cos(x.value()));
     auto on_arrays = [](backward_context<T>& ctx) {
-        ctx.accumulate(0, array<T>(-ctx.grad() * xt::sin(ctx.input(0))));
+        ctx.accumulate(0, -ctx.grad() * xt::sin(ctx.input(0)));
     };
     auto on_vars = [](graph_context<T>& ctx) {
         ctx.accumulate(0, ops::neg(ops::mul(ctx.grad(), ops::sin(ctx.input(0)))));
@@ -74,19 +74,19 @@ template <class T>
 var<T> pow(const var<T>& a, const var<T>& b)
 {
     broadcast_shapes("pow", a.shape(), b.shape());  // throws naming pow and both shapes
-    array<T> y = xt::pow(a.value(), b.value());
+    array<T> y = evaluate(xt::pow(a.value(), b.value()));
     auto on_arrays = [](backward_context<T>& ctx) {
         const array<T>& base = ctx.input(0);
         const array<T>& exponent = ctx.input(1);
         if (ctx.needs_grad(0))
         {
-            ctx.accumulate(0, array<T>(ctx.grad() * exponent * xt::pow(base, exponent - T(1))));
+            ctx.accumulate(0, ctx.grad() * exponent * xt::pow(base, exponent - T(1)));
         }
         if (ctx.needs_grad(1))
         {
             const auto zero_limit = xt::equal(base, T(0)) && exponent >= T(0);
             const auto slope = ctx.grad() * ctx.output() * xt::log(base);
-            ctx.accumulate(1, array<T>(xt::where(zero_limit, T(0), slope)));
+            ctx.accumulate(1, xt::where(zero_limit, T(0), slope));
         }
     };
     auto on_vars = [](graph_context<T>& ctx) {

@@ -63,7 +63,7 @@ var<T> reduce_sum(const char* op, const var<T>& x, std::vector<std::size_t> axes
         }
         array<T> kept = g;
         kept.reshape(keep);
-        array<T> dx = xt::broadcast(kept, in_shape);
+        array<T> dx = evaluate(xt::broadcast(kept, in_shape));
         if (factor != T(1))
         {
             dx *= factor;
@@ -249,7 +249,7 @@ var<T> variance(const var<T>& x, const std::vector<std::size_t>& axes_in, bool k
     const T inv_n = mean_factor<T>("variance", in_shape, axes_in);
     const std::vector<std::size_t> axes = checked_axes("variance", in_shape, axes_in);
     const shape_t keep = kept_shape(in_shape, axes);
-    array<T> centred = x.value() - kept_mean(x.value(), axes, keep, inv_n);
+    array<T> centred = evaluate(x.value() - kept_mean(x.value(), axes, keep, inv_n));
     centred *= centred;
     array<T> v = xt::sum(centred, axes, xt::evaluation_strategy::immediate);
     v *= inv_n;
@@ -259,7 +259,7 @@ var<T> variance(const var<T>& x, const std::vector<std::size_t>& axes_in, bool k
     }
     const auto rule = [axes, keep, inv_n](backward_context<T>& ctx) {
         const array<T>& x = ctx.input(0);
-        array<T> dx = x - kept_mean(x, axes, keep, inv_n);
+        array<T> dx = evaluate(x - kept_mean(x, axes, keep, inv_n));
         array<T> g = ctx.take_grad();
         g.reshape(keep);
         dx *= (T(2) * inv_n) * g;

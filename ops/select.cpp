@@ -23,15 +23,15 @@ var<T> select(const char* op, const mask_t& mask, const var<T>& a, const var<T>&
 {
     // Throws naming op and the shapes when the three do not broadcast together.
     broadcast_shapes(op, broadcast_shapes(op, to_shape(mask.shape()), a.shape()), b.shape());
-    array<T> y = xt::where(mask, a.value(), b.value());
+    array<T> y = evaluate(xt::where(mask, a.value(), b.value()));
     auto on_arrays = [mask](backward_context<T>& ctx) {
         if (ctx.needs_grad(0))
         {
-            ctx.accumulate(0, array<T>(xt::where(mask, ctx.grad(), T(0))));
+            ctx.accumulate(0, xt::where(mask, ctx.grad(), T(0)));
         }
         if (ctx.needs_grad(1))
         {
-            ctx.accumulate(1, array<T>(xt::where(mask, T(0), ctx.grad())));
+            ctx.accumulate(1, xt::where(mask, T(0), ctx.grad()));
         }
     };
     auto on_vars = [mask](graph_context<T>& ctx) {
@@ -80,10 +80,10 @@ var<T> clip(const var<T>& x, T lo, T hi)
     {
         fail("clip", "needs lo <= hi, got lo = " + std::to_string(lo) + " and hi = " + std::to_string(hi));
     }
-    array<T> y = xt::clip(x.value(), lo, hi);
+    array<T> y = evaluate(xt::clip(x.value(), lo, hi));
     auto on_arrays = [lo, hi](backward_context<T>& ctx) {
         const array<T>& in = ctx.input(0);
-        ctx.accumulate(0, array<T>(xt::where(in >= lo && in <= hi, ctx.grad(), T(0))));
+        ctx.accumulate(0, xt::where(in >= lo && in <= hi, ctx.grad(), T(0)));
     };
     auto on_vars = [lo, hi](graph_context<T>& ctx) {
         const array<T>& in = ctx.input(0).value();
