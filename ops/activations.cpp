@@ -5,6 +5,7 @@
 // (kernels/activations.hpp), erf, sigmoid and the soft cap on libm one value at a time.
 #include <cmath>
 
+#include "autodiff/evaluate.hpp"
 #include "autodiff/instantiate.hpp"
 #include "autodiff/record.hpp"
 #include "kernels/activations.hpp"

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "autodiff/evaluate.hpp"
 #include "autodiff/instantiate.hpp"
 #include "kernels/attention.hpp"
 #include "ops/composed.hpp"

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "autodiff/evaluate.hpp"
 #include "autodiff/instantiate.hpp"
 #include "autodiff/record.hpp"
 #include "ops/ops.hpp"

@@ -4,6 +4,7 @@
 // itself.
 #include <cmath>
 
+#include "autodiff/evaluate.hpp"
 #include "autodiff/instantiate.hpp"
 #include "autodiff/record.hpp"
 #include "ops/ops.hpp"

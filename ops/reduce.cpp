@@ -4,6 +4,7 @@
 #include <cmath>
 #include <xtensor/xreducer.hpp>
 
+#include "autodiff/evaluate.hpp"
 #include "autodiff/instantiate.hpp"
 #include "autodiff/record.hpp"
 #include "ops/ops.hpp"

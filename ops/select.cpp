@@ -1,6 +1,7 @@
 // Selection ops: where(mask, a, b) and what is built on it, maximum, minimum; and clip. NumPy broadcasting
 // throughout; the mask is a constant (no gradient), copied into the rule. Each rule in both forms
 // (autodiff/record.hpp): on arrays, and on vars as a product with the constant 0/1 mask.
+#include "autodiff/evaluate.hpp"
 #include "autodiff/instantiate.hpp"
 #include "autodiff/record.hpp"
 #include "ops/ops.hpp"
