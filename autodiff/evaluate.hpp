@@ -1,8 +1,8 @@
 // xgrad::evaluate(e): the value of an xtensor expression as a new array, computed by one of two plain
 // loops. What the rules' array forms and the ops' forwards use instead of xtensor's assignment,
 // array<T>(e), which compiles a linear path, a stepper path and their shape checks for every expression
-// type: about 0.3 CPU s per expression and value type, most of the ops' compile time. These loops cost
-// half of that (docs/performance.md, "Expressions evaluated by two loops").
+// type: about 0.3 CPU s per expression and value type. These loops cost about half of that, and took
+// ops/'s unit from 64 to 48 CPU s (docs/performance.md, "Expressions evaluated by two loops").
 #pragma once
 
 #include <cstddef>
