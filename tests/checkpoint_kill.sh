@@ -21,8 +21,9 @@ args=(--data "$dir/text.txt" --out "$dir/run" --layers 4 --d-model 128 --heads 4
       --eval-every 0 --eval-windows 8 --save-every 1 --sample-tokens 0 --no-plots --quiet --decay-steps 100000)
 "$train" "${args[@]}" --steps 1  # a first checkpoint
 # Whether a temporary checkpoint exists: a write is under way (io/safetensors.cpp writes the file as
-# .model.safetensors.tmp-XXXXXX beside the checkpoint, then renames it over the checkpoint; the name
-# train/trainer.cpp clears after a kill). log.csv's own temporary is not a checkpoint's write.
+# .model.safetensors.tmp- and six random characters from mkstemp, beside the checkpoint, then renames it
+# over the checkpoint; the name train/trainer.cpp clears after a kill). log.csv's own temporary is not a
+# checkpoint's write.
 writing() { compgen -G "$dir/run/.model.safetensors.tmp-*" > /dev/null; }
 RANDOM=42
 landed_in_write=0

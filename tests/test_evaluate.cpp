@@ -13,21 +13,10 @@
 namespace test_evaluate
 {
 using namespace xgrad;
+using xgrad::test::normal_array;
 
 namespace
 {
-// Numbers that differ in every entry, so that a wrong position shows.
-template <class T>
-array<T> counting(const shape_t& shape, T start)
-{
-    array<T> a = array<T>::from_shape(shape);
-    for (std::size_t i = 0; i < a.size(); ++i)
-    {
-        a.data()[i] = start + T(0.25) * static_cast<T>(i);
-    }
-    return a;
-}
-
 // evaluate(e) holds the bits of xtensor's array<T>(e), shape included.
 template <class E>
 void check_same(const xt::xexpression<E>& e, const char* what)
@@ -44,12 +33,12 @@ void check_same(const xt::xexpression<E>& e, const char* what)
 template <class T>
 void check_every_kind()
 {
-    const array<T> a = counting<T>({3, 2, 4}, T(-1.5));
-    const array<T> b = counting<T>({3, 2, 4}, T(0.5));
-    const array<T> row = counting<T>({4}, T(2));
-    const array<T> column = counting<T>({3, 1, 1}, T(1));
-    const array<T> middle = counting<T>({2, 1}, T(-3));
-    const array<T> single = counting<T>({1}, T(7));
+    const array<T> a = normal_array<T>({3, 2, 4}, 1);
+    const array<T> b = normal_array<T>({3, 2, 4}, 2);
+    const array<T> row = normal_array<T>({4}, 3);
+    const array<T> column = normal_array<T>({3, 1, 1}, 4);
+    const array<T> middle = normal_array<T>({2, 1}, 5);
+    const array<T> single = normal_array<T>({1}, 6);
     const array<T> zero_d = xt::xarray<T>(T(3));
     check_same(a * b - T(2) * a, "same shapes");
     check_same(xt::tanh(a) / (b + T(4)), "same shapes through a function");
@@ -60,7 +49,7 @@ void check_every_kind()
     check_same(single * a, "a one-element array");
     check_same(zero_d + a, "a 0-d array");
     check_same(zero_d * zero_d, "0-d only");
-    const array<T> empty = counting<T>({3, 0, 4}, T(0));
+    const array<T> empty = normal_array<T>({3, 0, 4}, 7);
     check_same(empty + row, "an empty axis");
     check_same(a * xt::ones<T>(a.shape()), "a generator");
     check_same(xt::broadcast(row, a.shape()) - a, "a broadcast");
@@ -80,8 +69,8 @@ TEST_CASE("evaluate: the bits of xtensor's assignment on every kind of expressio
 
 TEST_CASE("evaluate: float32 through both loops")
 {
-    const array<float> a = counting<float>({3, 2, 4}, -1.5f);
-    const array<float> row = counting<float>({4}, 2.0f);
+    const array<float> a = normal_array<float>({3, 2, 4}, 8);
+    const array<float> row = normal_array<float>({4}, 9);
     check_same(a * a - 2.0f * a, "same shapes");
     check_same(a / row, "trailing axes");
 }
