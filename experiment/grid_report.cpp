@@ -379,16 +379,6 @@ std::string write_curve(const std::vector<std::array<double, 3>>& c, const std::
     return path;
 }
 
-std::string gnuplot_quoted(const std::string& s)
-{
-    std::string out = "'";
-    for (char c : s)
-    {
-        out += c == '\'' ? std::string("''") : std::string(1, c);
-    }
-    return out + "'";
-}
-
 // loss-curves.png: validation (left) and smoothed training (right) loss, mean ± sd over seeds per variant.
 // The data files and the gnuplot script stay in OUT/curves, so the picture can be redrawn by hand.
 std::optional<std::string> plot_curves(const std::vector<variant_results>& all, const std::string& out,
@@ -445,8 +435,7 @@ std::optional<std::string> plot_curves(const std::vector<variant_results>& all, 
     {
         return "gnuplot not found: loss-curves.png not drawn (apt-get install gnuplot-nox)";
     }
-    if (std::system(("gnuplot " + gnuplot_quoted(script) + " > /dev/null 2>&1").c_str()) != 0 ||
-        !fs::exists(png + ".tmp"))
+    if (run_gnuplot_script(script) != 0 || !fs::exists(png + ".tmp"))
     {
         std::error_code ec;
         fs::remove(png + ".tmp", ec);

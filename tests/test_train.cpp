@@ -10,6 +10,7 @@
 #include "io/checkpoint.hpp"
 #include "kernels/precision.hpp"
 #include "test_util.hpp"
+#include "train/plots.hpp"
 #include "train/progress.hpp"
 #include "train/trainer.hpp"
 
@@ -231,6 +232,23 @@ TEST_CASE("bad options and bad data are refused with one clear message")
     o.resume = true;
     o.model.layers = 3;
     expect(o, "was trained with model.layers 2, not 3");
+}
+
+TEST_CASE("gnuplot's string literals double a single quote, and a picture whose title and path hold one is drawn")
+{
+    CHECK(gnuplot_quoted("") == "''");
+    CHECK(gnuplot_quoted("loss") == "'loss'");
+    CHECK(gnuplot_quoted("it's 'x'") == "'it''s ''x'''");
+    CHECK(gnuplot_quoted("a\\b \"c\"") == "'a\\b \"c\"'");  // no other escapes inside single quotes
+    if (!gnuplot_available())
+    {
+        return;
+    }
+    const temp_dir dir;
+    const std::string log = write_text(dir, "step,train_loss,val_loss\n1,2.5,2.6\n2,2.0,\n", "o'log.csv");
+    const std::string png = dir / "it's.png";
+    CHECK_FALSE(plot_loss_curves({log}, {"run 'a'"}, png, "the 'title'"));
+    CHECK(std::filesystem::file_size(png) > 0);
 }
 
 TEST_CASE("durations print as m:ss or h:mm:ss")

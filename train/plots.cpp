@@ -1,13 +1,18 @@
 #include "train/plots.hpp"
 
+#include <fcntl.h>
+#include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+
+extern char** environ;
 
 namespace xgrad::train
 {
@@ -15,13 +20,80 @@ namespace fs = std::filesystem;
 
 bool gnuplot_available()
 {
-    return std::system("command -v gnuplot >/dev/null 2>&1") == 0;
+    const char* path = std::getenv("PATH");
+    std::istringstream folders(path ? path : "");
+    for (std::string folder; std::getline(folders, folder, ':');)
+    {
+        const fs::path program = fs::path(folder.empty() ? "." : folder) / "gnuplot";
+        if (::access(program.c_str(), X_OK) == 0 && !fs::is_directory(program))
+        {
+            return true;
+        }
+    }
+    return false;
 }
 
-namespace
+int run_gnuplot_script(const std::string& script, std::string* output)
 {
-// A gnuplot string literal: single quotes, with any single quote doubled.
-std::string quoted(const std::string& s)
+    // gnuplot, found on PATH, gets the script's path as its one argument: no shell parses it, so any byte
+    // of a path is taken as it is. A path that begins with '-' is made relative so that it is not an option.
+    const std::string argument = script.rfind('-', 0) == 0 ? "./" + script : script;
+    int pipe_ends[2];
+    if (::pipe(pipe_ends) != 0)
+    {
+        return -1;
+    }
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&actions, pipe_ends[1], 1);
+    posix_spawn_file_actions_adddup2(&actions, pipe_ends[1], 2);
+    posix_spawn_file_actions_addclose(&actions, pipe_ends[0]);
+    posix_spawn_file_actions_addclose(&actions, pipe_ends[1]);
+    char program[] = "gnuplot";
+    char* argv[] = {program, const_cast<char*>(argument.c_str()), nullptr};
+    pid_t pid = 0;
+    const int spawned = posix_spawnp(&pid, program, &actions, nullptr, argv, environ);
+    posix_spawn_file_actions_destroy(&actions);
+    ::close(pipe_ends[1]);
+    std::string printed;
+    char buffer[256];
+    for (ssize_t n; (n = ::read(pipe_ends[0], buffer, sizeof buffer)) != 0;)
+    {
+        if (n < 0 && errno == EINTR)
+        {
+            continue;
+        }
+        if (n < 0)
+        {
+            break;
+        }
+        if (printed.size() < 4096)  // the first lines say what went wrong; the rest is drained
+        {
+            printed.append(buffer, static_cast<std::size_t>(n));
+        }
+    }
+    ::close(pipe_ends[0]);
+    if (output)
+    {
+        *output = printed;
+    }
+    if (spawned != 0)
+    {
+        return -1;
+    }
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0)
+    {
+        if (errno != EINTR)
+        {
+            return -1;
+        }
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::string gnuplot_quoted(const std::string& s)
 {
     std::string out = "'";
     for (char c : s)
@@ -31,6 +103,8 @@ std::string quoted(const std::string& s)
     return out + "'";
 }
 
+namespace
+{
 // Runs `script` through gnuplot, drawing into png + ".tmp", then renames it over png.
 plot_note run_gnuplot(const std::string& script, const std::string& png, int width = 1200, int height = 800)
 {
@@ -43,37 +117,26 @@ plot_note run_gnuplot(const std::string& script, const std::string& png, int wid
     {
         std::ofstream out(script_path);
         out << "set terminal pngcairo size " << width << "," << height << " noenhanced font ',10'\nset output "
-            << quoted(tmp_png) << "\n"
+            << gnuplot_quoted(tmp_png) << "\n"
             << script << "\nunset output\n";
         if (!out)
         {
             return "note: cannot write " + script_path + ", " + png + " not drawn";
         }
     }
-    const std::string command = "gnuplot " + quoted(script_path) + " 2>&1";
     std::string output;
-    if (FILE* pipe = popen(command.c_str(), "r"))
+    const int status = run_gnuplot_script(script_path, &output);
+    std::error_code ec;
+    fs::remove(script_path, ec);
+    if (status == 0 && fs::exists(tmp_png))
     {
-        char buf[256];
-        while (std::fgets(buf, sizeof buf, pipe))
+        fs::rename(tmp_png, png, ec);
+        if (!ec)
         {
-            output += buf;
-        }
-        const int status = pclose(pipe);
-        std::error_code ec;
-        fs::remove(script_path, ec);
-        if (status == 0 && fs::exists(tmp_png))
-        {
-            fs::rename(tmp_png, png, ec);
-            if (!ec)
-            {
-                return std::nullopt;
-            }
+            return std::nullopt;
         }
     }
-    std::error_code ec;
     fs::remove(tmp_png, ec);
-    fs::remove(script_path, ec);
     const std::string first_line = output.substr(0, output.find('\n'));
     return "note: gnuplot could not draw " + png + (first_line.empty() ? "" : ": " + first_line);
 }
@@ -84,15 +147,15 @@ plot_note plot_loss_curves(const std::vector<std::string>& logs, const std::vect
 {
     std::ostringstream s;
     s << "set datafile separator ','\nset key outside right top\nset grid\nset xlabel 'step'\n"
-      << "set ylabel 'loss (nats per token)'\nset title " << quoted(title) << "\n";
+      << "set ylabel 'loss (nats per token)'\nset title " << gnuplot_quoted(title) << "\n";
     s << "plot ";
     for (std::size_t i = 0; i < logs.size(); ++i)
     {
         const std::string label = i < labels.size() ? labels[i] : logs[i];
-        s << (i ? ", \\\n     " : "") << quoted(logs[i]) << " using 1:2 every ::1 with lines lw 1 lc " << i + 1
-          << " title " << quoted(label + " train") << ", " << quoted(logs[i])
+        s << (i ? ", \\\n     " : "") << gnuplot_quoted(logs[i]) << " using 1:2 every ::1 with lines lw 1 lc " << i + 1
+          << " title " << gnuplot_quoted(label + " train") << ", " << gnuplot_quoted(logs[i])
           << " using 1:($3 == $3 ? $3 : 1/0) every ::1 with linespoints lw 2 pt 7 ps 0.6 dt 2 lc " << i + 1
-          << " title " << quoted(label + " validation");
+          << " title " << gnuplot_quoted(label + " validation");
     }
     s << "\n";
     return run_gnuplot(s.str(), png);
@@ -104,14 +167,14 @@ plot_note plot_bits_per_byte(const std::vector<std::string>& logs, const std::ve
     constexpr int val_bpb_column = 9;  // train/progress.hpp, log_header()
     std::ostringstream s;
     s << "set datafile separator ','\nset key outside right top\nset grid\nset xlabel 'step'\n"
-      << "set ylabel 'validation loss (bits per byte)'\nset title " << quoted(title) << "\n";
+      << "set ylabel 'validation loss (bits per byte)'\nset title " << gnuplot_quoted(title) << "\n";
     s << "plot ";
     for (std::size_t i = 0; i < logs.size(); ++i)
     {
         const std::string label = i < labels.size() ? labels[i] : logs[i];
-        s << (i ? ", \\\n     " : "") << quoted(logs[i]) << " using 1:($" << val_bpb_column << " == $"
+        s << (i ? ", \\\n     " : "") << gnuplot_quoted(logs[i]) << " using 1:($" << val_bpb_column << " == $"
           << val_bpb_column << " ? $" << val_bpb_column << " : 1/0) every ::1 with linespoints lw 2 pt 7 ps 0.6 lc "
-          << i + 1 << " title " << quoted(label);
+          << i + 1 << " title " << gnuplot_quoted(label);
     }
     s << "\n";
     return run_gnuplot(s.str(), png);
@@ -122,10 +185,10 @@ plot_note plot_sharpness(const std::string& log, const std::string& png, const s
     constexpr int lr_column = 4, sharpness_column = 10;  // train/progress.hpp, log_header()
     std::ostringstream s;
     s << "set datafile separator ','\nset key outside right top\nset grid\nset xlabel 'step'\n"
-      << "set ylabel 'top Hessian eigenvalue'\nset logscale y\nset title " << quoted(title) << "\n";
-    s << "plot " << quoted(log) << " using 1:($" << sharpness_column << " == $" << sharpness_column << " ? $"
+      << "set ylabel 'top Hessian eigenvalue'\nset logscale y\nset title " << gnuplot_quoted(title) << "\n";
+    s << "plot " << gnuplot_quoted(log) << " using 1:($" << sharpness_column << " == $" << sharpness_column << " ? $"
       << sharpness_column << " : 1/0) every ::1 with linespoints lw 2 pt 7 ps 0.6 lc 1 title 'sharpness', \\\n     "
-      << quoted(log) << " using 1:(2 / $" << lr_column << ") every ::1 with lines lw 1 dt 2 lc 2 title '2 / lr'\n";
+      << gnuplot_quoted(log) << " using 1:(2 / $" << lr_column << ") every ::1 with lines lw 1 dt 2 lc 2 title '2 / lr'\n";
     return run_gnuplot(s.str(), png);
 }
 
@@ -154,7 +217,7 @@ plot_note plot_attention_maps(const std::vector<array<double>>& weights, const s
         tics += (i ? ", " : "") + std::string("\"") + (c == '\\' ? "\\\\" : shown) + "\" " + std::to_string(i);
     }
     s << "set xtics (" << tics << ")\nset ytics (" << tics << ")\n";
-    s << "set multiplot layout " << layers << "," << heads << " title " << quoted(title) << "\n";
+    s << "set multiplot layout " << layers << "," << heads << " title " << gnuplot_quoted(title) << "\n";
     for (std::size_t l = 0; l < layers; ++l)
     {
         for (std::size_t h = 0; h < heads; ++h)

@@ -14,7 +14,17 @@ namespace xgrad::train
 // Empty when the picture was written; otherwise one line saying why not (no gnuplot, gnuplot failed).
 using plot_note = std::optional<std::string>;
 
+// Whether a program named gnuplot is on PATH.
 bool gnuplot_available();
+
+// Runs gnuplot on the script file `script`, given to it as one argument (no shell: any path is safe), its
+// standard input empty; returns gnuplot's exit status, or -1 when it could not be run. `output`, when
+// given, receives the start of what it printed (standard output and error).
+int run_gnuplot_script(const std::string& script, std::string* output = nullptr);
+
+// A gnuplot string literal of `s`: single quotes, with any single quote doubled (no other escapes apply
+// inside them). Every script the project writes quotes its titles and paths with it.
+std::string gnuplot_quoted(const std::string& s);
 
 // Train and validation loss against step, from one or more log.csv files (one curve pair per file,
 // labelled by `labels`).
