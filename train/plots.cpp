@@ -25,7 +25,8 @@ bool gnuplot_available()
     for (std::string folder; std::getline(folders, folder, ':');)
     {
         const fs::path program = fs::path(folder.empty() ? "." : folder) / "gnuplot";
-        if (::access(program.c_str(), X_OK) == 0 && !fs::is_directory(program))
+        std::error_code ec;
+        if (::access(program.c_str(), X_OK) == 0 && !fs::is_directory(program, ec))
         {
             return true;
         }
@@ -38,8 +39,8 @@ int run_gnuplot_script(const std::string& script, std::string* output)
     // gnuplot, found on PATH, gets the script's path as its one argument: no shell parses it, so any byte
     // of a path is taken as it is. A path that begins with '-' is made relative so that it is not an option.
     const std::string argument = script.rfind('-', 0) == 0 ? "./" + script : script;
-    int pipe_ends[2];
-    if (::pipe(pipe_ends) != 0)
+    int pipe_ends[2];  // close-on-exec: no other thread's child inherits them; the dup2'd copies stay open
+    if (::pipe2(pipe_ends, O_CLOEXEC) != 0)
     {
         return -1;
     }
@@ -48,8 +49,6 @@ int run_gnuplot_script(const std::string& script, std::string* output)
     posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
     posix_spawn_file_actions_adddup2(&actions, pipe_ends[1], 1);
     posix_spawn_file_actions_adddup2(&actions, pipe_ends[1], 2);
-    posix_spawn_file_actions_addclose(&actions, pipe_ends[0]);
-    posix_spawn_file_actions_addclose(&actions, pipe_ends[1]);
     char program[] = "gnuplot";
     char* argv[] = {program, const_cast<char*>(argument.c_str()), nullptr};
     pid_t pid = 0;
