@@ -51,17 +51,20 @@ expect "the suite's line" $?
 run again --repo quick --dir both demo
 [ $status = 0 ] && [ ! -e both/test ]; expect "a folder it made before is made again" $?
 
-fake_repo slow 'sleep 1.1'
+fake_repo slow 'echo early; sleep 1.1; echo late'
 run over --repo slow --dir over --test-budget 0 test
 [ $status = 1 ] || fail "over budget should exit 1, got $status"
 [[ "$out" == *"./dev test 0 min 0"[12]" s "*"OVER its budget of 0 s by "[12]" s"* ]]; expect "the verdict" $?
 [[ "$out" != *"./dev demo"* ]]; expect "only the command asked for runs" $?
+# The log's lines are led by the seconds since the command started.
+grep -qE '^ +0\.[0-9] early$' over/test.log && grep -qE '^ +1\.[1-9] late$' over/test.log
+expect "each line of the log stamped with its time: $(cat over/test.log)" $?
 
 fake_repo broken 'echo "it broke"; exit 3'
 run failed --repo broken --dir failed demo
 [ $status = 1 ] || fail "a failing ./dev should exit 1, got $status"
 [[ "$err" == "first_minutes: ./dev demo failed after "*" s (see $work/failed/demo.log)" ]]; expect "the failure" $?
-grep -q "it broke" failed/demo.log; expect "the log keeps ./dev's output" $?
+grep -qE '^ +[0-9]+\.[0-9] it broke$' failed/demo.log; expect "the log keeps ./dev's output" $?
 
 # Refusals: one line on stderr, status 2, nothing run, nothing removed.
 mkdir -p work_of_someone && echo "keep me" >work_of_someone/notes.txt

@@ -9,7 +9,9 @@
 # Runs demo then test (both by default), each in a clone of its own under DIR (default
 # build-first-minutes/ in the repository; removed and made again, so it must be new, empty or made by this
 # script before), and prints one line each: wall time, CPU time and whether it installed packages (only
-# the first command on a fresh machine does: run `test` alone there to time it with apt-get). Exit status
+# the first command on a fresh machine does: run `test` alone there to time it with apt-get). Each
+# command's output is kept in DIR/COMMAND.log, every line led by the seconds since the command started,
+# so that the log shows where the time went (apt-get, the configure, the build, the suite). Exit status
 # 0 when every command succeeded within its budget, 1 when one failed or took longer, 2 for a bad argument.
 set -euo pipefail
 
@@ -65,6 +67,17 @@ model=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
 git -C "$repo" log -1 --format='%h %s' | cut -c1-100
 echo "on ${model:-an unknown CPU}, $(nproc) cores; ccache off"
 
+# stamped START: copies standard input to standard output, each line led by the seconds since START (an
+# EPOCHREALTIME), to a tenth.
+stamped() {
+    local start=${1/[.,]/} line now elapsed
+    while IFS= read -r line || [ -n "$line" ]; do
+        now=${EPOCHREALTIME/[.,]/}
+        elapsed=$((now - start))  # microseconds
+        printf '%7s %s\n' "$((elapsed / 1000000)).$((elapsed / 100000 % 10))" "$line"
+    done
+}
+
 status=0
 for command in "${commands[@]}"; do
     budget=$demo_budget
@@ -75,7 +88,7 @@ for command in "${commands[@]}"; do
     times=$dir/$command.times
     start=$SECONDS
     # bash's `times`, second line: the CPU time of every process ./dev started and waited for.
-    if ! (cd "$clone" && CCACHE_DISABLE=1 ./dev "$command" && times >"$times") >"$log" 2>&1; then
+    if ! (cd "$clone" && CCACHE_DISABLE=1 ./dev "$command" && times >"$times") 2>&1 | stamped "$EPOCHREALTIME" >"$log"; then
         echo "first_minutes: ./dev $command failed after $((SECONDS - start)) s (see $log)" >&2
         status=1
         continue
@@ -83,7 +96,7 @@ for command in "${commands[@]}"; do
     wall=$((SECONDS - start))
     read -r user sys < <(tail -1 "$times" | tr 'ms' '  ' | awk '{ print $1 * 60 + $2, $3 * 60 + $4 }')
     installed="packages already installed"
-    grep -q '^installing: ' "$log" && installed="installed packages"
+    grep -q '^ *[0-9.]* installing: ' "$log" && installed="installed packages"
     verdict="within its budget of $budget s"
     if ((wall > budget)); then
         verdict="OVER its budget of $budget s by $((wall - budget)) s"
