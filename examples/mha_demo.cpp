@@ -142,8 +142,14 @@ bool write_graph(const tape<double>& t, const std::string& dir)
     if (std::system("command -v dot >/dev/null 2>&1") == 0)
     {
         const std::string svg = dir + "/mha_graph.svg", png = dir + "/mha_graph.png";
-        const bool ok = std::system(("dot -Tsvg '" + dot + "' -o '" + svg + "'").c_str()) == 0 &&
-                        std::system(("dot -Tpng '" + dot + "' -o '" + png + "'").c_str()) == 0;
+        // The folder reaches the shell as a variable inside double quotes: any name is taken as it is.
+        setenv("MHA_GRAPH_DIR", dir.c_str(), 1);
+        const auto render = [](const std::string& format) {
+            const std::string graph = "\"$MHA_GRAPH_DIR/mha_graph.";
+            const std::string command = "dot -T" + format + " " + graph + "dot\" -o " + graph + format + "\"";
+            return std::system(command.c_str()) == 0;
+        };
+        const bool ok = render("svg") && render("png");
         std::printf(ok ? ", %s and %s\n" : "; Graphviz failed to render it\n", svg.c_str(), png.c_str());
     }
     else

@@ -14,3 +14,11 @@ if(TARGET gpt_step_profile)
     PASS_REGULAR_EXPRESSION "loss at step 1 4\\.[0-9]+.*median of 1 steps: wall [0-9.]+ ms.*share of the given FMA peak"
     FAIL_REGULAR_EXPRESSION "Sanitizer|runtime error")  # the pass regex alone ignores the exit status
 endif()
+
+# The demo writes its graph into a folder of any name, and renders it when Graphviz is there: a folder
+# named with a single quote, a space and a dollar sign, which a shell would take apart if the paths were
+# spliced into its command (tests/examples_mha_demo_folder.sh).
+if(TARGET mha_demo)
+  add_test(NAME examples_run_mha_demo
+    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/examples_mha_demo_folder.sh $<TARGET_FILE:mha_demo>)
+endif()
