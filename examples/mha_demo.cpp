@@ -129,7 +129,8 @@ bool write_graph(const tape<double>& t, const std::string& dir)
 {
     std::error_code error;
     std::filesystem::create_directories(dir, error);
-    const std::string dot = dir + "/mha_graph.dot";
+    const std::string graph = dir + "/mha_graph";  // .dot, and .svg and .png when Graphviz renders it
+    const std::string dot = graph + ".dot";
     std::ofstream file(dot);
     file << t.to_dot();
     file.close();
@@ -141,12 +142,11 @@ bool write_graph(const tape<double>& t, const std::string& dir)
     std::printf("  wrote %s (blue: inputs; bold: values saved for backward)", dot.c_str());
     if (std::system("command -v dot >/dev/null 2>&1") == 0)
     {
-        const std::string svg = dir + "/mha_graph.svg", png = dir + "/mha_graph.png";
-        // The folder reaches the shell as a variable inside double quotes: any name is taken as it is.
-        setenv("MHA_GRAPH_DIR", dir.c_str(), 1);
+        const std::string svg = graph + ".svg", png = graph + ".png";
+        // The path reaches the shell as a variable inside double quotes: any folder name is taken as it is.
+        setenv("MHA_GRAPH", graph.c_str(), 1);
         const auto render = [](const std::string& format) {
-            const std::string graph = "\"$MHA_GRAPH_DIR/mha_graph.";
-            const std::string command = "dot -T" + format + " " + graph + "dot\" -o " + graph + format + "\"";
+            const std::string command = "dot -T" + format + " \"$MHA_GRAPH.dot\" -o \"$MHA_GRAPH." + format + "\"";
             return std::system(command.c_str()) == 0;
         };
         const bool ok = render("svg") && render("png");

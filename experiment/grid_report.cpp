@@ -422,27 +422,23 @@ std::optional<std::string> plot_curves(const std::vector<variant_results>& all, 
     }
     const std::string png = (fs::path(out) / grid_files::loss_curves).string();
     const std::string script = (dir / "loss-curves.gp").string();
+    std::ostringstream commands;
+    commands << "set multiplot layout 1,2\nset grid\nset key top right\nset xlabel 'step'\n"
+             << "set title 'validation " << (val_column == "val_bpb" ? "bits per byte" : "loss")
+             << ": mean and ± 1 sd over seeds'\n"
+             << val_plot << "\nset title 'training loss (window means): mean and ± 1 sd over seeds'\n"
+             << train_plot << "\nunset multiplot";
+    switch (draw_png(commands.str(), png, 1400, 600, script))  // the script stays, to redraw by hand
     {
-        std::ofstream gp(script);
-        gp << "set terminal pngcairo size 1400,600 noenhanced font ',10'\nset output " << gnuplot_quoted(png + ".tmp")
-           << "\nset multiplot layout 1,2\nset grid\nset key top right\nset xlabel 'step'\n"
-           << "set title 'validation " << (val_column == "val_bpb" ? "bits per byte" : "loss")
-           << ": mean and ± 1 sd over seeds'\n"
-           << val_plot << "\nset title 'training loss (window means): mean and ± 1 sd over seeds'\n"
-           << train_plot << "\nunset multiplot\nunset output\n";
-    }
-    if (!gnuplot_available())
-    {
+    case draw_result::drawn:
+        return std::nullopt;
+    case draw_result::no_gnuplot:
         return "gnuplot not found: loss-curves.png not drawn (apt-get install gnuplot-nox)";
+    case draw_result::script_not_written:
+    case draw_result::failed:
+        break;
     }
-    if (run_gnuplot_script(script) != 0 || !fs::exists(png + ".tmp"))
-    {
-        std::error_code ec;
-        fs::remove(png + ".tmp", ec);
-        return "gnuplot could not draw loss-curves.png (script: " + script + ")";
-    }
-    fs::rename(png + ".tmp", png);
-    return std::nullopt;
+    return "gnuplot could not draw loss-curves.png (script: " + script + ")";
 }
 
 // attention-<variant>.png: the first finished seed's attention.png (xgrad-train draws it).

@@ -34,7 +34,11 @@ bool gnuplot_available()
     return false;
 }
 
-int run_gnuplot_script(const std::string& script, std::string* output)
+namespace
+{
+// Runs gnuplot on the script file `script`, its standard input empty; returns gnuplot's exit status, or -1
+// when it could not be run. `output` receives the start of what it printed (standard output and error).
+int run_gnuplot_script(const std::string& script, std::string& output)
 {
     // gnuplot, found on PATH, gets the script's path as its one argument: no shell parses it, so any byte
     // of a path is taken as it is. A path that begins with '-' is made relative so that it is not an option.
@@ -73,10 +77,7 @@ int run_gnuplot_script(const std::string& script, std::string* output)
         }
     }
     ::close(pipe_ends[0]);
-    if (output)
-    {
-        *output = printed;
-    }
+    output = printed;
     if (spawned != 0)
     {
         return -1;
@@ -91,6 +92,7 @@ int run_gnuplot_script(const std::string& script, std::string* output)
     }
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
+}  // namespace
 
 std::string gnuplot_quoted(const std::string& s)
 {
@@ -102,41 +104,64 @@ std::string gnuplot_quoted(const std::string& s)
     return out + "'";
 }
 
-namespace
+draw_result draw_png(const std::string& commands, const std::string& png, int width, int height,
+                     const std::string& script, std::string* first_line)
 {
-// Runs `script` through gnuplot, drawing into png + ".tmp", then renames it over png.
-plot_note run_gnuplot(const std::string& script, const std::string& png, int width = 1200, int height = 800)
-{
-    if (!gnuplot_available())
-    {
-        return "note: gnuplot not found, " + png + " not drawn (apt-get install gnuplot-nox)";
-    }
     const std::string tmp_png = png + ".tmp";
-    const std::string script_path = png + ".gp";
     {
-        std::ofstream out(script_path);
+        std::ofstream out(script);
         out << "set terminal pngcairo size " << width << "," << height << " noenhanced font ',10'\nset output "
             << gnuplot_quoted(tmp_png) << "\n"
-            << script << "\nunset output\n";
+            << commands << "\nunset output\n";
         if (!out)
         {
-            return "note: cannot write " + script_path + ", " + png + " not drawn";
+            return draw_result::script_not_written;
         }
     }
+    if (!gnuplot_available())
+    {
+        return draw_result::no_gnuplot;
+    }
     std::string output;
-    const int status = run_gnuplot_script(script_path, &output);
     std::error_code ec;
-    fs::remove(script_path, ec);
-    if (status == 0 && fs::exists(tmp_png))
+    if (run_gnuplot_script(script, output) == 0 && fs::exists(tmp_png))
     {
         fs::rename(tmp_png, png, ec);
         if (!ec)
         {
-            return std::nullopt;
+            return draw_result::drawn;
         }
     }
     fs::remove(tmp_png, ec);
-    const std::string first_line = output.substr(0, output.find('\n'));
+    if (first_line)
+    {
+        *first_line = output.substr(0, output.find('\n'));
+    }
+    return draw_result::failed;
+}
+
+namespace
+{
+// Draws `commands` into png through a script beside it (png + ".gp", removed after); a one-line note
+// when the picture was not drawn.
+plot_note run_gnuplot(const std::string& commands, const std::string& png, int width = 1200, int height = 800)
+{
+    const std::string script = png + ".gp";
+    std::string first_line;
+    const draw_result result = draw_png(commands, png, width, height, script, &first_line);
+    std::error_code ec;
+    fs::remove(script, ec);
+    switch (result)
+    {
+    case draw_result::drawn:
+        return std::nullopt;
+    case draw_result::no_gnuplot:
+        return "note: gnuplot not found, " + png + " not drawn (apt-get install gnuplot-nox)";
+    case draw_result::script_not_written:
+        return "note: cannot write " + script + ", " + png + " not drawn";
+    case draw_result::failed:
+        break;
+    }
     return "note: gnuplot could not draw " + png + (first_line.empty() ? "" : ": " + first_line);
 }
 }  // namespace

@@ -17,10 +17,22 @@ using plot_note = std::optional<std::string>;
 // Whether a program named gnuplot is on PATH.
 bool gnuplot_available();
 
-// Runs gnuplot on the script file `script`, given to it as one argument (no shell: any path is safe), its
-// standard input empty; returns gnuplot's exit status, or -1 when it could not be run. `output`, when
-// given, receives the start of what it printed (standard output and error).
-int run_gnuplot_script(const std::string& script, std::string* output = nullptr);
+// How draw_png ended.
+enum class draw_result
+{
+    drawn,
+    no_gnuplot,
+    script_not_written,
+    failed,
+};
+
+// Draws a PNG of width x height pixels with gnuplot: writes the script file `script` (the PNG terminal, the
+// output png + ".tmp", then `commands`), runs gnuplot on it with the path as its one argument (no shell:
+// any path is safe), then renames the picture over png, so that a half-drawn PNG never appears. The
+// script is left for the caller to keep or remove. When gnuplot failed, `first_line` (when given)
+// receives the first line it printed.
+draw_result draw_png(const std::string& commands, const std::string& png, int width, int height,
+                     const std::string& script, std::string* first_line = nullptr);
 
 // A gnuplot string literal of `s`: single quotes, with any single quote doubled (no other escapes apply
 // inside them). Every script the project writes quotes its titles and paths with it.
