@@ -14,8 +14,7 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-
+#include "examples/command_line.hpp"
 #include "tests/source_dir.hpp"
 #include "train/gpt2_tokenizer.hpp"
 #include "train/tokenizer.hpp"
@@ -93,12 +92,16 @@ int main(int argc, char** argv)
     std::string gpt2_dir = xgrad::test::source_dir() + "/tests/fixtures/gpt2", text_file;
     std::size_t bytes = 1u << 20;
     int repeat = 5;
-    CLI::App app{ "GPT-2's tokenizer against SentencePiece on the same text, one core", "tokenizer_speed" };
-    app.add_option("--gpt2", gpt2_dir, "folder with vocab.json and merges.txt")->capture_default_str();
-    app.add_option("--text", text_file, "text to encode (default: the fortunes text)");
-    app.add_option("--bytes", bytes, "encode the first N bytes")->capture_default_str();
-    app.add_option("--repeat", repeat, "runs; the best is reported")->capture_default_str();
-    CLI11_PARSE(app, argc, argv);
+    xgrad::examples::command_line cli{"GPT-2's tokenizer against SentencePiece on the same text, one core",
+                                      "tokenizer_speed"};
+    cli.add_option("--gpt2", gpt2_dir, "folder with vocab.json and merges.txt");
+    cli.add_option("--text", text_file, "text to encode (default: the fortunes text)");
+    cli.add_option("--bytes", bytes, "encode the first N bytes");
+    cli.add_option("--repeat", repeat, "runs; the best is reported").positive();
+    if (const auto status = cli.parse(argc, argv))
+    {
+        return *status;
+    }
 
     std::string text = text_file.empty() ? fortunes_text() : read_file(text_file);
     text = replace_invalid_utf8(text.substr(0, bytes)); // a cut character becomes U+FFFD

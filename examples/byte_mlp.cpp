@@ -8,7 +8,7 @@
 #include <cstdio>
 
 #include "autodiff/gradcheck.hpp"
-#include "examples/cli.hpp"
+#include "examples/command_line.hpp"
 #include "io/checkpoint.hpp"
 #include "train/trainer.hpp"
 
@@ -97,15 +97,15 @@ int main(int argc, char** argv)
     o.steps = 500;
     o.model.block_size = 32;
     std::size_t width = 32, hidden = 128;
-    CLI::App app{"Train an MLP on bytes with xgrad's trainer", "byte_mlp"};
-    app.add_option("--data", o.data, "text file")->required();
-    app.add_option("--out", o.out, "folder for model.safetensors and log.csv")->required();
-    app.add_option("--steps", o.steps, "train up to this step")->capture_default_str();
-    app.add_option("--width", width, "embedding width")->capture_default_str();
-    app.add_option("--hidden", hidden, "hidden ReLU units")->capture_default_str();
-    app.add_option("--seed", o.seed, "seeds the weights and the batches")->capture_default_str();
-    app.add_flag("--resume", o.resume, "continue from --out/model.safetensors");
-    if (const auto status = examples::parse_command_line(app, argc, argv))
+    examples::command_line cli{"Train an MLP on bytes with xgrad's trainer", "byte_mlp"};
+    cli.add_option("--data", o.data, "text file").required();
+    cli.add_option("--out", o.out, "folder for model.safetensors and log.csv").required();
+    cli.add_option("--steps", o.steps, "train up to this step");
+    cli.add_option("--width", width, "embedding width");
+    cli.add_option("--hidden", hidden, "hidden ReLU units");
+    cli.add_option("--seed", o.seed, "seeds the weights and the batches");
+    cli.add_flag("--resume", o.resume, "continue from --out/model.safetensors");
+    if (const auto status = cli.parse(argc, argv))
     {
         return *status;
     }

@@ -9,7 +9,7 @@
 #include <random>
 #include <string>
 
-#include "examples/cli.hpp"
+#include "examples/command_line.hpp"
 #include "examples/random_ids.hpp"
 #include "models/gpt.hpp"
 
@@ -103,8 +103,8 @@ void print_variants(const gpt_config& base, std::size_t B, std::size_t T, const 
 
 int main(int argc, char** argv)
 {
-    CLI::App app{"The GPT's parameter and multiply-add formulas beside what the tape counts", "gpt_demo"};
-    if (const auto status = examples::parse_command_line(app, argc, argv))
+    examples::command_line cli{"The GPT's parameter and multiply-add formulas beside what the tape counts", "gpt_demo"};
+    if (const auto status = cli.parse(argc, argv))
     {
         return *status;
     }

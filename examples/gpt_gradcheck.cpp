@@ -22,9 +22,8 @@
 
 #include "autodiff/compare.hpp"
 #include "autodiff/gradcheck.hpp"
-#include "examples/cli.hpp"
+#include "examples/command_line.hpp"
 #include "examples/random_ids.hpp"
-#include "tools/model_flags.hpp"
 #include "models/divergence.hpp"
 #include "models/manual_faults.hpp"
 
@@ -76,18 +75,19 @@ struct options
 int main(int argc, char** argv)
 {
     options o;
-    CLI::App app{"A whole GPT's gradients three ways (tape, manual, finite differences), and the first-divergence "
-                 "report, for any architecture variant"};
-    xgrad::tools::add_model_flags(app, o.config);
+    examples::command_line cli{"A whole GPT's gradients three ways (tape, manual, finite differences), and the "
+                               "first-divergence report, for any architecture variant",
+                               "gpt_gradcheck"};
+    cli.add_model_flags(o.config);
     // Small enough for finite differences of every parameter.
-    app.get_option("--layers")->check(CLI::Range(1, 8));
-    app.get_option("--d-model")->check(CLI::Range(1, 64));
-    app.get_option("--heads")->check(CLI::Range(1, 64));
-    app.get_option("--block")->check(CLI::Range(1, 16));
-    app.add_option("--break", o.broken, "make one deliberate mistake in the manual backward: " + rule_list());
+    cli.get_option("--layers").range(1, 8);
+    cli.get_option("--d-model").range(1, 64);
+    cli.get_option("--heads").range(1, 64);
+    cli.get_option("--block").range(1, 16);
+    cli.add_option("--break", o.broken, "make one deliberate mistake in the manual backward: " + rule_list());
     gpt_config config;
     manual::broken_rule broken = manual::broken_rule::none;
-    if (const auto status = examples::parse_command_line(app, argc, argv))
+    if (const auto status = cli.parse(argc, argv))
     {
         return *status;
     }

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "examples/cli.hpp"
+#include "examples/command_line.hpp"
 #include "examples/random_ids.hpp"
 #include "kernels/parallel.hpp"
 #include "kernels/precision.hpp"
@@ -68,20 +68,15 @@ struct profile_options
     double peak_gflops = 0;  // 0: no share printed
 };
 
-void declare_options(CLI::App& app, profile_options& o)
+void declare_options(examples::command_line& cli, profile_options& o)
 {
-    app.add_option("--config", o.config, "the bench's GPT size")
-        ->check(CLI::IsMember({"nano", "char", "shake"}))
-        ->capture_default_str();
-    app.add_option("--steps", o.steps, "steps to run (the first 3 are not timed)")
-        ->check(CLI::Range(4, 1000000))
-        ->capture_default_str();
-    app.add_option("--threads", o.threads, "xgrad threads")->check(CLI::Range(1, 256))->capture_default_str();
-    app.add_flag("--every-activation", o.every_activation,
+    cli.add_option("--config", o.config, "the bench's GPT size").one_of({"nano", "char", "shake"});
+    cli.add_option("--steps", o.steps, "steps to run (the first 3 are not timed)").range(4, 1000000);
+    cli.add_option("--threads", o.threads, "xgrad threads").range(1, 256);
+    cli.add_flag("--every-activation", o.every_activation,
                  "keep a node for every activation (the divergence report's layout; training runs without)");
-    app.add_flag("--bf16", o.bf16, "matrix products in bfloat16 (float32 on a CPU without bf16 products)");
-    app.add_option("--peak", o.peak_gflops, "an FMA peak in GFLOP/s (the bench prints it), for a share")
-        ->check(CLI::PositiveNumber);
+    cli.add_flag("--bf16", o.bf16, "matrix products in bfloat16 (float32 on a CPU without bf16 products)");
+    cli.add_option("--peak", o.peak_gflops, "an FMA peak in GFLOP/s (the bench prints it), for a share").positive();
 }
 
 struct step_times
@@ -151,10 +146,10 @@ void report(const step_config& c, const profile_options& o, const step_times& ti
 
 int main(int argc, char** argv)
 {
-    CLI::App app{"Times (and, under a profiler, shows) one GPT training step, repeated", "gpt_step_profile"};
+    examples::command_line cli{"Times (and, under a profiler, shows) one GPT training step, repeated", "gpt_step_profile"};
     profile_options o;
-    declare_options(app, o);
-    if (const auto status = examples::parse_command_line(app, argc, argv))
+    declare_options(cli, o);
+    if (const auto status = cli.parse(argc, argv))
     {
         return *status;
     }

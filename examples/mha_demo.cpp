@@ -16,7 +16,7 @@
 
 #include "autodiff/compare.hpp"
 #include "autodiff/gradcheck.hpp"
-#include "examples/cli.hpp"
+#include "examples/command_line.hpp"
 #include "models/mha_manual.hpp"
 
 using namespace xgrad;
@@ -162,11 +162,11 @@ bool write_graph(const tape<double>& t, const std::string& dir)
 
 int main(int argc, char** argv)
 {
-    CLI::App app{"Multi-head attention as a graph: shape trace, counting, memory and the three-way gradient check",
+    examples::command_line cli{"Multi-head attention as a graph: shape trace, counting, memory and the three-way gradient check",
                  "mha_demo"};
     std::string out_dir = ".";
-    app.add_option("output_dir", out_dir, "folder for the graph (mha_graph.dot, .svg, .png)")->capture_default_str();
-    if (const auto status = examples::parse_command_line(app, argc, argv))
+    cli.add_option("output_dir", out_dir, "folder for the graph (mha_graph.dot, .svg, .png)");
+    if (const auto status = cli.parse(argc, argv))
     {
         return *status;
     }

@@ -8,7 +8,7 @@
 #include <random>
 #include <string>
 
-#include "examples/cli.hpp"
+#include "examples/command_line.hpp"
 #include "models/mha.hpp"
 
 using namespace xgrad;
@@ -16,10 +16,10 @@ using namespace xgrad::models;
 
 int main(int argc, char** argv)
 {
-    CLI::App app{"A student MHA layer learns to imitate a teacher: the pattern of a training loop", "train_tiny"};
+    examples::command_line cli{"A student MHA layer learns to imitate a teacher: the pattern of a training loop", "train_tiny"};
     int steps = 300;
-    app.add_option("--steps", steps, "training steps")->capture_default_str()->check(CLI::PositiveNumber);
-    if (const auto status = examples::parse_command_line(app, argc, argv))
+    cli.add_option("--steps", steps, "training steps").positive();
+    if (const auto status = cli.parse(argc, argv))
     {
         return *status;
     }

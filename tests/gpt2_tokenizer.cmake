@@ -8,9 +8,8 @@ if(TARGET xgrad-convert AND TARGET xgrad-sample AND TARGET xgrad-train)
   set_tests_properties(gpt2_tokenizer_tools PROPERTIES TIMEOUT 300)
 endif()
 # The speed of GPT-2's tokenizer beside SentencePiece's (bench/tokenizer_speed.cpp): a program to run by
-# hand (docs/tokenizers.md), not a test.
-if(TARGET xgrad)
-  find_package(CLI11 REQUIRED)
+# hand (docs/tokenizers.md), not a test; its flags through the examples' command line (examples/).
+if(TARGET xgrad AND TARGET xgrad_example_command_line)
   add_executable(tokenizer_speed ${PROJECT_SOURCE_DIR}/bench/tokenizer_speed.cpp)
-  target_link_libraries(tokenizer_speed PRIVATE xgrad xgrad_test_source_dir CLI11::CLI11)
+  target_link_libraries(tokenizer_speed PRIVATE xgrad xgrad_test_source_dir xgrad_example_command_line)
 endif()

@@ -1,5 +1,6 @@
-// How the tools run CLI11 on their arguments (the tools' side of examples/cli.hpp): --help is answered by
-// the caller, and every CLI11 error becomes an input_error (exit status 2) that ends in " (see --help)".
+// How the tools run CLI11 on their arguments (the tools' side of examples/command_line.hpp): --help is
+// answered by the caller, and every CLI11 error becomes an input_error (exit status 2) that ends in
+// " (see --help)".
 // Apart from tools/tool_errors.cpp, so that the fuzzed parsers (fuzz/targets.cmake) need no more than CLI11.
 #pragma once
 
