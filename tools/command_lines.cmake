@@ -1,26 +1,55 @@
-# The tools' command-line parsers (tools/*_args.cpp), each a library compiled once for everything that
-# uses it: its tool, its test and its fuzz target's replay (tests/fuzz_replay.cmake finds the library of
-# a source of fuzz/targets.cmake through xgrad_command_line_library). Before, every user compiled the
-# file again: tools/train_args.cpp four times at 8 CPU s each, most of it CLI11's header.
-# Built only when something links them; xgrad_train_args needs the xgrad library (train/).
+# The tools' command-line parsers (tools/*_args.cpp), compiled once for everything that uses them: the
+# tools, their tests and the fuzz targets' replays (tests/fuzz_replay.cmake finds the library of a source
+# of fuzz/targets.cmake through xgrad_command_line_library). Before, every user compiled its parser again:
+# tools/train_args.cpp four times at 8 CPU s each, most of it CLI11's header.
+#
+# They are two libraries, each one translation unit with XGRAD_UNITY_BUILD (cmake/one_unit.cmake), so
+# that CLI11's header, about 3.6 CPU s of every unit that includes it, is compiled twice in all and in no
+# tool: xgrad_command_lines_core on xgrad::core, which stays buildable with XGRAD_BUILD_TRAIN=OFF for the
+# replays of the core's fuzz targets, and xgrad_command_lines_train on xgrad (train/). The four units that
+# included CLI11 (gpt_npy_args.cpp, train_args.cpp, xgrad_convert.cpp, xgrad_experiment.cpp) took 26.6
+# CPU s; the two libraries and the two programs take 19.2 (docs/performance.md, "The build"). A program
+# that links a library gets the whole unit: xgrad-mha-npy carries gpt_npy_args' parser too. Built only
+# when something links them.
 find_package(CLI11 REQUIRED)
 
-# xgrad_command_line_library(VAR SOURCE): VAR = the name of SOURCE's library, xgrad_<its file's stem>.
+# Each parser's library, stated once: XGRAD_COMMAND_LINES_<group> lists the files of
+# xgrad_command_lines_<group>.
+set(XGRAD_COMMAND_LINES_core
+  mha_npy_args.cpp      # xgrad-mha-npy (no CLI11)
+  gpt_npy_args.cpp)     # xgrad-gpt-npy
+set(XGRAD_COMMAND_LINES_train
+  train_args.cpp        # xgrad-train and xgrad-sample
+  convert_args.cpp      # xgrad-convert
+  experiment_args.cpp)  # xgrad-experiment
+
+# xgrad_command_line_library(VAR SOURCE): VAR = the name of the library that holds SOURCE (tools/NAME.cpp,
+# or NAME.cpp).
 function(xgrad_command_line_library var source)
-  get_filename_component(stem ${source} NAME_WE)
-  set(${var} xgrad_${stem} PARENT_SCOPE)
+  get_filename_component(file ${source} NAME)
+  foreach(group core train)
+    if(file IN_LIST XGRAD_COMMAND_LINES_${group})
+      set(${var} xgrad_command_lines_${group} PARENT_SCOPE)
+      return()
+    endif()
+  endforeach()
+  message(FATAL_ERROR "${source}: not a parser of tools/command_lines.cmake")
 endfunction()
 
-# xgrad_command_line(SOURCE LIBRARY): the library of tools/SOURCE, on LIBRARY.
-function(xgrad_command_line source library)
-  xgrad_command_line_library(name ${source})
-  add_library(${name} STATIC EXCLUDE_FROM_ALL ${CMAKE_CURRENT_LIST_DIR}/${source})
-  target_link_libraries(${name} PUBLIC ${library} CLI11::CLI11)
-  target_compile_options(${name} PRIVATE ${XGRAD_PROGRAM_OPTIONS})
+# xgrad_command_lines(GROUP LIBRARY): xgrad_command_lines_GROUP, the parsers of GROUP on LIBRARY. Their
+# headers do not include CLI11, so neither does what links them.
+function(xgrad_command_lines group library)
+  set(sources ${XGRAD_COMMAND_LINES_${group}})
+  list(TRANSFORM sources PREPEND ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/)
+  if(XGRAD_UNITY_BUILD)
+    xgrad_one_unit(sources command_lines_${group} ${sources})
+  endif()
+  add_library(xgrad_command_lines_${group} STATIC EXCLUDE_FROM_ALL ${sources})
+  target_link_libraries(xgrad_command_lines_${group} PUBLIC ${library} PRIVATE CLI11::CLI11)
+  target_compile_options(xgrad_command_lines_${group} PRIVATE ${XGRAD_PROGRAM_OPTIONS})
 endfunction()
 
-xgrad_command_line(mha_npy_args.cpp xgrad::core)  # xgrad-mha-npy
-xgrad_command_line(gpt_npy_args.cpp xgrad::core)  # xgrad-gpt-npy
+xgrad_command_lines(core xgrad::core)
 if(XGRAD_BUILD_TRAIN)
-  xgrad_command_line(train_args.cpp xgrad)         # xgrad-train and xgrad-sample
+  xgrad_command_lines(train xgrad)
 endif()

@@ -1,24 +1,23 @@
 // xgrad-convert: a GPT checkpoint from one format to another (docs/spec.md, "Converting checkpoints:
 // xgrad-convert"): xgrad's safetensors checkpoint, Hugging Face's GPT-2 folder, llama2.c's folder. Works
 // on tensors, names and metadata only. Bad input or a variant the target cannot express: one line on
-// stderr, exit 2, nothing written (folders are built beside OUT and renamed into place).
+// stderr, exit 2, nothing written (folders are built beside OUT and renamed into place). The command
+// line is parsed by tools/convert_args.cpp.
 #include <cstdio>
 #include <new>
-#include <optional>
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-
 #include "io/hf_gpt2.hpp"
 #include "io/model_layout.hpp"
-#include "tools/command_line.hpp"
+#include "tools/convert_args.hpp"
 #include "tools/tool_errors.hpp"
 #include "train/gpt2_tokenizer.hpp"
 #include "train/llama2c_tokenizer.hpp"
 #include "train/tokenizer.hpp"
 
 using namespace xgrad;
+using tools::convert_cli::convert_command;
 
 namespace
 {
@@ -28,11 +27,6 @@ const char* const program = "xgrad-convert";
 // cannot express).
 const tools::error_rules errors{program, tools::wording::first_line,
                                 {/*bad_value*/ 2, /*bad_file*/ 2, /*anomaly*/ 2, /*failure*/ 2}};
-
-struct command_line
-{
-    std::string from, to, in, out;
-};
 
 io::safetensors_file read_model(const std::string& format, const std::string& in, io::model_layout& layout)
 {
@@ -100,36 +94,7 @@ void write_model(const std::string& format,
     }
 }
 
-// The command line; nothing once --help is printed.
-std::optional<command_line> parse_arguments(int argc, char** argv)
-{
-    CLI::App app{ "Converts a GPT checkpoint between xgrad's safetensors file, a Hugging Face GPT-2 folder "
-                  "(model.safetensors + config.json, and the tokenizer's vocab.json + merges.txt when "
-                  "present) and a llama2.c folder (model.bin + tokenizer.bin)",
-                  program };
-    command_line c;
-    const std::vector<std::string> formats = { "xgrad", "hf-gpt2", "llama2c" };
-    app.add_option("--from", c.from, "format of IN: xgrad | hf-gpt2 | llama2c")
-      ->required()
-      ->check(CLI::IsMember(formats));
-    app.add_option("--to", c.to, "format of OUT: xgrad | hf-gpt2 | llama2c")
-      ->required()
-      ->check(CLI::IsMember(formats));
-    app.add_option("IN", c.in, "checkpoint file (xgrad) or folder")->required();
-    app.add_option("OUT", c.out, "checkpoint file (xgrad) or folder, written atomically")->required();
-    if (!tools::parse_command_line(app, std::vector<std::string>(argv + 1, argv + argc)))
-    {
-        std::fputs(app.help().c_str(), stdout);
-        return std::nullopt;
-    }
-    if (c.in.empty() || c.out.empty())
-    {
-        throw tools::input_error("IN and OUT must not be empty");
-    }
-    return c;
-}
-
-void convert(const command_line& c)
+void convert(const convert_command& c)
 {
     io::model_layout layout;
     io::safetensors_file model = read_model(c.from, c.in, layout);
@@ -151,9 +116,15 @@ int main(int argc, char** argv)
 {
     try
     {
-        if (const std::optional<command_line> c = parse_arguments(argc, argv))
+        const convert_command c = tools::convert_cli::parse_convert_arguments(
+            std::vector<std::string>(argv + 1, argv + argc));
+        if (c.help)
         {
-            convert(*c);
+            std::fputs(c.help_text.c_str(), stdout);
+        }
+        else
+        {
+            convert(c);
         }
         return 0;
     }

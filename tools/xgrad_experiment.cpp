@@ -1,7 +1,8 @@
 // xgrad-experiment: a grid of xgrad-train runs from a spec (docs/experiments.md, "The grid runner"):
 // every variant's flags checked by xgrad-train itself before any run starts, the runs as child processes
 // (as many at a time as there are cores), a stopped grid resumed, and a report with intervals and tests
-// over seeds. --replot rebuilds the report from the runs on disk.
+// over seeds. --replot rebuilds the report from the runs on disk. The command line is parsed by
+// tools/experiment_args.cpp.
 #include <unistd.h>
 
 #include <cstdio>
@@ -15,20 +16,21 @@
 #include <thread>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "experiment/grid.hpp"
 #include "experiment/grid_report.hpp"
 #include "io/escape.hpp"
 #include "io/json_limits.hpp"
-#include "tools/command_line.hpp"
+#include "tools/experiment_args.hpp"
 #include "tools/tool_errors.hpp"
 #include "train/communicator.hpp"
 
 using namespace xgrad::train;
 namespace fs = std::filesystem;
 namespace tools = xgrad::tools;
+using tools::experiment_cli::experiment_command;
+using tools::experiment_cli::experiment_options;
 
 namespace
 {
@@ -114,17 +116,6 @@ std::map<std::string, std::int64_t> steps_of(const std::string& path)
     return steps;
 }
 
-struct command_line
-{
-    std::string spec_file, out;
-    grid::spec_overrides overrides;
-    std::int64_t steps = 0, tokens = 0;
-    double seconds = 0;
-    int jobs = 0, threads = 0;
-    std::string xgrad_train;
-    bool replot = false, dry_run = false, quiet = false;
-};
-
 // The steps per variant: reused when the grid in OUT was planned from the same spec, else measured.
 std::map<std::string, std::int64_t> steps_per_variant(const grid::spec& s, const std::string& out,
                                                       const grid::runner_options& o)
@@ -164,7 +155,7 @@ int cores_for_this_process()
 
 // Runs at a time (--jobs, or the cores, at most the runs) and threads per run (--threads, or the cores
 // shared among the jobs), on this process.
-grid::runner_options runner_for(const command_line& c, std::size_t runs)
+grid::runner_options runner_for(const experiment_options& c, std::size_t runs)
 {
     grid::runner_options o;
     o.program = c.xgrad_train.empty() ? train_beside_me() : c.xgrad_train;
@@ -183,7 +174,7 @@ struct grid_plan
 };
 
 // The grid in OUT as planned before: grid.json and steps.json (--replot, and the ranks but the first).
-grid_plan planned_grid(const command_line& c)
+grid_plan planned_grid(const experiment_options& c)
 {
     grid_plan p;
     p.s = load_spec_file((fs::path(c.out) / grid::grid_files::spec).string(), {});
@@ -195,7 +186,7 @@ grid_plan planned_grid(const command_line& c)
 
 // The grid of the spec and flags: every variant checked and sized by xgrad-train, grid.json and
 // steps.json written to OUT.
-grid_plan new_grid(const command_line& c)
+grid_plan new_grid(const experiment_options& c)
 {
     grid::spec_overrides ov = c.overrides;
     const int budgets = (c.steps > 0) + (c.tokens > 0) + (c.seconds > 0);
@@ -241,7 +232,7 @@ int status_of_rank_zero(communicator& comm, int status)
 }
 
 // Runs the grid on this process's share of it, then (rank 0) the summary; the exit status.
-int run_share(const grid_plan& p, const command_line& c, communicator& comm)
+int run_share(const grid_plan& p, const experiment_options& c, communicator& comm)
 {
     const bool leader = comm.rank() == 0;
     if (leader && p.o.progress)
@@ -279,7 +270,7 @@ int run_share(const grid_plan& p, const command_line& c, communicator& comm)
 
 // Rank 0 plans the grid (and holds OUT's lock); then every process runs its share; then rank 0 writes the
 // report. Under one process that is the whole grid.
-int run(const command_line& c, communicator& comm)
+int run(const experiment_options& c, communicator& comm)
 {
     const bool leader = comm.rank() == 0;
     grid_plan p;
@@ -337,42 +328,6 @@ int run(const command_line& c, communicator& comm)
     return status;
 }
 
-// The command line; nothing once --help is printed.
-std::optional<command_line> parse_arguments(int argc, char** argv, bool print_help)
-{
-    command_line c;
-    CLI::App app{"Run a grid of xgrad-train runs over variants and seeds, and report on them with intervals "
-                 "and tests (docs/experiments.md)",
-                 program};
-    app.add_option("--spec", c.spec_file, "JSON spec: data, fixed, axes, variants, seeds, baseline, budget");
-    app.add_option("--out", c.out, "folder for the runs, grid.json, report.md and the pictures")->required();
-    app.add_option("--data", c.overrides.data, "text file (replaces the spec's \"data\")");
-    app.add_option("--set", c.overrides.sets, "NAME=VALUE: a fixed xgrad-train flag for every run (repeatable)");
-    app.add_option("--axis", c.overrides.axes, "NAME=V1,V2,...: one more axis of the grid (repeatable)");
-    app.add_option("--variant", c.overrides.variants, "LABEL:NAME=VALUE,...: one more listed variant (repeatable)");
-    app.add_option("--seeds", c.overrides.seeds, "N (seeds 1..N) or a list S1,S2,...");
-    app.add_option("--baseline", c.overrides.baseline, "the variant the others are compared with");
-    app.add_option("--steps", c.steps, "budget per run in steps")->check(CLI::PositiveNumber);
-    app.add_option("--tokens", c.tokens, "budget per run in training tokens")->check(CLI::PositiveNumber);
-    app.add_option("--seconds", c.seconds, "budget per run in seconds of training (steps from a timed probe)")
-        ->check(CLI::PositiveNumber);
-    // At most 1024 processes at a time, and 1024 threads each (xgrad-train's own bound).
-    app.add_option("--jobs", c.jobs, "runs at a time (default: the number of cores)")->check(CLI::Range(1, 1024));
-    app.add_option("--threads", c.threads, "threads per run (default: cores / jobs)")->check(CLI::Range(1, 1024));
-    app.add_option("--xgrad-train", c.xgrad_train, "the xgrad-train to run (default: the one beside this program)");
-    app.add_flag("--replot", c.replot, "no training: the report and pictures from the runs in --out");
-    app.add_flag("--dry-run", c.dry_run, "check the spec and every variant's flags, print the commands, run nothing");
-    app.add_flag("--quiet", c.quiet, "no progress and no report on stdout");
-    if (!tools::parse_command_line(app, std::vector<std::string>(argv + 1, argv + argc)))
-    {
-        if (print_help)
-        {
-            std::fputs(app.help().c_str(), stdout);
-        }
-        return std::nullopt;
-    }
-    return c;
-}
 }  // namespace
 
 int main(int argc, char** argv)
@@ -381,22 +336,28 @@ int main(int argc, char** argv)
     try
     {
         comm = make_communicator();
+        const std::vector<std::string> args(argv + 1, argv + argc);
         if (comm->rank() != 0)
         {
             // The same command line on every process: rank 0 alone says what is wrong with it, or the help.
-            std::optional<command_line> c;
+            experiment_command c;
             try
             {
-                c = parse_arguments(argc, argv, /*print_help=*/false);
+                c = tools::experiment_cli::parse_experiment_arguments(args);
             }
             catch (const tools::input_error&)
             {
                 return 2;
             }
-            return c ? run(*c, *comm) : 0;
+            return c.help ? 0 : run(c.run, *comm);
         }
-        const std::optional<command_line> c = parse_arguments(argc, argv, /*print_help=*/true);
-        return c ? run(*c, *comm) : 0;
+        const experiment_command c = tools::experiment_cli::parse_experiment_arguments(args);
+        if (c.help)
+        {
+            std::fputs(c.help_text.c_str(), stdout);
+            return 0;
+        }
+        return run(c.run, *comm);
     }
     catch (...)
     {
