@@ -1,6 +1,6 @@
 // An example's command line, said option by option in CLI11's words (add_option, add_flag, required, a
 // range) and parsed by CLI11 in examples/command_line.cpp: the one file of the examples that includes
-// CLI11's header, which costs each file that includes it about 3.6 CPU s of compiling (docs/performance.md,
+// CLI11's header, whose compile costs every file that includes it several CPU seconds (docs/performance.md,
 // "CLI11 compiled three times, not eleven"). --help prints the usage and creates nothing; a bad argument
 // is one line on stderr and exit status 2, never an abort.
 #pragma once

@@ -4,13 +4,11 @@
 # tools/train_args.cpp four times at 8 CPU s each, most of it CLI11's header.
 #
 # They are two libraries, each one translation unit with XGRAD_UNITY_BUILD (cmake/one_unit.cmake), so
-# that CLI11's header, about 3.6 CPU s of every unit that includes it, is compiled twice in all and in no
-# tool: xgrad_command_lines_core on xgrad::core, which stays buildable with XGRAD_BUILD_TRAIN=OFF for the
-# replays of the core's fuzz targets, and xgrad_command_lines_train on xgrad (train/). The four units that
-# included CLI11 (gpt_npy_args.cpp, train_args.cpp, xgrad_convert.cpp, xgrad_experiment.cpp) took 26.6
-# CPU s; the two libraries and the two programs take 19.2 (docs/performance.md, "The build"). A program
-# that links a library gets the whole unit: xgrad-mha-npy carries gpt_npy_args' parser too. Built only
-# when something links them.
+# that CLI11's header, several CPU seconds of every unit that includes it, is compiled twice in all and in
+# no tool (docs/performance.md, "CLI11 compiled three times, not eleven"): xgrad_command_lines_core on
+# xgrad::core, which stays buildable with XGRAD_BUILD_TRAIN=OFF for the replays of the core's fuzz
+# targets, and xgrad_command_lines_train on xgrad (train/). A program that links a library gets the whole
+# unit: xgrad-mha-npy carries gpt_npy_args' parser too. Built only when something links them.
 find_package(CLI11 REQUIRED)
 
 # Each parser's library, stated once: XGRAD_COMMAND_LINES_<group> lists the files of

@@ -1,6 +1,6 @@
 // The command line of xgrad-experiment (CLI11), parsed apart from the program so that the program need
-// not include CLI11's header (about 3.6 CPU s of compile in every file that does): it is compiled once,
-// with the other parsers on the xgrad library (tools/command_lines.cmake).
+// not include CLI11's header (docs/performance.md, "CLI11 compiled three times, not eleven"): it is
+// compiled once, with the other parsers on the xgrad library (tools/command_lines.cmake).
 #pragma once
 
 #include <cstdint>
