@@ -12,7 +12,7 @@ convert_command parse_convert_arguments(const std::vector<std::string>& args)
     CLI::App app{"Converts a GPT checkpoint between xgrad's safetensors file, a Hugging Face GPT-2 folder "
                  "(model.safetensors + config.json, and the tokenizer's vocab.json + merges.txt when "
                  "present) and a llama2.c folder (model.bin + tokenizer.bin)",
-                 "xgrad-convert"};
+                 program};
     convert_command c;
     const std::vector<std::string> formats = {"xgrad", "hf-gpt2", "llama2c"};
     app.add_option("--from", c.from, "format of IN: xgrad | hf-gpt2 | llama2c")

@@ -10,6 +10,9 @@
 
 namespace xgrad::tools::convert_cli
 {
+// The program's name, which leads its usage and its messages.
+inline constexpr const char* program = "xgrad-convert";
+
 // Bad usage: exit status 2.
 using tools::input_error;
 

@@ -14,7 +14,7 @@ experiment_command parse_experiment_arguments(const std::vector<std::string>& ar
     experiment_options& c = command.run;
     CLI::App app{"Run a grid of xgrad-train runs over variants and seeds, and report on them with intervals "
                  "and tests (docs/experiments.md)",
-                 "xgrad-experiment"};
+                 program};
     app.add_option("--spec", c.spec_file, "JSON spec: data, fixed, axes, variants, seeds, baseline, budget");
     app.add_option("--out", c.out, "folder for the runs, grid.json, report.md and the pictures")->required();
     app.add_option("--data", c.overrides.data, "text file (replaces the spec's \"data\")");

@@ -12,6 +12,9 @@
 
 namespace xgrad::tools::experiment_cli
 {
+// The program's name, which leads its usage and its messages.
+inline constexpr const char* program = "xgrad-experiment";
+
 // Bad usage: exit status 2.
 using tools::input_error;
 

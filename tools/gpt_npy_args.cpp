@@ -11,8 +11,6 @@ namespace xgrad::tools::gpt_npy
 {
 namespace
 {
-const char* const program = "xgrad-gpt-npy";
-
 const char* const description =
   R"(usage: xgrad-gpt-npy --checkpoint FILE --in DIR --out DIR [--grad tape|manual] [--dtype float64|float32]
                      [--detect-anomaly]

@@ -10,6 +10,9 @@
 
 namespace xgrad::tools::gpt_npy
 {
+// The program's name, which leads its usage and its messages.
+inline constexpr const char* program = "xgrad-gpt-npy";
+
 // Bad usage or bad input: exit status 2.
 using tools::input_error;
 

@@ -116,7 +116,7 @@ train_command parse_train_arguments(const std::vector<std::string>& args)
     train_command c;
     std::int64_t warmup = 0, decay = 0;  // taken only when given (app.count)
     CLI::App app{"Train a small GPT on a text file (docs/spec.md's model; byte tokens; AdamW, warm-up + cosine)",
-                 "xgrad-train"};
+                 train_program};
     add_train_flags(app, c.run, warmup, decay, c.quiet);
     app.add_option("--precision", c.precision, "fp32 | bf16: matrix products on bfloat16-rounded operands")
         ->check(CLI::IsMember({"fp32", "bf16"}))
@@ -154,7 +154,7 @@ train_command parse_train_arguments(const std::vector<std::string>& args)
 sample_command parse_sample_arguments(const std::vector<std::string>& args)
 {
     sample_command c;
-    CLI::App app{"Sample text from a checkpoint written by xgrad-train", "xgrad-sample"};
+    CLI::App app{"Sample text from a checkpoint written by xgrad-train", sample_program};
     app.add_option("--checkpoint", c.checkpoint, "model.safetensors written by xgrad-train")->required();
     app.add_option("--prompt", c.prompt, "text to continue (the model's tokenizer must encode every character)");
     app.add_option("--tokens", c.run.tokens, "tokens to generate")->check(count_check())->capture_default_str();

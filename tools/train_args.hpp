@@ -12,6 +12,10 @@
 
 namespace xgrad::tools::train_cli
 {
+// The programs' names, which lead their usage and their messages.
+inline constexpr const char* train_program = "xgrad-train";
+inline constexpr const char* sample_program = "xgrad-sample";
+
 // Bad usage: exit status 2, one line.
 using tools::input_error;
 

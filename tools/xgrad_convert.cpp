@@ -21,7 +21,7 @@ using tools::convert_cli::convert_command;
 
 namespace
 {
-const char* const program = "xgrad-convert";
+using tools::convert_cli::program;
 
 // docs/spec.md, "Exit statuses": every failure is 2, the input's (a malformed input, a model the target
 // cannot express).

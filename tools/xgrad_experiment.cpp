@@ -34,7 +34,7 @@ using tools::experiment_cli::experiment_options;
 
 namespace
 {
-const char* const program = "xgrad-experiment";
+using tools::experiment_cli::program;
 
 // docs/spec.md, "Exit statuses": 2 a bad flag, or an unknown flag or value in the grid spec; 1 a run or
 // the report failed (a checkpoint the report cannot read among them).

@@ -31,7 +31,6 @@ using xgrad::tools::entry_exists;
 
 namespace
 {
-const char* const program = "xgrad-gpt-npy";
 const tools::error_rules errors = tools::npy_tool_rules(program);
 
 // ---- inputs -----------------------------------------------------------------------------------------
@@ -228,7 +227,7 @@ std::string run(const options& o)
     const std::vector<tools::output_file> files = output_files(r, p.model.metadata);
     try
     {
-        tools::write_output_folder(o.out, files, "xgrad-gpt-npy");
+        tools::write_output_folder(o.out, files, program);
     }
     catch (const npy::error& e)
     {

@@ -294,7 +294,7 @@ void write_all(const fs::path& out, const named_arrays<T>& arrays)
     {
         files.push_back({name + ".npy", [&a = a](const std::string& f) { npy::save(f, a); }});
     }
-    tools::write_output_folder(out, files, "xgrad-mha-npy");
+    tools::write_output_folder(out, files, program);
 }
 
 template <class T>

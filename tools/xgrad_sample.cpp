@@ -17,7 +17,7 @@ using namespace xgrad;
 
 namespace
 {
-const char* const program = "xgrad-sample";
+const char* const program = tools::train_cli::sample_program;
 
 // docs/spec.md, "Exit statuses": 2 bad flags, an empty prompt, a checkpoint that is missing, unreadable or
 // malformed, a tokenizer it refuses, a prompt its tokenizer cannot encode; 1 any other failure.

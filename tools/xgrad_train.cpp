@@ -23,7 +23,7 @@ using namespace xgrad;
 
 namespace
 {
-const char* const program = "xgrad-train";
+const char* const program = tools::train_cli::train_program;
 volatile std::sig_atomic_t interrupted = 0;
 
 void on_interrupt(int) { interrupted = 1; }
